@@ -1,0 +1,73 @@
+# Finds every dependency of the build and reports the optional ones.
+
+find_program(MERAK_CCACHE ccache)
+if(MERAK_CCACHE)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${MERAK_CCACHE})
+  set(CMAKE_C_COMPILER_LAUNCHER ${MERAK_CCACHE})
+endif()
+
+# MLIR 19 and LLVM 19 from Debian (llvm-19-dev, libmlir-19-dev, mlir-19-tools).
+set(MERAK_LLVM_ROOT "/usr/lib/llvm-19" CACHE PATH "Root of the LLVM 19 install")
+find_package(MLIR REQUIRED CONFIG
+  HINTS "${MERAK_LLVM_ROOT}/lib/cmake/mlir")
+if(NOT LLVM_VERSION_MAJOR EQUAL 19)
+  message(FATAL_ERROR "Merak needs LLVM/MLIR 19, found ${LLVM_PACKAGE_VERSION}")
+endif()
+message(STATUS "Using MLIRConfig.cmake in: ${MLIR_DIR}")
+message(STATUS "Using LLVMConfig.cmake in: ${LLVM_DIR}")
+list(APPEND CMAKE_MODULE_PATH "${MLIR_CMAKE_DIR}" "${LLVM_CMAKE_DIR}")
+include(TableGen)
+include(AddLLVM)
+include(AddMLIR)
+include_directories(SYSTEM ${LLVM_INCLUDE_DIRS} ${MLIR_INCLUDE_DIRS})
+add_definitions(${LLVM_DEFINITIONS})
+# Only the shared libMLIR.so / libLLVM.so are linked: mixing them with the
+# static component archives duplicates registrations.
+set(MERAK_MLIR_LIBS MLIR LLVM)
+
+# LibTorch (libtorch-dev): the TorchScript importer and, later, CPU kernels.
+find_package(Torch REQUIRED CONFIG)
+message(STATUS "Found LibTorch ${Torch_VERSION}")
+
+find_package(absl REQUIRED CONFIG)
+find_package(nlohmann_json 3 REQUIRED CONFIG)
+find_package(GTest CONFIG)
+set(MERAK_BUILD_UNITTESTS ${GTest_FOUND})
+if(NOT GTest_FOUND)
+  message(WARNING "GoogleTest not found: unit tests are not built")
+endif()
+
+# Python with torch (Debian's python3-torch) traces the test fixtures.
+set(MERAK_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python with torch")
+
+# lit and FileCheck: Debian ships lit.py but no llvm-lit.
+set(LLVM_EXTERNAL_LIT "${MERAK_LLVM_ROOT}/build/utils/lit/lit.py"
+  CACHE FILEPATH "lit driver")
+set(MERAK_LLVM_TOOLS_DIR "${MERAK_LLVM_ROOT}/bin")
+
+# CUDA and NCCL are optional; the CUDA backend builds only where both exist.
+find_program(MERAK_NVCC nvcc HINTS /usr/local/cuda/bin)
+find_path(MERAK_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/include)
+if(MERAK_NVCC)
+  message(STATUS "CUDA: nvcc found at ${MERAK_NVCC}")
+else()
+  message(STATUS "CUDA: nvcc not found; the CUDA backend is skipped")
+endif()
+if(MERAK_NCCL_INCLUDE)
+  message(STATUS "NCCL: headers in ${MERAK_NCCL_INCLUDE}")
+else()
+  message(STATUS "NCCL: not found; NCCL collectives are skipped")
+endif()
+
+# MLIR and LLVM are built without RTTI; code that derives from their classes
+# must be too. Translation units that include LibTorch (which needs RTTI and
+# exceptions) opt back in with merak_enable_torch().
+function(merak_no_rtti target)
+  target_compile_options(${target} PRIVATE -fno-rtti)
+endfunction()
+
+function(merak_enable_torch target)
+  target_include_directories(${target} SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
+  target_compile_options(${target} PRIVATE -frtti -fexceptions)
+  target_link_libraries(${target} PRIVATE ${TORCH_LIBRARIES})
+endfunction()

@@ -1,0 +1,30 @@
+//===- MerakOps.h - ops of the merak dialect -------------------*- C++ -*-===//
+#ifndef MERAK_DIALECT_MERAK_IR_MERAKOPS_H
+#define MERAK_DIALECT_MERAK_IR_MERAKOPS_H
+
+#include "merak/Dialect/Merak/IR/MerakDialect.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "merak/Dialect/Merak/IR/MerakEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "merak/Dialect/Merak/IR/MerakAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "merak/Dialect/Merak/IR/MerakOps.h.inc"
+
+namespace merak {
+/// Broadcasts two shapes with NumPy rules. On failure returns the index of
+/// the first disagreeing dimension (counted in `lhs`'s numbering from the
+/// left of the broadcast result) through `badDim`.
+bool broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs,
+                     llvm::SmallVectorImpl<int64_t> &result,
+                     int64_t *badDim = nullptr);
+} // namespace merak
+
+#endif // MERAK_DIALECT_MERAK_IR_MERAKOPS_H

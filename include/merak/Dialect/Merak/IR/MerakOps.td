@@ -1,0 +1,528 @@
+//===- MerakOps.td - the merak dialect: tensor ops of imported models ----===//
+//
+// Ops on builtin ranked tensors with global (single-device) shapes. Every op
+// verifies its operands and infers its result type (InferTypeOpInterface), so
+// a shape error names the op, the operand and the dimension that disagrees.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_DIALECT_MERAK_IR_MERAKOPS_TD
+#define MERAK_DIALECT_MERAK_IR_MERAKOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Merak_Dialect : Dialect {
+  let name = "merak";
+  let cppNamespace = "::merak";
+  let summary = "Tensor ops of models imported from TorchScript";
+  let description = [{
+    The `merak` dialect holds a model as imported from TorchScript: ops on
+    builtin ranked tensors with global shapes and single-device meaning.
+    Later levels (training step, sharding, partitioning) build on it.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasConstantMaterializer = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Types and enums
+//===----------------------------------------------------------------------===//
+
+def Merak_ElementType : AnyTypeOf<[F16, BF16, F32, F64, I1, I32, I64]>;
+def Merak_Tensor : RankedTensorOf<[F16, BF16, F32, F64, I1, I32, I64]>;
+def Merak_FloatTensor : RankedTensorOf<[F16, BF16, F32, F64]>;
+def Merak_IntTensor : RankedTensorOf<[I32, I64]>;
+def Merak_BoolTensor : RankedTensorOf<[I1]>;
+
+def Merak_CmpEq : I32EnumAttrCase<"eq", 0>;
+def Merak_CmpNe : I32EnumAttrCase<"ne", 1>;
+def Merak_CmpLt : I32EnumAttrCase<"lt", 2>;
+def Merak_CmpLe : I32EnumAttrCase<"le", 3>;
+def Merak_CmpGt : I32EnumAttrCase<"gt", 4>;
+def Merak_CmpGe : I32EnumAttrCase<"ge", 5>;
+def Merak_ComparePredicate : I32EnumAttr<"ComparePredicate",
+    "elementwise comparison", [Merak_CmpEq, Merak_CmpNe, Merak_CmpLt,
+                               Merak_CmpLe, Merak_CmpGt, Merak_CmpGe]> {
+  let cppNamespace = "::merak";
+  let genSpecializedAttr = 0;
+}
+def Merak_ComparePredicateAttr
+    : EnumAttr<Merak_Dialect, Merak_ComparePredicate, "cmp"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Merak_GeluNone : I32EnumAttrCase<"none", 0>;
+def Merak_GeluTanh : I32EnumAttrCase<"tanh", 1>;
+def Merak_GeluApproximation : I32EnumAttr<"GeluApproximation",
+    "approximation of gelu", [Merak_GeluNone, Merak_GeluTanh]> {
+  let cppNamespace = "::merak";
+  let genSpecializedAttr = 0;
+}
+def Merak_GeluApproximationAttr
+    : EnumAttr<Merak_Dialect, Merak_GeluApproximation, "gelu"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Merak_ReductionNone : I32EnumAttrCase<"none", 0>;
+def Merak_ReductionMean : I32EnumAttrCase<"mean", 1>;
+def Merak_ReductionSum : I32EnumAttrCase<"sum", 2>;
+def Merak_LossReduction : I32EnumAttr<"LossReduction",
+    "reduction of a loss over its batch",
+    [Merak_ReductionNone, Merak_ReductionMean, Merak_ReductionSum]> {
+  let cppNamespace = "::merak";
+  let genSpecializedAttr = 0;
+}
+def Merak_LossReductionAttr
+    : EnumAttr<Merak_Dialect, Merak_LossReduction, "reduction"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+//===----------------------------------------------------------------------===//
+// Op classes
+//===----------------------------------------------------------------------===//
+
+class Merak_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Merak_Dialect, mnemonic, traits>;
+
+// An op whose result types follow from its operands and attributes. The
+// rule lives in MerakOps.cpp as `inferReturnTypes`.
+class Merak_InferOp<string mnemonic, list<Trait> traits = []>
+    : Merak_Op<mnemonic, !listconcat(traits,
+        [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>])> {
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
+}
+
+class Merak_UnaryOp<string mnemonic, string doc, list<Trait> traits = []>
+    : Merak_InferOp<mnemonic, !listconcat(traits, [SameOperandsAndResultType])> {
+  let summary = doc;
+  let arguments = (ins Merak_Tensor:$input);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+class Merak_FloatUnaryOp<string mnemonic, string doc>
+    : Merak_UnaryOp<mnemonic, doc> {
+  let arguments = (ins Merak_FloatTensor:$input);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+// Elementwise binary op with NumPy/PyTorch broadcasting. Both operands have
+// the same element type (the importer inserts casts for type promotion).
+class Merak_BinaryOp<string mnemonic, string doc, list<Trait> traits = []>
+    : Merak_InferOp<mnemonic, traits> {
+  let summary = doc;
+  let description = [{
+    Elementwise with broadcasting: shapes are aligned from the right, and a
+    dimension of size 1 stretches to the other operand's size. Operands have
+    the same element type.
+  }];
+  let arguments = (ins Merak_Tensor:$lhs, Merak_Tensor:$rhs);
+  let results = (outs Merak_Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Merak_ConstantOp : Merak_Op<"constant",
+    [ConstantLike, Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "tensor constant";
+  let description = [{
+    A tensor known at compile time. The importer folds `arange`, `zeros`,
+    `ones`, `full`, `tril` of constants and every other computation that
+    depends only on constants into this op.
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise unary
+//===----------------------------------------------------------------------===//
+
+def Merak_NegOp : Merak_UnaryOp<"neg", "negation">;
+def Merak_AbsOp : Merak_UnaryOp<"abs", "absolute value">;
+def Merak_ExpOp : Merak_FloatUnaryOp<"exp", "exponential">;
+def Merak_LogOp : Merak_FloatUnaryOp<"log", "natural logarithm">;
+def Merak_SinOp : Merak_FloatUnaryOp<"sin", "sine">;
+def Merak_CosOp : Merak_FloatUnaryOp<"cos", "cosine">;
+def Merak_SqrtOp : Merak_FloatUnaryOp<"sqrt", "square root">;
+def Merak_RsqrtOp : Merak_FloatUnaryOp<"rsqrt", "reciprocal square root">;
+def Merak_ReciprocalOp : Merak_FloatUnaryOp<"reciprocal", "1 / x">;
+def Merak_ErfOp : Merak_FloatUnaryOp<"erf", "error function">;
+def Merak_TanhOp : Merak_FloatUnaryOp<"tanh", "hyperbolic tangent">;
+def Merak_SigmoidOp : Merak_FloatUnaryOp<"sigmoid", "logistic sigmoid">;
+def Merak_SiluOp : Merak_FloatUnaryOp<"silu", "x * sigmoid(x)">;
+def Merak_ReluOp : Merak_UnaryOp<"relu", "max(x, 0)">;
+def Merak_NotOp : Merak_UnaryOp<"not", "logical not of a boolean tensor"> {
+  let arguments = (ins Merak_BoolTensor:$input);
+  let results = (outs Merak_BoolTensor:$result);
+}
+
+def Merak_GeluOp : Merak_InferOp<"gelu", [SameOperandsAndResultType]> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `approximate = none` is x * Phi(x) with the exact normal CDF;
+    `approximate = tanh` is PyTorch's tanh approximation.
+  }];
+  let arguments = (ins Merak_FloatTensor:$input,
+      DefaultValuedAttr<Merak_GeluApproximationAttr,
+                        "::merak::GeluApproximation::none">:$approximate);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Merak_ClampOp : Merak_InferOp<"clamp", [SameOperandsAndResultType]> {
+  let summary = "clamp to [min, max]; either bound may be absent";
+  let arguments = (ins Merak_Tensor:$input, OptionalAttr<F64Attr>:$min,
+                   OptionalAttr<F64Attr>:$max);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Merak_CastOp : Merak_Op<"cast", [Pure]> {
+  let summary = "element type conversion (PyTorch `.to(dtype)` semantics)";
+  let arguments = (ins Merak_Tensor:$input);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Merak_DropoutOp : Merak_InferOp<"dropout", [SameOperandsAndResultType]> {
+  let summary = "dropout with probability p, active only when training";
+  let arguments = (ins Merak_FloatTensor:$input, F64Attr:$p, BoolAttr:$training);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Merak_TrilOp : Merak_InferOp<"tril", [SameOperandsAndResultType]> {
+  let summary = "lower triangle of the last two dimensions";
+  let arguments = (ins Merak_Tensor:$input, DefaultValuedAttr<I64Attr, "0">:$diagonal);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Merak_TriuOp : Merak_InferOp<"triu", [SameOperandsAndResultType]> {
+  let summary = "upper triangle of the last two dimensions";
+  let arguments = (ins Merak_Tensor:$input, DefaultValuedAttr<I64Attr, "0">:$diagonal);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise binary and ternary (broadcasting)
+//===----------------------------------------------------------------------===//
+
+def Merak_AddOp : Merak_BinaryOp<"add", "addition", [Commutative]>;
+def Merak_SubOp : Merak_BinaryOp<"sub", "subtraction">;
+def Merak_MulOp : Merak_BinaryOp<"mul", "multiplication", [Commutative]>;
+def Merak_DivOp : Merak_BinaryOp<"div", "true division">;
+def Merak_PowOp : Merak_BinaryOp<"pow", "power">;
+def Merak_RemainderOp : Merak_BinaryOp<"remainder",
+    "remainder with the sign of the divisor (Python `%`)">;
+def Merak_FloorDivideOp : Merak_BinaryOp<"floor_divide",
+    "division rounded toward negative infinity">;
+def Merak_MinimumOp : Merak_BinaryOp<"minimum", "elementwise minimum", [Commutative]>;
+def Merak_MaximumOp : Merak_BinaryOp<"maximum", "elementwise maximum", [Commutative]>;
+def Merak_AndOp : Merak_BinaryOp<"and", "logical and", [Commutative]> {
+  let arguments = (ins Merak_BoolTensor:$lhs, Merak_BoolTensor:$rhs);
+  let results = (outs Merak_BoolTensor:$result);
+}
+def Merak_OrOp : Merak_BinaryOp<"or", "logical or", [Commutative]> {
+  let arguments = (ins Merak_BoolTensor:$lhs, Merak_BoolTensor:$rhs);
+  let results = (outs Merak_BoolTensor:$result);
+}
+
+def Merak_CompareOp : Merak_InferOp<"compare"> {
+  let summary = "elementwise comparison with broadcasting; result is i1";
+  let arguments = (ins Merak_ComparePredicateAttr:$predicate,
+                   Merak_Tensor:$lhs, Merak_Tensor:$rhs);
+  let results = (outs Merak_BoolTensor:$result);
+  let assemblyFormat = "$predicate `,` $lhs `,` $rhs attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Merak_WhereOp : Merak_InferOp<"where"> {
+  let summary = "select `on_true` where `condition` holds, else `on_false`";
+  let description = [{
+    Broadcasting over all three operands. `masked_fill(x, mask, v)` imports
+    as `where(mask, v, x)`.
+  }];
+  let arguments = (ins Merak_BoolTensor:$condition, Merak_Tensor:$on_true,
+                   Merak_Tensor:$on_false);
+  let results = (outs Merak_Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Merak_LinearOp : Merak_InferOp<"linear"> {
+  let summary = "y = x W^T + b";
+  let description = [{
+    `input` is `[..., K]`, `weight` is `[N, K]` (PyTorch layout), the
+    optional `bias` is `[N]`; the result is `[..., N]`.
+  }];
+  let arguments = (ins Merak_FloatTensor:$input, Merak_FloatTensor:$weight,
+                   Optional<Merak_FloatTensor>:$bias);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Merak_MatmulOp : Merak_InferOp<"matmul"> {
+  let summary = "batched matrix product with broadcast batch dimensions";
+  let description = [{
+    Both operands have rank >= 2: `[..., M, K] x [..., K, N] -> [..., M, N]`
+    with the batch dimensions broadcast. `bmm`, `mm` and `matmul` import to
+    it; `addmm` and `baddbmm` import to it plus `mul` and `add`.
+  }];
+  let arguments = (ins Merak_FloatTensor:$lhs, Merak_FloatTensor:$rhs);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Activations over a dimension, normalization
+//===----------------------------------------------------------------------===//
+
+def Merak_SoftmaxOp : Merak_InferOp<"softmax", [SameOperandsAndResultType]> {
+  let summary = "softmax along `dim`";
+  let arguments = (ins Merak_FloatTensor:$input, I64Attr:$dim);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Merak_LogSoftmaxOp : Merak_InferOp<"log_softmax", [SameOperandsAndResultType]> {
+  let summary = "log of softmax along `dim`";
+  let arguments = (ins Merak_FloatTensor:$input, I64Attr:$dim);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Merak_LayerNormOp : Merak_InferOp<"layer_norm", [AttrSizedOperandSegments]> {
+  let summary = "layer normalization over the last `normalized_rank` dims";
+  let description = [{
+    Normalizes over the trailing `normalized_rank` dimensions with biased
+    variance; optional `weight` and `bias` have those dimensions' shape.
+  }];
+  let arguments = (ins Merak_FloatTensor:$input,
+                   Optional<Merak_FloatTensor>:$weight,
+                   Optional<Merak_FloatTensor>:$bias,
+                   I64Attr:$normalized_rank, F64Attr:$eps);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input (`weight` $weight^)? (`bias` $bias^)? attr-dict "
+                       "`:` functional-type(operands, results)";
+}
+
+def Merak_RmsNormOp : Merak_InferOp<"rms_norm"> {
+  let summary = "root-mean-square normalization over the last `normalized_rank` dims";
+  let description = [{
+    `x / sqrt(mean(x^2) + eps) * weight`. A model that writes RMSNorm with
+    `pow`, `mean` and `rsqrt` keeps those primitive ops instead.
+  }];
+  let arguments = (ins Merak_FloatTensor:$input,
+                   Optional<Merak_FloatTensor>:$weight,
+                   I64Attr:$normalized_rank, F64Attr:$eps);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input (`weight` $weight^)? attr-dict "
+                       "`:` functional-type(operands, results)";
+}
+
+def Merak_BatchNormOp : Merak_InferOp<"batch_norm"> {
+  let summary = "batch normalization over all dimensions but the channel (1)";
+  let description = [{
+    With `training = true` it normalizes with the batch statistics and
+    returns the updated running statistics
+    (`(1 - momentum) * running + momentum * batch`, unbiased variance for the
+    running value) as its second and third results; the importer makes them
+    buffer updates of the function. With `training = false` it normalizes
+    with the running statistics and returns them unchanged.
+  }];
+  let arguments = (ins Merak_FloatTensor:$input, Merak_FloatTensor:$weight,
+                   Merak_FloatTensor:$bias, Merak_FloatTensor:$running_mean,
+                   Merak_FloatTensor:$running_var, BoolAttr:$training,
+                   F64Attr:$momentum, F64Attr:$eps);
+  let results = (outs Merak_FloatTensor:$result,
+                 Merak_FloatTensor:$new_running_mean,
+                 Merak_FloatTensor:$new_running_var);
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding and indexing
+//===----------------------------------------------------------------------===//
+
+def Merak_EmbeddingOp : Merak_InferOp<"embedding"> {
+  let summary = "rows of `weight` picked by integer `indices`";
+  let description = [{
+    `weight` is `[V, D]`, `indices` any shape `S`; the result is `S + [D]`.
+    Rows at `padding_idx` receive no gradient.
+  }];
+  let arguments = (ins Merak_FloatTensor:$weight, Merak_IntTensor:$indices,
+                   OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+def Merak_IndexOp : Merak_InferOp<"index"> {
+  let summary = "advanced indexing along one dimension by an integer tensor";
+  let description = [{
+    `input[:, ..., indices, ...]` with `indices` at dimension `dim`: the
+    result shape is `input.shape[:dim] + indices.shape + input.shape[dim+1:]`.
+  }];
+  let arguments = (ins Merak_Tensor:$input, Merak_IntTensor:$indices, I64Attr:$dim);
+  let results = (outs Merak_Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
+  let summary = "same elements, new shape (view, flatten, squeeze, unsqueeze)";
+  let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs Merak_Tensor:$result);
+  let hasFolder = 1;
+}
+
+def Merak_PermuteOp : Merak_InferOp<"permute"> {
+  let summary = "dimension permutation (transpose, permute, .T)";
+  let description = [{ Result dimension `i` is input dimension `permutation[i]`. }];
+  let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Merak_Tensor:$result);
+  let hasFolder = 1;
+}
+
+def Merak_SliceOp : Merak_InferOp<"slice"> {
+  let summary = "elements start, start + step, ... < end along `dim`";
+  let description = [{
+    Bounds are normalized: `0 <= start <= end <= size`, `step >= 1`.
+  }];
+  let arguments = (ins Merak_Tensor:$input, I64Attr:$dim, I64Attr:$start,
+                   I64Attr:$end, DefaultValuedAttr<I64Attr, "1">:$step);
+  let results = (outs Merak_Tensor:$result);
+}
+
+def Merak_SelectOp : Merak_InferOp<"select"> {
+  let summary = "one index along `dim`, which is removed";
+  let arguments = (ins Merak_Tensor:$input, I64Attr:$dim, I64Attr:$index);
+  let results = (outs Merak_Tensor:$result);
+}
+
+def Merak_ConcatOp : Merak_InferOp<"concat"> {
+  let summary = "concatenation along `dim` (cat, stack after unsqueeze)";
+  let arguments = (ins Variadic<Merak_Tensor>:$inputs, I64Attr:$dim);
+  let results = (outs Merak_Tensor:$result);
+}
+
+def Merak_ExpandOp : Merak_InferOp<"expand"> {
+  let summary = "broadcast to `shape` (expand, expand_as, broadcast_to)";
+  let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs Merak_Tensor:$result);
+}
+
+def Merak_PadOp : Merak_InferOp<"pad"> {
+  let summary = "constant padding before (`low`) and after (`high`) each dim";
+  let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$low,
+                   DenseI64ArrayAttr:$high, DefaultValuedAttr<F64Attr, "0.0">:$value);
+  let results = (outs Merak_Tensor:$result);
+}
+
+def Merak_RollOp : Merak_InferOp<"roll", [SameOperandsAndResultType]> {
+  let summary = "circular shift by `shifts[i]` along `dims[i]`";
+  let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shifts,
+                   DenseI64ArrayAttr:$dims);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+class Merak_ReduceOp<string mnemonic, string doc> : Merak_InferOp<mnemonic> {
+  let summary = doc;
+  let description = [{
+    Reduces over `dims` (all dimensions when empty); `keepdim` keeps them as
+    size 1.
+  }];
+  let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$dims,
+                   DefaultValuedAttr<BoolAttr, "false">:$keepdim);
+  let results = (outs Merak_Tensor:$result);
+}
+
+def Merak_ReduceSumOp : Merak_ReduceOp<"reduce_sum", "sum over dimensions">;
+def Merak_ReduceMeanOp : Merak_ReduceOp<"reduce_mean", "mean over dimensions">;
+def Merak_ReduceMaxOp : Merak_ReduceOp<"reduce_max", "maximum over dimensions">;
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling (NCHW)
+//===----------------------------------------------------------------------===//
+
+def Merak_Conv2dOp : Merak_InferOp<"conv2d"> {
+  let summary = "2-D convolution, NCHW input, OIHW weight";
+  let arguments = (ins Merak_FloatTensor:$input, Merak_FloatTensor:$weight,
+                   Optional<Merak_FloatTensor>:$bias,
+                   DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                   DenseI64ArrayAttr:$dilation, I64Attr:$groups);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Merak_MaxPool2dOp : Merak_InferOp<"max_pool2d"> {
+  let summary = "2-D max pooling, NCHW";
+  let arguments = (ins Merak_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
+                   DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                   DenseI64ArrayAttr:$dilation,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+def Merak_AvgPool2dOp : Merak_InferOp<"avg_pool2d"> {
+  let summary = "2-D average pooling, NCHW";
+  let arguments = (ins Merak_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
+                   DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                   DefaultValuedAttr<BoolAttr, "true">:$count_include_pad);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+def Merak_AdaptiveAvgPool2dOp : Merak_InferOp<"adaptive_avg_pool2d"> {
+  let summary = "2-D average pooling to a fixed output size, NCHW";
+  let arguments = (ins Merak_FloatTensor:$input, DenseI64ArrayAttr:$output_size);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+def Merak_CrossEntropyOp : Merak_InferOp<"cross_entropy"> {
+  let summary = "softmax cross-entropy of logits `[N, C]` and class targets `[N]`";
+  let description = [{
+    Targets equal to `ignore_index` contribute nothing; `mean` divides by the
+    number of targets not ignored (PyTorch semantics). The result is rank 0
+    for `mean` and `sum`, `[N]` for `none`.
+  }];
+  let arguments = (ins Merak_FloatTensor:$logits, Merak_IntTensor:$target,
+                   DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                   DefaultValuedAttr<Merak_LossReductionAttr,
+                                     "::merak::LossReduction::mean">:$reduction,
+                   DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+#endif // MERAK_DIALECT_MERAK_IR_MERAKOPS_TD

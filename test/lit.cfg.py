@@ -1,0 +1,17 @@
+# lit configuration of Merak's IR and import tests.
+import os
+import lit.formats
+
+config.name = "MERAK"
+config.test_format = lit.formats.ShTest(True)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["fixtures", "lit.cfg.py", "CMakeLists.txt", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.merak_obj_root, "test")
+
+path = os.pathsep.join([config.merak_tools_dir, config.llvm_tools_dir,
+                        config.environment.get("PATH", os.environ["PATH"])])
+config.environment["PATH"] = path
+config.substitutions.append(("%fixtures", config.fixtures_dir))
+config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(("%merak_src", config.merak_src_root))
