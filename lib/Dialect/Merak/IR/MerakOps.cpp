@@ -95,6 +95,17 @@ LogicalResult checkPair(std::optional<Location> loc, ArrayRef<int64_t> v,
   return success();
 }
 
+/// Checks a possibly negative dimension index of a verifier (not a shape
+/// rule), so that the diagnostic names the op.
+LogicalResult verifyDim(Operation *op, int64_t dim, int64_t rank,
+                        StringRef what = "dim") {
+  if (dim < -rank || dim >= rank)
+    return op->emitOpError() << what << " " << dim
+                             << " is out of range for a tensor of rank "
+                             << rank;
+  return success();
+}
+
 } // namespace
 
 bool merak::broadcastShapes(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
@@ -157,11 +168,9 @@ LogicalResult RollOp::verify() {
   if (getShifts().size() != getDims().size())
     return emitOpError("has ") << getShifts().size() << " shifts but "
                                << getDims().size() << " dims";
-  for (int64_t d : getDims()) {
-    int64_t n;
-    if (failed(normalizeDim(getLoc(), d, getInput().getType().getRank(), n)))
+  for (int64_t d : getDims())
+    if (failed(verifyDim(*this, d, getInput().getType().getRank())))
       return failure();
-  }
   return success();
 }
 
@@ -175,7 +184,7 @@ LogicalResult CastOp::verify() {
 
 LogicalResult DropoutOp::verify() {
   double p = getP().convertToDouble();
-  if (p < 0.0 || p > 1.0)
+  if (!(p >= 0.0 && p <= 1.0))
     return emitOpError("probability p = ") << p << " is not in [0, 1]";
   return success();
 }
@@ -254,6 +263,8 @@ MERAK_INFER(LinearOp) {
     if (b.getRank() != 1 || b.getDimSize(0) != w.getDimSize(0))
       return emitOptionalError(loc, "bias shape ", shapeStr(b.getShape()),
                                " differs from [", w.getDimSize(0), "]");
+    if (failed(sameElementType(loc, a.getInput(), bias, "input", "bias")))
+      return failure();
   }
   SmallVector<int64_t> shape(x.getShape());
   shape.back() = w.getDimSize(0);
@@ -293,13 +304,11 @@ MERAK_INFER(MatmulOp) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult SoftmaxOp::verify() {
-  int64_t d;
-  return normalizeDim(getLoc(), getDim(), getInput().getType().getRank(), d);
+  return verifyDim(*this, getDim(), getInput().getType().getRank());
 }
 
 LogicalResult LogSoftmaxOp::verify() {
-  int64_t d;
-  return normalizeDim(getLoc(), getDim(), getInput().getType().getRank(), d);
+  return verifyDim(*this, getDim(), getInput().getType().getRank());
 }
 
 static LogicalResult checkNormalizedShape(std::optional<Location> loc,
@@ -374,6 +383,11 @@ MERAK_INFER(EmbeddingOp) {
   if (w.getRank() != 2)
     return emitOptionalError(loc, "weight must have rank 2, got ",
                              shapeStr(w.getShape()));
+  if (std::optional<int64_t> pad = a.getPaddingIdx())
+    if (*pad < 0 || *pad >= w.getDimSize(0))
+      return emitOptionalError(loc, "padding_idx ", *pad,
+                               " is not a row of weight ",
+                               shapeStr(w.getShape()));
   SmallVector<int64_t> shape(idx.getShape());
   shape.push_back(w.getDimSize(1));
   inferred.push_back(RankedTensorType::get(shape, w.getElementType()));
@@ -476,8 +490,10 @@ MERAK_INFER(SelectOp) {
   int64_t d;
   if (failed(normalizeDim(loc, a.getDim(), x.getRank(), d)))
     return failure();
-  if (a.getIndex() < 0 || a.getIndex() >= x.getDimSize(d))
-    return emitOptionalError(loc, "index ", a.getIndex(),
+  // I64Attr getters return uint64_t: read the index as signed.
+  int64_t index = a.getIndex();
+  if (index < 0 || index >= x.getDimSize(d))
+    return emitOptionalError(loc, "index ", index,
                              " is out of range for dimension ", d, " of size ",
                              x.getDimSize(d));
   SmallVector<int64_t> shape(x.getShape());
@@ -525,6 +541,10 @@ MERAK_INFER(ExpandOp) {
   if ((int64_t)target.size() < x.getRank())
     return emitOptionalError(loc, "cannot expand rank ", x.getRank(),
                              " to the smaller rank ", target.size());
+  for (int64_t t : target)
+    if (t < 0)
+      return emitOptionalError(loc, "target shape ", shapeStr(target),
+                               " has a negative dimension");
   int64_t offset = target.size() - x.getRank();
   for (int64_t i = 0; i < x.getRank(); ++i) {
     int64_t s = x.getDimSize(i), t = target[offset + i];
@@ -532,10 +552,6 @@ MERAK_INFER(ExpandOp) {
       return emitOptionalError(loc, "cannot expand dimension ", i, " of size ",
                                s, " to ", t);
   }
-  for (int64_t t : target)
-    if (t < 0)
-      return emitOptionalError(loc, "target shape ", shapeStr(target),
-                               " has a negative dimension");
   inferred.push_back(RankedTensorType::get(target, x.getElementType()));
   return success();
 }
@@ -609,6 +625,9 @@ MERAK_INFER(Conv2dOp) {
   if (w.getRank() != 4)
     return emitOptionalError(loc, "weight must be OIHW (rank 4), got ",
                              shapeStr(w.getShape()));
+  if (failed(
+          sameElementType(loc, a.getInput(), a.getWeight(), "input", "weight")))
+    return failure();
   if (failed(checkPair(loc, a.getStride(), "stride", 1)) ||
       failed(checkPair(loc, a.getPadding(), "padding", 0)) ||
       failed(checkPair(loc, a.getDilation(), "dilation", 1)))
@@ -627,6 +646,8 @@ MERAK_INFER(Conv2dOp) {
     if (b.getRank() != 1 || b.getDimSize(0) != w.getDimSize(0))
       return emitOptionalError(loc, "bias shape ", shapeStr(b.getShape()),
                                " differs from [", w.getDimSize(0), "]");
+    if (failed(sameElementType(loc, a.getInput(), bias, "input", "bias")))
+      return failure();
   }
   SmallVector<int64_t> shape = {x.getDimSize(0), w.getDimSize(0)};
   for (int i = 0; i < 2; ++i) {
@@ -717,7 +738,7 @@ MERAK_INFER(CrossEntropyOp) {
                              " differs from [", x.getDimSize(0),
                              "] (logits dimension 0)");
   double s = a.getLabelSmoothing().convertToDouble();
-  if (s < 0.0 || s > 1.0)
+  if (!(s >= 0.0 && s <= 1.0))
     return emitOptionalError(loc, "label_smoothing ", s, " is not in [0, 1]");
   SmallVector<int64_t> shape;
   if (a.getReduction() == LossReduction::none)

@@ -34,10 +34,12 @@ def Merak_Dialect : Dialect {
 //===----------------------------------------------------------------------===//
 
 def Merak_ElementType : AnyTypeOf<[F16, BF16, F32, F64, I1, I32, I64]>;
-def Merak_Tensor : RankedTensorOf<[F16, BF16, F32, F64, I1, I32, I64]>;
-def Merak_FloatTensor : RankedTensorOf<[F16, BF16, F32, F64]>;
-def Merak_IntTensor : RankedTensorOf<[I32, I64]>;
-def Merak_BoolTensor : RankedTensorOf<[I1]>;
+// Shapes are global and static: every shape rule computes with concrete
+// sizes, so a dynamic dimension (`?`) is rejected by the type constraint.
+def Merak_Tensor : StaticShapeTensorOf<[F16, BF16, F32, F64, I1, I32, I64]>;
+def Merak_FloatTensor : StaticShapeTensorOf<[F16, BF16, F32, F64]>;
+def Merak_IntTensor : StaticShapeTensorOf<[I32, I64]>;
+def Merak_BoolTensor : StaticShapeTensorOf<[I1]>;
 
 def Merak_CmpEq : I32EnumAttrCase<"eq", 0>;
 def Merak_CmpNe : I32EnumAttrCase<"ne", 1>;

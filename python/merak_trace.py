@@ -1,0 +1,105 @@
+"""Traces a PyTorch module to a TorchScript archive that Merak can import.
+
+The archive carries an extra file, ``merak/inputs.json``, describing the
+forward arguments in order, so the importer knows the names, shapes and
+element types of the graph inputs without re-running Python::
+
+    {"inputs": [{"name": "idx", "shape": [2, 16], "dtype": "i64"}, ...]}
+
+Usage::
+
+    import torch
+    import merak_trace
+
+    model = MyModel()
+    model.train()  # the trace records whatever mode the module is in
+    idx = torch.randint(0, 96, (2, 16))
+    targets = torch.randint(0, 96, (2, 16))
+    merak_trace.save(model, (idx, targets), "model.pt")
+
+Then import ``model.pt`` with the Merak tools.
+"""
+
+import inspect
+import json
+
+import torch
+
+__all__ = ["INPUTS_FILE", "DTYPE_NAMES", "describe_inputs", "save"]
+
+# Name of the extra file inside the archive, read by the importer.
+INPUTS_FILE = "merak/inputs.json"
+
+# Element type spellings; these follow MLIR's builtin type names.
+DTYPE_NAMES = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.bool: "i1",
+    torch.int32: "i32",
+    torch.int64: "i64",
+}
+
+
+def _as_tuple(example_inputs):
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    return tuple(example_inputs)
+
+
+def _forward_names(module, count):
+    """Positional parameter names of ``module.forward``, or ``None``."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY,
+             inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in params if p.kind in kinds]
+    # A *args forward (or a signature shorter than the inputs) gives no
+    # usable names; fall back to generated ones rather than guessing.
+    if len(names) < count:
+        return None
+    return names[:count]
+
+
+def describe_inputs(module, example_inputs, input_names=None):
+    """Returns the ``{"inputs": [...]}`` description of the forward inputs."""
+    inputs = _as_tuple(example_inputs)
+    if input_names is None:
+        input_names = _forward_names(module, len(inputs))
+        if input_names is None:
+            input_names = ["arg%d" % i for i in range(len(inputs))]
+    input_names = list(input_names)
+    if len(input_names) != len(inputs):
+        raise ValueError("got %d input names for %d inputs"
+                         % (len(input_names), len(inputs)))
+    entries = []
+    for name, value in zip(input_names, inputs):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError("input %r is a %s; only tensors are supported"
+                            % (name, type(value).__name__))
+        if value.dtype not in DTYPE_NAMES:
+            raise TypeError("input %r has unsupported dtype %s"
+                            % (name, value.dtype))
+        entries.append({"name": str(name),
+                        "shape": [int(d) for d in value.shape],
+                        "dtype": DTYPE_NAMES[value.dtype]})
+    return {"inputs": entries}
+
+
+def save(module, example_inputs, path, input_names=None, check_trace=True):
+    """Traces ``module`` on ``example_inputs`` and saves it to ``path``.
+
+    ``example_inputs`` is a tensor or a tuple of tensors in forward-argument
+    order. ``input_names`` defaults to the parameter names of
+    ``module.forward``. The module is traced in its current train/eval mode.
+    Returns the traced ``torch.jit.ScriptModule``.
+    """
+    inputs = _as_tuple(example_inputs)
+    description = describe_inputs(module, inputs, input_names)
+    traced = torch.jit.trace(module, inputs, check_trace=check_trace)
+    torch.jit.save(traced, str(path),
+                   _extra_files={INPUTS_FILE: json.dumps(description)})
+    return traced
