@@ -6,10 +6,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
+#include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Frontend/TorchScript/Importer.h"
 
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Mesh/Transforms/Passes.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -17,6 +19,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 using namespace mlir;
@@ -33,6 +36,7 @@ int main(int argc, char **argv) {
   merak::registerMerakDialects(registry);
   registerTransformsPasses();
   mesh::registerMeshPasses();
+  merak::registerMerakPasses();
 
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
       argc, argv, "Merak optimizer driver\n", registry);
@@ -50,6 +54,9 @@ int main(int argc, char **argv) {
     // Import first; the module then goes through MlirOptMain as bytecode so
     // that every usual flag applies and the Python locations are kept.
     MLIRContext context(registry);
+    // Errors print as `file:line:col: error: ...` like the parser's.
+    llvm::SourceMgr sourceMgr;
+    SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
     merak::TorchScriptImportOptions options;
     options.inputShapes.assign(inputShapes.begin(), inputShapes.end());
     options.archiveName = inputFilename == "-" ? "<stdin>" : inputFilename;

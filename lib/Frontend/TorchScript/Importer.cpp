@@ -260,18 +260,21 @@ public:
                              std::forward<Args>(args)...);
     SmallVector<Type> types;
     std::string captured;
+    LogicalResult inferred = failure();
     {
+      // The shape rule's message is re-emitted with the aten op's name.
       ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
         captured = d.str();
         return success();
       });
-      if (failed(OpTy::inferReturnTypes(
-              ctx, curLoc, op->getOperands(), op->getAttrDictionary(),
-              op->getPropertiesStorage(), op->getRegions(), types))) {
-        op->erase();
-        emitError(curLoc) << curKind << ": " << captured;
-        return nullptr;
-      }
+      inferred = OpTy::inferReturnTypes(
+          ctx, curLoc, op->getOperands(), op->getAttrDictionary(),
+          op->getPropertiesStorage(), op->getRegions(), types);
+    }
+    if (failed(inferred)) {
+      op->erase();
+      emitError(curLoc) << curKind << ": " << captured;
+      return nullptr;
     }
     for (auto [r, t] : llvm::zip(op->getResults(), types))
       r.setType(t);
@@ -1036,6 +1039,9 @@ LogicalResult Importer::importNode(jit::Node *n) {
   for (jit::Value *v : n->inputs()) {
     Slot &s = slot(v);
     if (s.kind == Slot::Kind::Poison) {
+      // Downstream of an error, still list every op kind we cannot import.
+      if (n->kind().is_aten() && !converters().count(kind))
+        unsupported(n);
       poisonOutputs();
       return success(); // the cause was reported already
     }
@@ -1535,6 +1541,31 @@ Importer::converters() {
     };
     table["aten::clamp"] = table["aten::clamp_"] = table["aten::clip"] =
         clamp(0);
+    auto hardtanh = [](double lo, double hi, bool fromArgs) {
+      return [=](Importer &im, jit::Node *n) -> LogicalResult {
+        Value x = im.tensorArg(n, 0);
+        if (!x)
+          return failure();
+        double l = lo, h = hi;
+        if (fromArgs && n->inputs().size() >= 3) {
+          auto a = im.floatArg(n, 1, "min_val");
+          TRY(a);
+          auto c = im.floatArg(n, 2, "max_val");
+          TRY(c);
+          l = *a;
+          h = *c;
+        }
+        Value v = im.make1<ClampOp>(x, im.b.getF64FloatAttr(l),
+                                    im.b.getF64FloatAttr(h));
+        if (!v)
+          return failure();
+        im.setOut(n, 0, v);
+        return success();
+      };
+    };
+    table["aten::hardtanh"] = table["aten::hardtanh_"] =
+        hardtanh(-1.0, 1.0, true);
+    table["aten::relu6"] = table["aten::relu6_"] = hardtanh(0.0, 6.0, false);
     table["aten::clamp_min"] = clamp(1);
     table["aten::clamp_max"] = clamp(2);
     auto triangle = [](bool lower) {

@@ -1,0 +1,18 @@
+//===- Passes.h - passes over the merak dialect ----------------*- C++ -*-===//
+#ifndef MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H
+#define MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace merak {
+
+#define GEN_PASS_DECL
+#include "merak/Dialect/Merak/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "merak/Dialect/Merak/Transforms/Passes.h.inc"
+
+} // namespace merak
+
+#endif // MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H

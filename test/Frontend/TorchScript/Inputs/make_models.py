@@ -1,0 +1,69 @@
+"""Traces small models that exercise the importer's error paths and options."""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "python"))
+import merak_trace  # noqa: E402
+
+
+class Unsupported(nn.Module):
+    """Uses two ops the importer does not know, on separate source lines."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = torch.cumsum(self.fc(x), dim=1)
+        return F.hardswish(y) + torch.cumsum(x, dim=0)
+
+
+class Plain(nn.Module):
+    """A model saved with torch.jit.save, without recorded input shapes."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+class InPlace(nn.Module):
+    """In-place ops on activations and a buffer; a constant mask written in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.steps.add_(1)
+        h = self.fc(x)
+        h.relu_()
+        mask = torch.zeros(4, 4)
+        mask[1:3, 0:2] = 1.0
+        h += mask[1]
+        return h.sum()
+
+
+def main():
+    out = sys.argv[1]
+    kind = sys.argv[2]
+    torch.manual_seed(0)
+    if kind == "unsupported":
+        merak_trace.save(Unsupported(), (torch.randn(2, 8),), out)
+    elif kind == "plain":
+        torch.jit.trace(Plain(), (torch.randn(2, 4),)).save(out)
+    elif kind == "inplace":
+        merak_trace.save(InPlace(), (torch.randn(2, 4),), out, check_trace=False)
+    else:
+        raise SystemExit(f"unknown model kind {kind}")
+
+
+if __name__ == "__main__":
+    main()
