@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages that Merak's build, tests and demo need.
+# Idempotent: does nothing when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  cmake ninja-build g++ ccache git
+  llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools
+  libtorch-dev python3-torch python3-torchvision python3-numpy
+  libgloo-dev libabsl-dev nlohmann-json3-dev libopenblas0-pthread
+  libgtest-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "merak: installing missing packages: ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=()
+elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+  SUDO=(sudo -n)
+else
+  echo "merak: these packages are missing and this user cannot install them." >&2
+  echo "Run as root:" >&2
+  echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -q </dev/null
+"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
