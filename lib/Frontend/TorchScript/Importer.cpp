@@ -703,9 +703,11 @@ Value Importer::tensorArg(jit::Node *n, size_t i, Type scalarType) {
   if (s.isTensor())
     return s.value;
   if (s.isConst()) {
-    if (s.iv.isTensor() && scalarType &&
-        s.iv.toTensor().unsafeGetTensorImpl()->is_wrapped_number())
-      return materialize(s.iv.toTensor().item(), curLoc, scalarType);
+    // A rank-0 constant taking part in promotion is converted to the common
+    // type up front, as PyTorch's TensorIterator does.
+    if (s.iv.isTensor() && scalarType && s.iv.toTensor().dim() == 0)
+      if (auto st = scalarTypeOf(scalarType))
+        return constantTensor(s.iv.toTensor().to(*st), curLoc);
     if (s.iv.isTensor()) {
       // Constant tensors may be written in place later: the cache holds the
       // value as of its version.
@@ -1944,7 +1946,12 @@ Importer::converters() {
       Value w;
       if (!im.isNone(n, 2) && !(w = im.tensorArg(n, 2)))
         return failure();
-      double eps = 1e-6;
+      // PyTorch's default eps is the machine epsilon of the input's dtype.
+      Type elem = typeOf(x).getElementType();
+      double eps = elem.isF64()    ? 2.220446049250313e-16
+                   : elem.isF16()  ? 9.765625e-04
+                   : elem.isBF16() ? 7.8125e-03
+                                   : 1.1920928955078125e-07;
       if (!im.isNone(n, 3)) {
         auto e = im.floatArg(n, 3, "eps");
         TRY(e);
