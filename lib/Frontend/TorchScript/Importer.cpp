@@ -1807,6 +1807,17 @@ Importer::converters() {
       return success();
     };
 
+    // Reading a tensor's value into a Python number is data-dependent.
+    auto dataDependent = [](Importer &im, jit::Node *n) -> LogicalResult {
+      im.error(n) << "reads a value computed from tensor data (control flow "
+                     "or sizes that depend on data are not supported)";
+      return failure();
+    };
+    for (const char *k : {"aten::Bool", "aten::Int", "aten::Float",
+                          "aten::item", "aten::ScalarImplicit",
+                          "aten::is_nonzero"})
+      table[k] = dataDependent;
+
     // Linear algebra.
     CONVERT("aten::linear") {
       Value x = im.tensorArg(n, 0), w = im.tensorArg(n, 1);

@@ -51,6 +51,42 @@ class InPlace(nn.Module):
         return h.sum()
 
 
+class Scripted(nn.Module):
+    """A scripted module: its branches depend only on attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.use_gelu = True
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.use_gelu:
+            h = F.gelu(h)
+        else:
+            h = torch.relu(h)
+        if self.training:
+            h = F.dropout(h, 0.0, True)
+        return h
+
+
+class DataDependent(nn.Module):
+    """A scripted module that branches on tensor data."""
+
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            return x * 2.0
+        return x
+
+
+def save_scripted(module, example, out):
+    """Scripts `module` and records its input shapes like merak_trace.save."""
+    scripted = torch.jit.script(module)
+    spec = merak_trace.describe_inputs(module, example)
+    import json
+    scripted.save(out, _extra_files={"merak/inputs.json": json.dumps(spec)})
+
+
 def main():
     out = sys.argv[1]
     kind = sys.argv[2]
@@ -61,6 +97,18 @@ def main():
         torch.jit.trace(Plain(), (torch.randn(2, 4),)).save(out)
     elif kind == "inplace":
         merak_trace.save(InPlace(), (torch.randn(2, 4),), out, check_trace=False)
+    elif kind == "scripted":
+        save_scripted(Scripted().train(), (torch.randn(2, 4),), out)
+    elif kind == "datadependent":
+        save_scripted(DataDependent(), (torch.randn(2, 4),), out)
+    elif kind.startswith("torchvision:"):
+        import torchvision
+        name = kind.split(":", 1)[1]
+        model = getattr(torchvision.models, name)(weights=None, num_classes=10)
+        if hasattr(model, "aux_logits"):
+            model.aux_logits = False
+            model.aux1 = model.aux2 = None
+        merak_trace.save(model.train(), (torch.randn(2, 3, 64, 64),), out, check_trace=False)
     else:
         raise SystemExit(f"unknown model kind {kind}")
 
