@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
   registerTransformsPasses();
   mesh::registerMeshPasses();
   merak::registerMerakPasses();
+  merak::registerMerakPipelines();
 
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
       argc, argv, "Merak optimizer driver\n", registry);

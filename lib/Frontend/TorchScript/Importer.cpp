@@ -18,8 +18,8 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
-#include "mlir/Transforms/RegionUtils.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -252,8 +252,7 @@ private:
 public:
   // Op construction with inferred result types; a failed shape rule is
   // reported at the node's Python line and yields a null value.
-  template <typename OpTy, typename... Args>
-  Operation *make(Args &&...args) {
+  template <typename OpTy, typename... Args> Operation *make(Args &&...args) {
     constexpr unsigned numResults = std::is_same_v<OpTy, BatchNormOp> ? 3 : 1;
     SmallVector<Type> placeholders(numResults, b.getNoneType());
     auto op = b.create<OpTy>(curLoc, TypeRange(placeholders),
@@ -432,8 +431,8 @@ LogicalResult Importer::resolveInputTypes(SmallVectorImpl<Type> &types,
         spec += e.at("dtype").get<std::string>();
         auto t = parseTensorSpec(ctx, spec);
         if (failed(t)) {
-          emitError(fileLoc) << "merak/inputs.json: bad input spec '" << spec
-                             << "'";
+          emitError(fileLoc)
+              << "merak/inputs.json: bad input spec '" << spec << "'";
           return failure();
         }
         known[e.at("name").get<std::string>()] = *t;
@@ -474,11 +473,11 @@ LogicalResult Importer::resolveInputTypes(SmallVectorImpl<Type> &types,
     types.push_back(it->second);
   }
   if (!missing.empty()) {
-    emitError(fileLoc)
-        << "no shape for model input(s) " << llvm::join(missing, ", ")
-        << ": save the model with merak_trace.save() or pass "
-           "--merak-input-shapes="
-        << missing.front() << "=2x16xi64,...";
+    emitError(fileLoc) << "no shape for model input(s) "
+                       << llvm::join(missing, ", ")
+                       << ": save the model with merak_trace.save() or pass "
+                          "--merak-input-shapes="
+                       << missing.front() << "=2x16xi64,...";
     return failure();
   }
   return success();
@@ -511,8 +510,8 @@ Location Importer::locOf(jit::Node *n) {
     std::smatch m;
     if (!std::regex_match(line, m, frame))
       continue;
-    Location l = FileLineColLoc::get(ctx, m[1].str(),
-                                     std::stoul(m[2].str()), 0);
+    Location l =
+        FileLineColLoc::get(ctx, m[1].str(), std::stoul(m[2].str()), 0);
     if (!first)
       first = l;
     std::string file = m[1].str();
@@ -522,10 +521,10 @@ Location Importer::locOf(jit::Node *n) {
       break;
     }
   }
-  Location result = user    ? *user
-                    : first ? *first
-                            : Location(FileLineColLoc::get(
-                                  ctx, options.archiveName, 0, 0));
+  Location result =
+      user    ? *user
+      : first ? *first
+              : Location(FileLineColLoc::get(ctx, options.archiveName, 0, 0));
   if (!user && !first) {
     if (auto flc = range.file_line_col())
       result = FileLineColLoc::get(ctx, std::get<0>(*flc), std::get<1>(*flc),
@@ -652,7 +651,8 @@ Value Importer::constantTensor(const at::Tensor &t0, Location loc) {
   DenseElementsAttr attr;
   switch (t.scalar_type()) {
   case at::kFloat:
-    attr = DenseElementsAttr::get(type, ArrayRef<float>(t.data_ptr<float>(), n));
+    attr =
+        DenseElementsAttr::get(type, ArrayRef<float>(t.data_ptr<float>(), n));
     break;
   case at::kDouble:
     attr =
@@ -728,8 +728,7 @@ Value Importer::tensorArg(jit::Node *n, size_t i, Type scalarType) {
   return {};
 }
 
-FailureOr<std::vector<Value>> Importer::tensorListArg(jit::Node *n,
-                                                      size_t i) {
+FailureOr<std::vector<Value>> Importer::tensorListArg(jit::Node *n, size_t i) {
   Slot &s = in(n, i);
   std::vector<Value> out;
   if (s.kind == Slot::Kind::List) {
@@ -770,10 +769,9 @@ FailureOr<Type> Importer::promotedType(jit::Node *n, ArrayRef<size_t> idx) {
     Slot &s = in(n, i);
     if (s.isTensor()) {
       auto st = scalarTypeOf(typeOf(s.value).getElementType());
-      dummies.push_back(
-          typeOf(s.value).getRank() == 0
-              ? at::empty({}, at::TensorOptions().dtype(*st))
-              : at::empty({0}, at::TensorOptions().dtype(*st)));
+      dummies.push_back(typeOf(s.value).getRank() == 0
+                            ? at::empty({}, at::TensorOptions().dtype(*st))
+                            : at::empty({0}, at::TensorOptions().dtype(*st)));
     } else if (s.isConst() && s.iv.isTensor()) {
       const at::Tensor &t = s.iv.toTensor();
       at::Tensor d = t.dim() == 0
@@ -782,8 +780,8 @@ FailureOr<Type> Importer::promotedType(jit::Node *n, ArrayRef<size_t> idx) {
       if (t.unsafeGetTensorImpl()->is_wrapped_number())
         d.unsafeGetTensorImpl()->set_wrapped_number(true);
       dummies.push_back(d);
-    } else if (s.isConst() && (s.iv.isInt() || s.iv.isDouble() ||
-                               s.iv.isBool())) {
+    } else if (s.isConst() &&
+               (s.iv.isInt() || s.iv.isDouble() || s.iv.isBool())) {
       scalars.push_back(s.iv.toScalar());
     } else {
       error(n) << "operand " << i << " is not a tensor or number";
@@ -797,18 +795,18 @@ FailureOr<Type> Importer::promotedType(jit::Node *n, ArrayRef<size_t> idx) {
     } else {
       at::Tensor acc = dummies[0];
       for (size_t k = 1; k < dummies.size(); ++k)
-        acc = at::empty(acc.dim() == 0 && dummies[k].dim() == 0
-                            ? at::IntArrayRef{}
-                            : at::IntArrayRef{0},
-                        at::TensorOptions().dtype(
-                            at::result_type(acc, dummies[k])));
+        acc = at::empty(
+            acc.dim() == 0 && dummies[k].dim() == 0 ? at::IntArrayRef{}
+                                                    : at::IntArrayRef{0},
+            at::TensorOptions().dtype(at::result_type(acc, dummies[k])));
       st = acc.scalar_type();
       for (const c10::Scalar &s : scalars)
         st = at::result_type(at::empty({0}, at::TensorOptions().dtype(st)), s);
       // A rank-0 result only when every tensor was rank 0.
     }
   } catch (const c10::Error &e) {
-    error(n) << "type promotion failed: " << firstLine(e.what_without_backtrace());
+    error(n) << "type promotion failed: "
+             << firstLine(e.what_without_backtrace());
     return failure();
   }
   auto t = elementTypeOf(ctx, st);
@@ -849,8 +847,8 @@ LogicalResult Importer::compare(jit::Node *n, ComparePredicate pred) {
   Value l = tensorArg(n, 0, *t), r = tensorArg(n, 1, *t);
   if (!l || !r)
     return failure();
-  Value v = make1<CompareOp>(ComparePredicateAttr::get(ctx, pred),
-                             cast(l, *t), cast(r, *t));
+  Value v = make1<CompareOp>(ComparePredicateAttr::get(ctx, pred), cast(l, *t),
+                             cast(r, *t));
   if (!v)
     return failure();
   setOut(n, 0, v);
@@ -1078,9 +1076,8 @@ LogicalResult Importer::importNode(jit::Node *n) {
     return failure();
   }
 
-  bool allConst = llvm::all_of(n->inputs(), [&](jit::Value *v) {
-    return slot(v).isConst();
-  });
+  bool allConst = llvm::all_of(
+      n->inputs(), [&](jit::Value *v) { return slot(v).isConst(); });
   // Structural nodes over non-constant values.
   if (!allConst) {
     if (n->kind() == c10::prim::ListConstruct ||
@@ -1094,8 +1091,7 @@ LogicalResult Importer::importNode(jit::Node *n) {
     if (n->kind() == c10::prim::ListUnpack ||
         n->kind() == c10::prim::TupleUnpack) {
       Slot &l = in(n, 0);
-      if (l.kind != Slot::Kind::List ||
-          l.elems.size() != n->outputs().size()) {
+      if (l.kind != Slot::Kind::List || l.elems.size() != n->outputs().size()) {
         error(n) << "cannot unpack this value";
         poisonOutputs();
         return failure();
@@ -1156,8 +1152,7 @@ LogicalResult Importer::importNode(jit::Node *n) {
       return success();
     }
     if (n->kind() == c10::prim::TupleIndex) {
-      setConst(n, 0,
-               in(n, 0).iv.toTupleRef().elements()[in(n, 1).iv.toInt()]);
+      setConst(n, 0, in(n, 0).iv.toTupleRef().elements()[in(n, 1).iv.toInt()]);
       return success();
     }
     if (n->kind() == c10::prim::NumToTensor) {
@@ -1273,9 +1268,9 @@ OwningOpRef<ModuleOp> Importer::run(StringRef bytes) {
       return success();
     case Slot::Kind::Const:
       if (s.iv.isTuple() || s.iv.isList()) {
-        for (const c10::IValue &e :
-             s.iv.isTuple() ? s.iv.toTupleRef().elements().vec()
-                            : s.iv.toListRef().vec())
+        for (const c10::IValue &e : s.iv.isTuple()
+                                        ? s.iv.toTupleRef().elements().vec()
+                                        : s.iv.toListRef().vec())
           if (failed(flatten(Slot::constant(e))))
             return failure();
         return success();
@@ -1348,25 +1343,22 @@ Importer::converters() {
           TRY(a);
           alpha = *a;
         }
-        return im.binary(
-            n,
-            [&](Value l, Value r) -> Value {
-              if (alpha != 1.0) {
-                Value s = im.materialize(
-                    c10::IValue(alpha), im.curLoc,
-                    typeOf(reverse ? l : r).getElementType());
-                // alpha scales `other` (the second aten operand).
-                if (reverse)
-                  l = im.make1<MulOp>(l, s);
-                else
-                  r = im.make1<MulOp>(r, s);
-                if (!l || !r)
-                  return {};
-              }
-              if (!sub)
-                return im.make1<AddOp>(l, r);
-              return reverse ? im.make1<SubOp>(r, l) : im.make1<SubOp>(l, r);
-            });
+        return im.binary(n, [&](Value l, Value r) -> Value {
+          if (alpha != 1.0) {
+            Value s = im.materialize(c10::IValue(alpha), im.curLoc,
+                                     typeOf(reverse ? l : r).getElementType());
+            // alpha scales `other` (the second aten operand).
+            if (reverse)
+              l = im.make1<MulOp>(l, s);
+            else
+              r = im.make1<MulOp>(r, s);
+            if (!l || !r)
+              return {};
+          }
+          if (!sub)
+            return im.make1<AddOp>(l, r);
+          return reverse ? im.make1<SubOp>(r, l) : im.make1<SubOp>(l, r);
+        });
       };
     };
     table["aten::add"] = table["aten::add_"] = addSub(false, false);
@@ -1375,7 +1367,7 @@ Importer::converters() {
 #define BINARY(KIND, OP, FLOAT)                                                \
   CONVERT(KIND) {                                                              \
     return im.binary(                                                          \
-        n, [&](Value l, Value r) { return im.make1<OP>(l, r); }, FLOAT);     \
+        n, [&](Value l, Value r) { return im.make1<OP>(l, r); }, FLOAT);       \
   };
     BINARY("aten::mul", MulOp, false)
     BINARY("aten::mul_", MulOp, false)
@@ -1399,9 +1391,8 @@ Importer::converters() {
         mode = m->toStringRef();
       }
       if (mode == "floor")
-        return im.binary(n, [&](Value l, Value r) {
-          return im.make1<FloorDivideOp>(l, r);
-        });
+        return im.binary(
+            n, [&](Value l, Value r) { return im.make1<FloorDivideOp>(l, r); });
       if (!mode.empty()) {
         im.unsupported(n, "rounding_mode=" + mode);
         return failure();
@@ -1452,14 +1443,10 @@ Importer::converters() {
     table["aten::abs"] = [](Importer &im, jit::Node *n) {
       return im.unary<AbsOp>(n);
     };
-    table["aten::relu"] = table["aten::relu_"] = [](Importer &im,
-                                                    jit::Node *n) {
-      return im.unary<ReluOp>(n);
-    };
+    table["aten::relu"] = table["aten::relu_"] =
+        [](Importer &im, jit::Node *n) { return im.unary<ReluOp>(n); };
 #define FLOAT_UNARY(KIND, OP)                                                  \
-  table[KIND] = [](Importer &im, jit::Node *n) {                              \
-    return im.floatUnary<OP>(n);                                               \
-  };
+  table[KIND] = [](Importer &im, jit::Node *n) { return im.floatUnary<OP>(n); };
     FLOAT_UNARY("aten::exp", ExpOp)
     FLOAT_UNARY("aten::log", LogOp)
     FLOAT_UNARY("aten::sin", SinOp)
@@ -1505,8 +1492,7 @@ Importer::converters() {
         if (a->toStringRef() == "tanh")
           approx = GeluApproximation::tanh;
       }
-      Value v = im.make1<GeluOp>(
-          x, GeluApproximationAttr::get(im.ctx, approx));
+      Value v = im.make1<GeluOp>(x, GeluApproximationAttr::get(im.ctx, approx));
       if (!v)
         return failure();
       im.setOut(n, 0, v);
@@ -1651,8 +1637,7 @@ Importer::converters() {
           Value o = im.tensorArg(n, i);
           if (!o)
             return failure();
-          return toDtype(im, n, x,
-                         scalarTypeOf(typeOf(o).getElementType()));
+          return toDtype(im, n, x, scalarTypeOf(typeOf(o).getElementType()));
         }
       }
       im.setOut(n, 0, x);
@@ -1665,7 +1650,8 @@ Importer::converters() {
       im.setOut(n, 0, im.cast(x, typeOf(o).getElementType()));
       return success();
     };
-    for (auto [k, st] : std::initializer_list<std::pair<const char *, at::ScalarType>>{
+    for (auto [k, st] :
+         std::initializer_list<std::pair<const char *, at::ScalarType>>{
              {"aten::float", at::kFloat},
              {"aten::double", at::kDouble},
              {"aten::half", at::kHalf},
@@ -1770,8 +1756,9 @@ Importer::converters() {
         return failure();
       auto shape = typeOf(x).getShape();
       if (n->inputs().size() == 1) {
-        im.setConst(n, 0, c10::IValue(std::vector<int64_t>(shape.begin(),
-                                                           shape.end())));
+        im.setConst(
+            n, 0,
+            c10::IValue(std::vector<int64_t>(shape.begin(), shape.end())));
         return success();
       }
       auto d = im.dimArg(n, 1, shape.size());
@@ -1797,9 +1784,9 @@ Importer::converters() {
       Value x = im.tensorArg(n, 0);
       if (!x)
         return failure();
-      im.setConst(n, 0,
-                  c10::IValue((int64_t)*scalarTypeOf(
-                      typeOf(x).getElementType())));
+      im.setConst(
+          n, 0,
+          c10::IValue((int64_t)*scalarTypeOf(typeOf(x).getElementType())));
       return success();
     };
     CONVERT("prim::device") {
@@ -1813,9 +1800,9 @@ Importer::converters() {
                      "or sizes that depend on data are not supported)";
       return failure();
     };
-    for (const char *k : {"aten::Bool", "aten::Int", "aten::Float",
-                          "aten::item", "aten::ScalarImplicit",
-                          "aten::is_nonzero"})
+    for (const char *k :
+         {"aten::Bool", "aten::Int", "aten::Float", "aten::item",
+          "aten::ScalarImplicit", "aten::is_nonzero"})
       table[k] = dataDependent;
 
     // Linear algebra.
@@ -1876,11 +1863,11 @@ Importer::converters() {
         return failure();
       Type elem = typeOf(p).getElementType();
       if (*alpha != 1.0)
-        p = im.make1<MulOp>(p, im.materialize(c10::IValue(*alpha), im.curLoc,
-                                              elem));
+        p = im.make1<MulOp>(
+            p, im.materialize(c10::IValue(*alpha), im.curLoc, elem));
       if (*beta != 1.0)
-        c = im.make1<MulOp>(c, im.materialize(c10::IValue(*beta), im.curLoc,
-                                              elem));
+        c = im.make1<MulOp>(
+            c, im.materialize(c10::IValue(*beta), im.curLoc, elem));
       Value v = *beta == 0.0 ? p : im.make1<AddOp>(c, p);
       if (!v)
         return failure();
@@ -1909,8 +1896,8 @@ Importer::converters() {
         } else if (!isa<FloatType>(typeOf(x).getElementType())) {
           x = im.cast(x, im.b.getF32Type());
         }
-        Value v = log ? im.make1<LogSoftmaxOp>(x, *d)
-                      : im.make1<SoftmaxOp>(x, *d);
+        Value v =
+            log ? im.make1<LogSoftmaxOp>(x, *d) : im.make1<SoftmaxOp>(x, *d);
         if (!v)
           return failure();
         im.setOut(n, 0, v);
@@ -1934,8 +1921,7 @@ Importer::converters() {
       TRY(eps);
       auto xs = typeOf(x).getShape();
       if (shape->size() > xs.size() ||
-          !std::equal(shape->begin(), shape->end(),
-                      xs.end() - shape->size())) {
+          !std::equal(shape->begin(), shape->end(), xs.end() - shape->size())) {
         im.error(n) << "normalized_shape does not match the input's "
                        "trailing dimensions";
         return failure();
@@ -2073,10 +2059,9 @@ Importer::converters() {
         if (dim >= 0)
           return im.unsupported(n, "several index tensors");
         dim = i;
-        idx = e.isTensor() ? e.value
-              : e.iv.isTensor()
-                  ? im.constantTensor(e.iv.toTensor(), im.curLoc)
-                  : Value();
+        idx = e.isTensor()      ? e.value
+              : e.iv.isTensor() ? im.constantTensor(e.iv.toTensor(), im.curLoc)
+                                : Value();
       }
       if (dim < 0 || !idx)
         return im.unsupported(n, "no index tensor");
@@ -2096,8 +2081,8 @@ Importer::converters() {
       TRY(s);
       return im.reshapeLike(n, *s);
     };
-    table["aten::view"] = table["aten::reshape"] = table["aten::_reshape_alias"] =
-        view;
+    table["aten::view"] = table["aten::reshape"] =
+        table["aten::_reshape_alias"] = view;
     auto viewAs = [](Importer &im, jit::Node *n) -> LogicalResult {
       Value o = im.tensorArg(n, 1);
       if (!o)
@@ -2328,8 +2313,8 @@ Importer::converters() {
           }
           inputs.push_back(v);
         }
-        Value v = inputs.size() == 1 ? inputs[0]
-                                     : im.make1<ConcatOp>(inputs, *d);
+        Value v =
+            inputs.size() == 1 ? inputs[0] : im.make1<ConcatOp>(inputs, *d);
         if (!v)
           return failure();
         im.setOut(n, 0, v);
@@ -2352,8 +2337,8 @@ Importer::converters() {
         start += s;
       }
       if (start != typeOf(x).getDimSize(d)) {
-        im.error(n) << "split sizes add up to " << start << ", dimension "
-                    << d << " has " << typeOf(x).getDimSize(d);
+        im.error(n) << "split sizes add up to " << start << ", dimension " << d
+                    << " has " << typeOf(x).getDimSize(d);
         return failure();
       }
       if (n->outputs().size() == 1 &&
@@ -2602,7 +2587,8 @@ Importer::converters() {
       im.setOut(n, 0, v);
       return success();
     };
-    table["aten::where"] = [where](Importer &im, jit::Node *n) -> LogicalResult {
+    table["aten::where"] = [where](Importer &im,
+                                   jit::Node *n) -> LogicalResult {
       if (n->inputs().size() != 3)
         return im.unsupported(n, "single-argument form");
       Value c = im.tensorArg(n, 0);
@@ -2640,8 +2626,8 @@ Importer::converters() {
       return success();
     };
 
-    table["aten::outer"] = table["aten::ger"] =
-        [](Importer &im, jit::Node *n) -> LogicalResult {
+    table["aten::outer"] =
+        table["aten::ger"] = [](Importer &im, jit::Node *n) -> LogicalResult {
       return im.binary(n, [&](Value l, Value r) -> Value {
         if (typeOf(l).getRank() != 1 || typeOf(r).getRank() != 1)
           return {};
@@ -2693,11 +2679,11 @@ Importer::converters() {
       }
       auto groups = im.intArg(n, groupsIdx, "groups");
       TRY(groups);
-      Value v = im.make1<Conv2dOp>(
-          x, w, bias, im.b.getDenseI64ArrayAttr(pair(*stride)),
-          im.b.getDenseI64ArrayAttr(pair(*padding)),
-          im.b.getDenseI64ArrayAttr(pair(*dilation)),
-          im.b.getI64IntegerAttr(*groups));
+      Value v = im.make1<Conv2dOp>(x, w, bias,
+                                   im.b.getDenseI64ArrayAttr(pair(*stride)),
+                                   im.b.getDenseI64ArrayAttr(pair(*padding)),
+                                   im.b.getDenseI64ArrayAttr(pair(*dilation)),
+                                   im.b.getI64IntegerAttr(*groups));
       if (!v)
         return failure();
       im.setOut(n, 0, v);
@@ -2798,10 +2784,9 @@ Importer::converters() {
       LossReduction red = *reduction == 0   ? LossReduction::none
                           : *reduction == 1 ? LossReduction::mean
                                             : LossReduction::sum;
-      Value v = im.make1<CrossEntropyOp>(
-          x, t, im.b.getI64IntegerAttr(*ignore),
-          LossReductionAttr::get(im.ctx, red),
-          im.b.getF64FloatAttr(smoothing));
+      Value v = im.make1<CrossEntropyOp>(x, t, im.b.getI64IntegerAttr(*ignore),
+                                         LossReductionAttr::get(im.ctx, red),
+                                         im.b.getF64FloatAttr(smoothing));
       if (!v)
         return failure();
       im.setOut(n, 0, v);
@@ -2818,9 +2803,9 @@ bool isTorchScriptArchive(llvm::StringRef bytes) {
   return bytes.starts_with(llvm::StringRef("PK\x03\x04", 4));
 }
 
-OwningOpRef<ModuleOp> importTorchScript(llvm::StringRef bytes,
-                                        MLIRContext *ctx,
-                                        const TorchScriptImportOptions &options) {
+OwningOpRef<ModuleOp>
+importTorchScript(llvm::StringRef bytes, MLIRContext *ctx,
+                  const TorchScriptImportOptions &options) {
   ctx->loadDialect<MerakDialect, func::FuncDialect>();
   Importer importer(ctx, options);
   return importer.run(bytes);

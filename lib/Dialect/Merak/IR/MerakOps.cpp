@@ -100,9 +100,9 @@ LogicalResult checkPair(std::optional<Location> loc, ArrayRef<int64_t> v,
 LogicalResult verifyDim(Operation *op, int64_t dim, int64_t rank,
                         StringRef what = "dim") {
   if (dim < -rank || dim >= rank)
-    return op->emitOpError() << what << " " << dim
-                             << " is out of range for a tensor of rank "
-                             << rank;
+    return op->emitOpError()
+           << what << " " << dim << " is out of range for a tensor of rank "
+           << rank;
   return success();
 }
 
@@ -749,3 +749,45 @@ MERAK_INFER(CrossEntropyOp) {
 
 #define GET_OP_CLASSES
 #include "merak/Dialect/Merak/IR/MerakOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Backward ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult IndexBackwardOp::verify() {
+  auto g = getGrad().getType();
+  int64_t k = getIndices().getType().getRank();
+  int64_t d = getDim();
+  if (d < 0 || d + k > g.getRank())
+    return emitOpError("dim ")
+           << d << " with " << k << " index dimensions does not fit grad rank "
+           << g.getRank();
+  SmallVector<int64_t> shape(g.getShape().take_front(d));
+  shape.push_back(getDimSize());
+  llvm::append_range(shape, g.getShape().drop_front(d + k));
+  if (getType().getShape() != ArrayRef<int64_t>(shape) ||
+      getType().getElementType() != g.getElementType())
+    return emitOpError("result must be ")
+           << RankedTensorType::get(shape, g.getElementType());
+  return success();
+}
+
+LogicalResult SliceBackwardOp::verify() {
+  auto g = getGrad().getType();
+  int64_t d = getDim();
+  if (d < 0 || d >= g.getRank())
+    return emitOpError("dim ") << d << " is out of range";
+  int64_t n =
+      getStep() > 0 ? (getEnd() - getStart() + getStep() - 1) / getStep() : -1;
+  if (getStart() < 0 || getEnd() > getDimSize() || n != g.getDimSize(d))
+    return emitOpError("slice [")
+           << getStart() << ", " << getEnd() << ") step " << getStep()
+           << " of size " << getDimSize() << " does not give "
+           << g.getDimSize(d) << " elements";
+  SmallVector<int64_t> shape(g.getShape());
+  shape[d] = getDimSize();
+  if (getType() != RankedTensorType::get(shape, g.getElementType()))
+    return emitOpError("result must be ")
+           << RankedTensorType::get(shape, g.getElementType());
+  return success();
+}

@@ -32,8 +32,8 @@ void addArg(ArgStats &s, Type type) {
     return;
   ++s.count;
   s.elements += t.getNumElements();
-  s.bytes += t.getNumElements() *
-             std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
+  s.bytes +=
+      t.getNumElements() * std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
 }
 
 std::string humanBytes(int64_t bytes) {

@@ -3,6 +3,7 @@
 #define MERAK_DIALECT_MERAK_IR_MERAKOPS_H
 
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
+#include "merak/Interfaces/GradientOpInterface.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"

@@ -15,6 +15,7 @@ include "mlir/IR/EnumAttr.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "merak/Interfaces/GradientOpInterface.td"
 
 def Merak_Dialect : Dialect {
   let name = "merak";
@@ -95,7 +96,8 @@ class Merak_Op<string mnemonic, list<Trait> traits = []>
 // rule lives in MerakOps.cpp as `inferReturnTypes`.
 class Merak_InferOp<string mnemonic, list<Trait> traits = []>
     : Merak_Op<mnemonic, !listconcat(traits,
-        [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>])> {
+        [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>,
+         DeclareOpInterfaceMethods<GradientOpInterface>])> {
   let assemblyFormat =
       "operands attr-dict `:` functional-type(operands, results)";
 }
@@ -190,7 +192,8 @@ def Merak_ClampOp : Merak_InferOp<"clamp", [SameOperandsAndResultType]> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Merak_CastOp : Merak_Op<"cast", [Pure]> {
+def Merak_CastOp : Merak_Op<"cast",
+    [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "element type conversion (PyTorch `.to(dtype)` semantics)";
   let arguments = (ins Merak_Tensor:$input);
   let results = (outs Merak_Tensor:$result);
@@ -525,6 +528,212 @@ def Merak_CrossEntropyOp : Merak_InferOp<"cross_entropy"> {
                                      "::merak::LossReduction::mean">:$reduction,
                    DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
   let results = (outs Merak_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops: vector-Jacobian products that are kernels of their own
+//===----------------------------------------------------------------------===//
+
+// Built by --merak-autodiff; result types are given, not inferred.
+class Merak_BackwardOp<string mnemonic, list<Trait> traits = []>
+    : Merak_Op<mnemonic, !listconcat(traits, [Pure])> {
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def Merak_GeluBackwardOp : Merak_BackwardOp<"gelu_backward",
+    [AllTypesMatch<["grad", "input", "result"]>]> {
+  let summary = "gradient of gelu with respect to its input";
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
+      DefaultValuedAttr<Merak_GeluApproximationAttr,
+                        "::merak::GeluApproximation::none">:$approximate);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+def Merak_LayerNormBackwardOp : Merak_BackwardOp<"layer_norm_backward",
+    [AttrSizedOperandSegments,
+     AllTypesMatch<["grad", "input", "grad_input"]>]> {
+  let summary = "gradients of layer_norm: input, weight and bias";
+  let description = [{
+    Recomputes the statistics of `input` over its trailing
+    `normalized_rank` dimensions. `grad_weight` and `grad_bias` have the
+    normalized shape (they are zero-free sums over the leading dims).
+  }];
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
+                   Optional<Merak_FloatTensor>:$weight,
+                   Optional<Merak_FloatTensor>:$bias,
+                   I64Attr:$normalized_rank, F64Attr:$eps);
+  let results = (outs Merak_FloatTensor:$grad_input,
+                 Merak_FloatTensor:$grad_weight, Merak_FloatTensor:$grad_bias);
+  let assemblyFormat = "$grad `,` $input (`weight` $weight^)? (`bias` $bias^)? "
+                       "attr-dict `:` functional-type(operands, results)";
+}
+
+def Merak_BatchNormBackwardOp : Merak_BackwardOp<"batch_norm_backward",
+    [AllTypesMatch<["grad", "input", "grad_input"]>,
+     AllTypesMatch<["weight", "grad_weight", "grad_bias"]>]> {
+  let summary = "gradients of batch_norm: input, weight and bias";
+  let description = [{
+    In training mode the batch statistics are recomputed from `input`; in
+    evaluation mode the running statistics are used.
+  }];
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
+                   Merak_FloatTensor:$weight, Merak_FloatTensor:$running_mean,
+                   Merak_FloatTensor:$running_var, BoolAttr:$training,
+                   F64Attr:$eps);
+  let results = (outs Merak_FloatTensor:$grad_input,
+                 Merak_FloatTensor:$grad_weight, Merak_FloatTensor:$grad_bias);
+}
+
+def Merak_IndexBackwardOp : Merak_BackwardOp<"index_backward"> {
+  let summary = "scatter-add of `grad` back to the rows picked by `indices`";
+  let description = [{
+    Gradient of `merak.index` (and of `merak.embedding`, which is `index`
+    along dimension 0 of the weight): the result has the indexed tensor's
+    shape, `grad.shape[:dim] + [dim_size] + grad.shape[dim + rank(indices):]`,
+    and accumulates every slice of `grad` at its index. Rows at
+    `padding_idx` stay zero.
+  }];
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_IntTensor:$indices,
+                   I64Attr:$dim, I64Attr:$dim_size,
+                   OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs Merak_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Merak_SliceBackwardOp : Merak_BackwardOp<"slice_backward"> {
+  let summary = "gradient of slice: `grad` placed back, zeros elsewhere";
+  let arguments = (ins Merak_Tensor:$grad, I64Attr:$dim, I64Attr:$start,
+                   I64Attr:$end, I64Attr:$step, I64Attr:$dim_size);
+  let results = (outs Merak_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def Merak_Conv2dBackwardOp : Merak_BackwardOp<"conv2d_backward",
+    [AllTypesMatch<["input", "grad_input"]>,
+     AllTypesMatch<["weight", "grad_weight"]>]> {
+  let summary = "gradients of conv2d: input, weight and bias";
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
+                   Merak_FloatTensor:$weight, DenseI64ArrayAttr:$stride,
+                   DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation,
+                   I64Attr:$groups);
+  let results = (outs Merak_FloatTensor:$grad_input,
+                 Merak_FloatTensor:$grad_weight, Merak_FloatTensor:$grad_bias);
+}
+
+def Merak_MaxPool2dBackwardOp : Merak_BackwardOp<"max_pool2d_backward",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "gradient of max_pool2d (to the first maximum of each window)";
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
+                   DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$stride,
+                   DenseI64ArrayAttr:$padding, DenseI64ArrayAttr:$dilation,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+def Merak_AvgPool2dBackwardOp : Merak_BackwardOp<"avg_pool2d_backward",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "gradient of avg_pool2d";
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
+                   DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$stride,
+                   DenseI64ArrayAttr:$padding,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                   DefaultValuedAttr<BoolAttr, "true">:$count_include_pad);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+def Merak_AdaptiveAvgPool2dBackwardOp
+    : Merak_BackwardOp<"adaptive_avg_pool2d_backward",
+                       [AllTypesMatch<["input", "result"]>]> {
+  let summary = "gradient of adaptive_avg_pool2d";
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+def Merak_CrossEntropyBackwardOp : Merak_BackwardOp<"cross_entropy_backward",
+    [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "gradient of cross_entropy with respect to the logits";
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$logits,
+                   Merak_IntTensor:$target,
+                   DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                   DefaultValuedAttr<Merak_LossReductionAttr,
+                                     "::merak::LossReduction::mean">:$reduction,
+                   DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
+  let results = (outs Merak_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Training ops: randomness and optimizer updates
+//===----------------------------------------------------------------------===//
+
+def Merak_DropoutMaskOp : Merak_Op<"dropout_mask",
+    [AllTypesMatch<["input", "result"]>,
+     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+  let summary = "random keep mask of dropout, scaled by 1 / (1 - p)";
+  let description = [{
+    Each element is `1 / (1 - p)` with probability `1 - p` and `0`
+    otherwise, drawn from the run's random generator (so it is not pure:
+    two masks are never merged). `--merak-autodiff` rewrites a training
+    `dropout(x)` with `p > 0` into `x * dropout_mask(x)` so that the
+    backward pass reuses the same mask. Only `input`'s type is read.
+  }];
+  let arguments = (ins Merak_FloatTensor:$input, F64Attr:$p);
+  let results = (outs Merak_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Merak_Scalar : 0DTensorOf<[F32, F64, I64]>;
+
+def Merak_SgdUpdateOp : Merak_Op<"sgd_update",
+    [Pure, AllTypesMatch<["param", "grad", "momentum_buffer", "new_param",
+                          "new_momentum_buffer"]>]> {
+  let summary = "one step of torch.optim.SGD on one parameter";
+  let description = [{
+    PyTorch's semantics, in its order of operations (`lr` is rank-0 f32,
+    `step` rank-0 i64 counting from 1):
+
+        d = grad + weight_decay * param            (if weight_decay != 0)
+        if momentum != 0:
+          buf = d                                  (step == 1)
+          buf = momentum * buf + (1 - dampening) * d   (step > 1)
+          d = d + momentum * buf if nesterov else buf
+        param = param - lr * d
+
+    With `momentum = 0` the buffer passes through unchanged.
+  }];
+  let arguments = (ins Merak_FloatTensor:$param, Merak_FloatTensor:$grad,
+                   Merak_FloatTensor:$momentum_buffer, Merak_Scalar:$lr,
+                   Merak_Scalar:$step, F64Attr:$momentum, F64Attr:$dampening,
+                   BoolAttr:$nesterov, F64Attr:$weight_decay);
+  let results = (outs Merak_FloatTensor:$new_param,
+                 Merak_FloatTensor:$new_momentum_buffer);
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def Merak_AdamwUpdateOp : Merak_Op<"adamw_update",
+    [Pure, AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq",
+                          "new_param", "new_exp_avg", "new_exp_avg_sq"]>]> {
+  let summary = "one step of torch.optim.AdamW on one parameter";
+  let description = [{
+    PyTorch's semantics and order of operations (`step` counts from 1):
+
+        param = param * (1 - lr * weight_decay)
+        exp_avg = exp_avg + (grad - exp_avg) * (1 - beta1)      (lerp)
+        exp_avg_sq = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+        bias1 = 1 - beta1 ** step;  bias2 = 1 - beta2 ** step
+        denom = sqrt(exp_avg_sq) / sqrt(bias2) + eps
+        param = param - (lr / bias1) * exp_avg / denom
+  }];
+  let arguments = (ins Merak_FloatTensor:$param, Merak_FloatTensor:$grad,
+                   Merak_FloatTensor:$exp_avg, Merak_FloatTensor:$exp_avg_sq,
+                   Merak_Scalar:$lr, Merak_Scalar:$step, F64Attr:$beta1,
+                   F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay);
+  let results = (outs Merak_FloatTensor:$new_param,
+                 Merak_FloatTensor:$new_exp_avg,
+                 Merak_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
 }
 
 #endif // MERAK_DIALECT_MERAK_IR_MERAKOPS_TD

@@ -13,6 +13,9 @@ namespace merak {
 #define GEN_PASS_REGISTRATION
 #include "merak/Dialect/Merak/Transforms/Passes.h.inc"
 
+/// Registers --merak-train and the other pass pipelines.
+void registerMerakPipelines();
+
 } // namespace merak
 
 #endif // MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H

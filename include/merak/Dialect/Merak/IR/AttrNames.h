@@ -1,0 +1,40 @@
+//===- AttrNames.h - names of Merak's discardable attributes ---*- C++ -*-===//
+//
+// The attributes that tie a function's arguments and results to model state
+// (parameters, buffers, optimizer state, inputs) and backward ops to their
+// forward ops. Passes write them; merak-exec reads them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MERAK_DIALECT_MERAK_IR_ATTRNAMES_H
+#define MERAK_DIALECT_MERAK_IR_ATTRNAMES_H
+
+#include "llvm/ADT/StringRef.h"
+
+namespace merak {
+
+// Function arguments.
+inline constexpr llvm::StringLiteral kParamAttr = "merak.param";
+inline constexpr llvm::StringLiteral kBufferAttr = "merak.buffer";
+inline constexpr llvm::StringLiteral kInputAttr = "merak.input";
+inline constexpr llvm::StringLiteral kOptStateAttr = "merak.opt_state";
+inline constexpr llvm::StringLiteral kLrAttr = "merak.lr";
+inline constexpr llvm::StringLiteral kStepAttr = "merak.step";
+
+// Function results.
+inline constexpr llvm::StringLiteral kBufferUpdateAttr = "merak.buffer_update";
+inline constexpr llvm::StringLiteral kLossAttr = "merak.loss";
+inline constexpr llvm::StringLiteral kGradAttr = "merak.grad";
+inline constexpr llvm::StringLiteral kUpdateArgAttr = "merak.update_arg";
+inline constexpr llvm::StringLiteral kGradNormAttr = "merak.grad_norm";
+
+// Functions.
+inline constexpr llvm::StringLiteral kTrainStepName = "train_step";
+inline constexpr llvm::StringLiteral kOptimizerAttr = "merak.optimizer";
+
+// Ops: forward op ids and the forward op a backward op belongs to.
+inline constexpr llvm::StringLiteral kIdAttr = "merak.id";
+inline constexpr llvm::StringLiteral kGradOfAttr = "merak.grad_of";
+
+} // namespace merak
+
+#endif // MERAK_DIALECT_MERAK_IR_ATTRNAMES_H

@@ -1,0 +1,238 @@
+//===- Autodiff.cpp - reverse-mode differentiation of the forward --------===//
+//
+// Builds `@train_step`: the forward body followed by its backward pass, in
+// one function, so that partitioning passes see forward and backward
+// together. The per-op rules come from GradientOpInterface.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Dialect/Merak/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace merak {
+#define GEN_PASS_DEF_AUTODIFF
+#include "merak/Dialect/Merak/Transforms/Passes.h.inc"
+} // namespace merak
+
+using namespace mlir;
+using namespace merak;
+
+namespace {
+
+bool isFloatTensor(Type t) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  return rt && isa<FloatType>(rt.getElementType());
+}
+
+struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
+  using AutodiffBase::AutodiffBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>(funcName);
+    if (!forward) {
+      module.emitError("no function @") << funcName << " to differentiate";
+      return signalPassFailure();
+    }
+    if (module.lookupSymbol(kTrainStepName)) {
+      module.emitError("@") << kTrainStepName << " exists already";
+      return signalPassFailure();
+    }
+    if (!forward.getBody().hasOneBlock()) {
+      forward.emitError("must have a single block");
+      return signalPassFailure();
+    }
+    OpBuilder b(module.getContext());
+    b.setInsertionPointAfter(forward);
+    auto step = cast<func::FuncOp>(b.clone(*forward));
+    step.setName(kTrainStepName);
+    if (failed(differentiate(step)))
+      return signalPassFailure();
+  }
+
+  FailureOr<unsigned> findLoss(func::FuncOp func) {
+    FunctionType type = func.getFunctionType();
+    if (lossResult >= 0) {
+      if ((unsigned)lossResult >= type.getNumResults()) {
+        func.emitError("loss-result=")
+            << lossResult << " but @" << funcName << " has "
+            << type.getNumResults() << " results";
+        return failure();
+      }
+      auto t = dyn_cast<RankedTensorType>(type.getResult(lossResult));
+      if (!t || t.getRank() != 0 || !isa<FloatType>(t.getElementType())) {
+        func.emitError("result ")
+            << lossResult << " (" << type.getResult(lossResult)
+            << ") is not a rank-0 floating loss";
+        return failure();
+      }
+      return (unsigned)lossResult;
+    }
+    SmallVector<unsigned> candidates;
+    for (unsigned i = 0; i < type.getNumResults(); ++i) {
+      if (func.getResultAttr(i, kBufferUpdateAttr))
+        continue;
+      auto t = dyn_cast<RankedTensorType>(type.getResult(i));
+      if (t && t.getRank() == 0 && isa<FloatType>(t.getElementType()))
+        candidates.push_back(i);
+    }
+    if (candidates.size() != 1) {
+      func.emitError("cannot tell the loss: ")
+          << candidates.size()
+          << " rank-0 floating results; pass loss-result=K";
+      return failure();
+    }
+    return candidates.front();
+  }
+
+  LogicalResult differentiate(func::FuncOp func) {
+    MLIRContext *ctx = func.getContext();
+    Block &body = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    auto lossIndex = findLoss(func);
+    if (failed(lossIndex))
+      return failure();
+    Value loss = ret.getOperand(*lossIndex);
+    OpBuilder b(ctx);
+
+    // Dropout that draws a mask becomes x * mask: backward reuses the mask.
+    SmallVector<DropoutOp> dropouts;
+    func.walk([&](DropoutOp op) {
+      if (op.getTraining() && op.getP().convertToDouble() > 0.0)
+        dropouts.push_back(op);
+    });
+    for (DropoutOp op : dropouts) {
+      b.setInsertionPoint(op);
+      Value mask = b.create<DropoutMaskOp>(op.getLoc(), op.getInput().getType(),
+                                           op.getInput(), op.getPAttr());
+      Value y = b.create<MulOp>(op.getLoc(), op.getInput(), mask);
+      op.getResult().replaceAllUsesWith(y);
+      op.erase();
+    }
+
+    // Values that depend on a parameter through floating values.
+    llvm::DenseSet<Value> needsGrad;
+    SmallVector<unsigned> params;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (func.getArgAttr(i, kParamAttr)) {
+        params.push_back(i);
+        if (isFloatTensor(func.getArgument(i).getType()))
+          needsGrad.insert(func.getArgument(i));
+      }
+    int64_t nextId = 0;
+    SmallVector<Operation *> forwardOps;
+    for (Operation &op : body.without_terminator()) {
+      op.setAttr(kIdAttr, b.getI64IntegerAttr(nextId++));
+      forwardOps.push_back(&op);
+      if (llvm::any_of(op.getOperands(),
+                       [&](Value v) { return needsGrad.contains(v); }))
+        for (Value r : op.getResults())
+          if (isFloatTensor(r.getType()))
+            needsGrad.insert(r);
+    }
+
+    // Reverse sweep.
+    llvm::DenseMap<Value, Value> grads;
+    b.setInsertionPoint(ret);
+    Location lossLoc = loss.getLoc();
+    auto lossType = cast<RankedTensorType>(loss.getType());
+    grads[loss] = b.create<ConstantOp>(
+        lossLoc, lossType,
+        DenseElementsAttr::get(lossType,
+                               b.getFloatAttr(lossType.getElementType(), 1.0)));
+    bool ok = true;
+    for (Operation *op : llvm::reverse(forwardOps)) {
+      SmallVector<Value> resultGrads;
+      bool any = false;
+      for (Value r : op->getResults()) {
+        Value g = grads.lookup(r);
+        resultGrads.push_back(g);
+        any |= bool(g);
+      }
+      bool wantsOperands = llvm::any_of(
+          op->getOperands(), [&](Value v) { return needsGrad.contains(v); });
+      if (!any || !wantsOperands)
+        continue;
+      auto iface = dyn_cast<GradientOpInterface>(op);
+      if (!iface) {
+        op->emitError("has no gradient rule, but the loss depends on it "
+                      "through a parameter");
+        ok = false;
+        continue;
+      }
+      Operation *before = ret->getPrevNode();
+      SmallVector<Value> operandGrads;
+      if (failed(iface.buildGradients(b, resultGrads, operandGrads))) {
+        ok = false;
+        continue;
+      }
+      // Backward ops remember their forward op.
+      Attribute id = op->getAttr(kIdAttr);
+      for (Operation *n = before ? before->getNextNode() : &body.front();
+           n && n != ret; n = n->getNextNode())
+        n->setAttr(kGradOfAttr, id);
+      for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads)) {
+        if (!g || !needsGrad.contains(operand))
+          continue;
+        Value &acc = grads[operand];
+        if (!acc) {
+          acc = g;
+        } else {
+          acc = b.create<AddOp>(op->getLoc(), acc, g);
+          acc.getDefiningOp()->setAttr(kGradOfAttr, id);
+        }
+      }
+    }
+    if (!ok)
+      return failure();
+
+    // Results: loss, one gradient per parameter, then buffer updates.
+    SmallVector<Value> results{loss};
+    SmallVector<DictionaryAttr> resultAttrs{
+        b.getDictionaryAttr(b.getNamedAttr(kLossAttr, b.getUnitAttr()))};
+    for (unsigned i : params) {
+      Value p = func.getArgument(i);
+      Value g = grads.lookup(p);
+      auto t = cast<RankedTensorType>(p.getType());
+      if (!g)
+        g = b.create<ConstantOp>(
+            func.getLoc(), t,
+            DenseElementsAttr::get(t, b.getZeroAttr(t.getElementType())));
+      results.push_back(g);
+      resultAttrs.push_back(b.getDictionaryAttr(
+          b.getNamedAttr(kGradAttr, func.getArgAttr(i, kParamAttr))));
+    }
+    for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+      auto name = func.getResultAttrOfType<StringAttr>(i, kBufferUpdateAttr);
+      if (!name)
+        continue;
+      std::optional<unsigned> arg;
+      for (unsigned a = 0; a < func.getNumArguments(); ++a)
+        if (func.getArgAttr(a, kBufferAttr) == name)
+          arg = a;
+      if (!arg) {
+        func.emitError("buffer update of '")
+            << name.getValue() << "' has no buffer argument";
+        return failure();
+      }
+      results.push_back(ret.getOperand(i));
+      resultAttrs.push_back(b.getDictionaryAttr(
+          b.getNamedAttr(kUpdateArgAttr, b.getI64IntegerAttr(*arg))));
+    }
+    b.create<func::ReturnOp>(ret.getLoc(), results);
+    ret.erase();
+    func.setType(FunctionType::get(ctx, func.getArgumentTypes(),
+                                   ValueRange(results).getTypes()));
+    func.setAllResultAttrs(resultAttrs);
+    return success();
+  }
+};
+
+} // namespace

@@ -1,0 +1,236 @@
+//===- Optimizer.cpp - optimizer updates in the training step -------------===//
+//
+// Turns the gradients returned by `@train_step` into parameter updates
+// (SGD or AdamW), with the optimizer state as explicit arguments and
+// results, and optional global-norm gradient clipping built from merak ops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Dialect/Merak/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+namespace merak {
+#define GEN_PASS_DEF_OPTIMIZER
+#include "merak/Dialect/Merak/Transforms/Passes.h.inc"
+} // namespace merak
+
+using namespace mlir;
+using namespace merak;
+
+namespace {
+
+Value scalarConst(OpBuilder &b, Location loc, Type elem, double v) {
+  auto t = RankedTensorType::get({}, elem);
+  return b.create<ConstantOp>(
+      loc, t, DenseElementsAttr::get(t, b.getFloatAttr(elem, v)));
+}
+
+struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
+  using OptimizerBase::OptimizerBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
+    if (!func) {
+      module.emitError("no @") << kTrainStepName
+                               << " to add an optimizer to; run "
+                                  "--merak-autodiff first";
+      return signalPassFailure();
+    }
+    if (optimizer != "sgd" && optimizer != "adamw") {
+      func.emitError("unknown optimizer '")
+          << optimizer << "': expected sgd or adamw";
+      return signalPassFailure();
+    }
+    if (func->hasAttr(kOptimizerAttr)) {
+      func.emitError("already has an optimizer");
+      return signalPassFailure();
+    }
+    if (lr <= 0.0 || momentum < 0.0 || eps <= 0.0 || beta1 < 0.0 ||
+        beta1 >= 1.0 || beta2 < 0.0 || beta2 >= 1.0 || clipGradNorm < 0.0) {
+      func.emitError("invalid optimizer options: need lr > 0, momentum >= 0, "
+                     "0 <= beta < 1, eps > 0, clip-grad-norm >= 0");
+      return signalPassFailure();
+    }
+    if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
+      func.emitError("nesterov momentum requires momentum > 0 and zero "
+                     "dampening (as in PyTorch)");
+      return signalPassFailure();
+    }
+    if (failed(rewrite(func)))
+      signalPassFailure();
+  }
+
+  LogicalResult rewrite(func::FuncOp func) {
+    MLIRContext *ctx = func.getContext();
+    OpBuilder b(ctx);
+    bool adamw = optimizer == "adamw";
+    double wd = weightDecay >= 0.0 ? weightDecay : (adamw ? 0.01 : 0.0);
+    Block &body = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    Location loc = ret.getLoc();
+
+    // Gradient results and their parameters.
+    struct Entry {
+      unsigned result;
+      unsigned param;
+    };
+    SmallVector<Entry> entries;
+    for (unsigned r = 0; r < func.getNumResults(); ++r) {
+      auto name = func.getResultAttrOfType<StringAttr>(r, kGradAttr);
+      if (!name)
+        continue;
+      std::optional<unsigned> param;
+      for (unsigned a = 0; a < func.getNumArguments(); ++a)
+        if (func.getArgAttr(a, kParamAttr) == name)
+          param = a;
+      if (!param) {
+        func.emitError("gradient of '")
+            << name.getValue() << "' has no parameter argument";
+        return failure();
+      }
+      entries.push_back({r, *param});
+    }
+    if (entries.empty()) {
+      func.emitError("returns no gradients: run --merak-autodiff first");
+      return failure();
+    }
+
+    // New arguments: optimizer state, learning rate, step.
+    auto addArg = [&](Type t, NamedAttribute attr) {
+      unsigned idx = func.getNumArguments();
+      (void)func.insertArgument(idx, t, b.getDictionaryAttr(attr), loc);
+      return idx;
+    };
+    SmallVector<SmallVector<unsigned, 2>> stateArgs;
+    SmallVector<StringRef> stateNames =
+        adamw            ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
+        : momentum > 0.0 ? SmallVector<StringRef>{"momentum_buffer"}
+                         : SmallVector<StringRef>{};
+    for (Entry &e : entries) {
+      auto name = cast<StringAttr>(func.getArgAttr(e.param, kParamAttr));
+      SmallVector<unsigned, 2> args;
+      for (StringRef s : stateNames)
+        args.push_back(
+            addArg(func.getArgument(e.param).getType(),
+                   b.getNamedAttr(kOptStateAttr,
+                                  b.getStringAttr(name.getValue() + "/" + s))));
+      stateArgs.push_back(args);
+    }
+    auto f32Scalar = RankedTensorType::get({}, b.getF32Type());
+    auto i64Scalar = RankedTensorType::get({}, b.getI64Type());
+    unsigned lrArg =
+        addArg(f32Scalar, b.getNamedAttr(kLrAttr, b.getUnitAttr()));
+    unsigned stepArg =
+        addArg(i64Scalar, b.getNamedAttr(kStepAttr, b.getUnitAttr()));
+    Value lrValue = func.getArgument(lrArg);
+    Value stepValue = func.getArgument(stepArg);
+
+    b.setInsertionPoint(ret);
+    SmallVector<Value> grads;
+    for (Entry &e : entries)
+      grads.push_back(ret.getOperand(e.result));
+
+    // Global-norm clipping, as torch.nn.utils.clip_grad_norm_.
+    Value gradNorm;
+    if (clipGradNorm > 0.0) {
+      Type elem = cast<RankedTensorType>(grads[0].getType()).getElementType();
+      Value sumSq;
+      for (Value g : grads) {
+        Value sq = b.create<MulOp>(loc, g, g);
+        Value s = b.create<ReduceSumOp>(loc, sq, ArrayRef<int64_t>{}, false);
+        sumSq = sumSq ? Value(b.create<AddOp>(loc, sumSq, s)) : s;
+      }
+      gradNorm = b.create<SqrtOp>(loc, sumSq);
+      Value coef = b.create<DivOp>(
+          loc, scalarConst(b, loc, elem, clipGradNorm),
+          b.create<AddOp>(loc, gradNorm, scalarConst(b, loc, elem, 1e-6)));
+      coef = b.create<ClampOp>(loc, coef, FloatAttr(), b.getF64FloatAttr(1.0));
+      for (Value &g : grads)
+        g = b.create<MulOp>(loc, g, coef);
+    }
+
+    // Updates. Results: loss first, then each parameter and its state.
+    SmallVector<Value> results;
+    SmallVector<DictionaryAttr> attrs;
+    auto updates = [&](unsigned arg) {
+      return b.getDictionaryAttr(
+          b.getNamedAttr(kUpdateArgAttr, b.getI64IntegerAttr(arg)));
+    };
+    llvm::DenseSet<unsigned> gradResults;
+    for (Entry &e : entries)
+      gradResults.insert(e.result);
+    for (unsigned r = 0; r < func.getNumResults(); ++r) {
+      if (gradResults.contains(r))
+        continue;
+      results.push_back(ret.getOperand(r));
+      attrs.push_back(func.getResultAttrDict(r));
+    }
+    for (auto [i, e] : llvm::enumerate(entries)) {
+      Value p = func.getArgument(e.param);
+      if (adamw) {
+        auto op = b.create<AdamwUpdateOp>(
+            loc, TypeRange{p.getType(), p.getType(), p.getType()}, p, grads[i],
+            func.getArgument(stateArgs[i][0]),
+            func.getArgument(stateArgs[i][1]), lrValue, stepValue,
+            b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+            b.getF64FloatAttr(eps), b.getF64FloatAttr(wd));
+        results.append(
+            {op.getNewParam(), op.getNewExpAvg(), op.getNewExpAvgSq()});
+        attrs.append({updates(e.param), updates(stateArgs[i][0]),
+                      updates(stateArgs[i][1])});
+      } else {
+        Value buf =
+            stateArgs[i].empty() ? grads[i] : func.getArgument(stateArgs[i][0]);
+        auto op = b.create<SgdUpdateOp>(
+            loc, TypeRange{p.getType(), p.getType()}, p, grads[i], buf, lrValue,
+            stepValue, b.getF64FloatAttr(momentum),
+            b.getF64FloatAttr(dampening), b.getBoolAttr(nesterov),
+            b.getF64FloatAttr(wd));
+        results.push_back(op.getNewParam());
+        attrs.push_back(updates(e.param));
+        if (!stateArgs[i].empty()) {
+          results.push_back(op.getNewMomentumBuffer());
+          attrs.push_back(updates(stateArgs[i][0]));
+        }
+      }
+    }
+    if (gradNorm) {
+      results.push_back(gradNorm);
+      attrs.push_back(
+          b.getDictionaryAttr(b.getNamedAttr(kGradNormAttr, b.getUnitAttr())));
+    }
+    b.create<func::ReturnOp>(loc, results);
+    ret.erase();
+    func.setType(FunctionType::get(ctx, func.getArgumentTypes(),
+                                   ValueRange(results).getTypes()));
+    func.setAllResultAttrs(attrs);
+
+    SmallVector<NamedAttribute> config{
+        b.getNamedAttr("name", b.getStringAttr(optimizer)),
+        b.getNamedAttr("lr", b.getF64FloatAttr(lr)),
+        b.getNamedAttr("weight_decay", b.getF64FloatAttr(wd))};
+    if (adamw) {
+      config.push_back(b.getNamedAttr("beta1", b.getF64FloatAttr(beta1)));
+      config.push_back(b.getNamedAttr("beta2", b.getF64FloatAttr(beta2)));
+      config.push_back(b.getNamedAttr("eps", b.getF64FloatAttr(eps)));
+    } else {
+      config.push_back(b.getNamedAttr("momentum", b.getF64FloatAttr(momentum)));
+      config.push_back(
+          b.getNamedAttr("dampening", b.getF64FloatAttr(dampening)));
+      config.push_back(b.getNamedAttr("nesterov", b.getBoolAttr(nesterov)));
+    }
+    if (clipGradNorm > 0.0)
+      config.push_back(
+          b.getNamedAttr("clip_grad_norm", b.getF64FloatAttr(clipGradNorm)));
+    func->setAttr(kOptimizerAttr, b.getDictionaryAttr(config));
+    return success();
+  }
+};
+
+} // namespace

@@ -1,0 +1,77 @@
+//===- Pipelines.cpp - pass pipelines built from Merak's passes -----------===//
+
+#include "merak/Dialect/Merak/Transforms/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+namespace {
+
+struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("sgd or adamw"),
+                                llvm::cl::init("sgd")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"),
+                    llvm::cl::init(1e-3)};
+  Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
+                          llvm::cl::init(0.0)};
+  Option<double> dampening{*this, "dampening", llvm::cl::desc("SGD dampening"),
+                           llvm::cl::init(0.0)};
+  Option<bool> nesterov{*this, "nesterov",
+                        llvm::cl::desc("SGD Nesterov momentum"),
+                        llvm::cl::init(false)};
+  Option<double> weightDecay{
+      *this, "weight-decay",
+      llvm::cl::desc("weight decay (default 0 for SGD, 0.01 for AdamW)"),
+      llvm::cl::init(-1.0)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"),
+                     llvm::cl::init(1e-8)};
+  Option<double> clipGradNorm{
+      *this, "clip-grad-norm",
+      llvm::cl::desc("clip the global gradient norm (0: off)"),
+      llvm::cl::init(0.0)};
+  Option<int> lossResult{
+      *this, "loss-result",
+      llvm::cl::desc("index of the loss among the forward's results"),
+      llvm::cl::init(-1)};
+};
+
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  merak::AutodiffOptions ad;
+  ad.lossResult = o.lossResult;
+  pm.addPass(merak::createAutodiff(ad));
+  merak::OptimizerOptions opt;
+  opt.optimizer = o.optimizer;
+  opt.lr = o.lr;
+  opt.momentum = o.momentum;
+  opt.dampening = o.dampening;
+  opt.nesterov = o.nesterov;
+  opt.weightDecay = o.weightDecay;
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.eps = o.eps;
+  opt.clipGradNorm = o.clipGradNorm;
+  pm.addPass(merak::createOptimizer(opt));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+} // namespace
+
+void merak::registerMerakPipelines() {
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "merak-train",
+      "Build the training step: clean-ups, --merak-autodiff, "
+      "--merak-optimizer, clean-ups",
+      buildTrainPipeline);
+}
