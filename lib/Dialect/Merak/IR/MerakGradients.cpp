@@ -276,6 +276,12 @@ GRADIENT(DropoutOp) {
   return success();
 }
 
+GRADIENT(DropoutMaskOp) {
+  // The mask depends on the input's type only.
+  operandGrads.assign(1, Value());
+  return success();
+}
+
 GRADIENT(TrilOp) {
   SETUP();
   operandGrads[0] = b.create<TrilOp>(loc, g, getDiagonal());

@@ -197,14 +197,12 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     SmallVector<Value> results{loss};
     SmallVector<DictionaryAttr> resultAttrs{
         b.getDictionaryAttr(b.getNamedAttr(kLossAttr, b.getUnitAttr()))};
+    // Parameters the loss does not depend on get no gradient result, as
+    // PyTorch leaves their .grad None and optimizers skip them.
     for (unsigned i : params) {
-      Value p = func.getArgument(i);
-      Value g = grads.lookup(p);
-      auto t = cast<RankedTensorType>(p.getType());
+      Value g = grads.lookup(func.getArgument(i));
       if (!g)
-        g = b.create<ConstantOp>(
-            func.getLoc(), t,
-            DenseElementsAttr::get(t, b.getZeroAttr(t.getElementType())));
+        continue;
       results.push_back(g);
       resultAttrs.push_back(b.getDictionaryAttr(
           b.getNamedAttr(kGradAttr, func.getArgAttr(i, kParamAttr))));

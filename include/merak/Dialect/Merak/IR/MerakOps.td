@@ -668,7 +668,8 @@ def Merak_CrossEntropyBackwardOp : Merak_BackwardOp<"cross_entropy_backward",
 
 def Merak_DropoutMaskOp : Merak_Op<"dropout_mask",
     [AllTypesMatch<["input", "result"]>,
-     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>]> {
+     MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>,
+     DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "random keep mask of dropout, scaled by 1 / (1 - p)";
   let description = [{
     Each element is `1 / (1 - p)` with probability `1 - p` and `0`

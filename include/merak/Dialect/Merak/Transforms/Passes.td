@@ -38,8 +38,9 @@ def Autodiff : Pass<"merak-autodiff", "mlir::ModuleOp"> {
     `GradientOpInterface`). The loss is the forward's only rank-0 floating
     result, or result `loss-result`. `@train_step` returns the loss
     (`{merak.loss}`), the gradient of every `merak.param` argument in
-    argument order (`{merak.grad = "name"}`; zeros for parameters the loss
-    does not depend on) and the buffer updates of the forward
+    argument order (`{merak.grad = "name"}`; a parameter the loss does not
+    depend on gets none, as PyTorch leaves its `.grad` unset, and so the
+    optimizer leaves it unchanged) and the buffer updates of the forward
     (`{merak.update_arg = N}`, N the buffer's argument). Every forward op
     gets `merak.id = K`; every op built for its gradient gets
     `merak.grad_of = K`, so later passes can assign stages and recompute by

@@ -1,0 +1,22 @@
+//===- CpuBackend.h - the CPU backend: ATen kernels ------------*- C++ -*-===//
+#ifndef MERAK_RUNTIME_CPU_CPUBACKEND_H
+#define MERAK_RUNTIME_CPU_CPUBACKEND_H
+
+#include "merak/Runtime/Backend.h"
+
+#include <memory>
+
+namespace merak::runtime {
+
+struct CpuBackendOptions {
+  /// Intra-op threads (at::set_num_threads); 0 keeps ATen's default.
+  int threads = 0;
+};
+
+/// Kernels on ATen, with PyTorch's numerics. Memory statistics count every
+/// allocation of ATen's CPU allocator in the process.
+std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options);
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_CPU_CPUBACKEND_H

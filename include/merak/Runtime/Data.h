@@ -1,0 +1,68 @@
+//===- Data.h - where each step's inputs come from ------------*- C++ -*-===//
+//
+// A batch file (safetensors with one tensor per input whose first dimension
+// indexes steps), a flat token file sampled in windows, or synthetic data.
+// All three are deterministic in (seed, step), so a resumed run sees the
+// same inputs as an uninterrupted one.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_RUNTIME_DATA_H
+#define MERAK_RUNTIME_DATA_H
+
+#include "merak/Runtime/Tensor.h"
+
+#include "absl/status/statusor.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace merak::runtime {
+
+/// A model input the program expects.
+struct InputSpec {
+  std::string name;
+  TensorType type;
+};
+
+class BatchSource {
+public:
+  virtual ~BatchSource();
+  /// The inputs of global step `step` (1-based), one per spec in order.
+  virtual absl::StatusOr<std::vector<HostTensor>> batch(int64_t step) = 0;
+  /// A short description for the log ("batches.safetensors, 10 steps").
+  virtual std::string describe() const = 0;
+};
+
+/// The seed of step `step`'s data generator: `(seed << 32) | (step - 1)`,
+/// the `step_seed` of test/e2e/make_batches.py.
+uint64_t dataSeed(uint64_t seed, int64_t step);
+
+/// Step `s` reads slice `s - 1` of each input's tensor. Checks now that
+/// every input is present with shape `[n] + shape` and the same dtype, and
+/// that `n >= lastStep`.
+absl::StatusOr<std::unique_ptr<BatchSource>>
+openBatchFile(const std::string &path, const std::vector<InputSpec> &inputs,
+              int64_t lastStep);
+
+enum class TokenDType { U16, I32 };
+
+/// Samples `batch` windows of `seqLen + 1` tokens per step (start offsets
+/// `torch.randint(n - seqLen, (batch,))` from the step's data generator).
+/// With two integer inputs `[batch, seqLen]` the first gets each window's
+/// first `seqLen` tokens and the second the last `seqLen`; with one, the
+/// first `seqLen`.
+absl::StatusOr<std::unique_ptr<BatchSource>>
+openTokenFile(const std::string &path, TokenDType dtype,
+              const std::vector<InputSpec> &inputs, uint64_t seed);
+
+/// Random inputs from the step's data generator, in input order: floats
+/// `torch.randn`, integers and booleans `torch.randint(0, 2)`.
+std::unique_ptr<BatchSource>
+syntheticBatches(const std::vector<InputSpec> &inputs, uint64_t seed);
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_DATA_H

@@ -1,0 +1,75 @@
+//===- Executor.h - runs a rank program step by step on a backend -*- C++ -*-===//
+//
+// The executor owns the training state (parameters, buffers, optimizer
+// state, step counters) as backend tensors, feeds each step's inputs, runs
+// the instructions in order, releases values at their last use and, when
+// the step succeeds, replaces every state argument by its updated value.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_RUNTIME_EXECUTOR_H
+#define MERAK_RUNTIME_EXECUTOR_H
+
+#include "merak/Runtime/Backend.h"
+#include "merak/Runtime/Program.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace merak::runtime {
+
+struct StepOutcome {
+  std::optional<double> loss; // when the program has a loss
+  bool skipped = false;       // non-finite loss; state left unchanged
+};
+
+class Executor {
+public:
+  /// Uploads the program's constants. `program` must be planned and must
+  /// outlive the executor.
+  static absl::StatusOr<std::unique_ptr<Executor>>
+  create(const Program &program, Backend &backend);
+
+  /// Sets the state arguments from `tensors` by name. Parameters and
+  /// buffers must be present; optimizer state that is absent starts at
+  /// zero unless `requireOptimizerState`. Floating-point tensors of another
+  /// precision are converted; any other type difference is an error naming
+  /// the tensor and `sourceName`.
+  absl::Status loadState(const std::map<std::string, HostTensor> &tensors,
+                         const std::string &sourceName,
+                         bool requireOptimizerState);
+
+  /// Runs one step. `inputs` holds one tensor per `merak.input` argument in
+  /// argument order. A non-finite loss is an error, or with `skipNonFinite`
+  /// a skipped step whose updates are dropped.
+  absl::StatusOr<StepOutcome> runStep(const StepContext &step,
+                                      const std::vector<HostTensor> &inputs,
+                                      bool skipNonFinite);
+
+  /// The state arguments by name, copied to the host (for checkpoints).
+  absl::StatusOr<std::map<std::string, HostTensor>> stateToHost();
+
+  /// The `merak.input` arguments in order.
+  std::vector<const Argument *> inputArguments() const;
+
+private:
+  Executor(const Program &program, Backend &backend)
+      : program(program), backend(backend) {}
+
+  const Program &program;
+  Backend &backend;
+  /// Per argument index: the current value of a state argument.
+  std::vector<TensorHandle> state;
+  /// Per value id: uploaded constants (kept for the whole run).
+  std::vector<TensorHandle> constants;
+};
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_EXECUTOR_H

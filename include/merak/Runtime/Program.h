@@ -1,0 +1,258 @@
+//===- Program.h - the rank program: instructions over numbered values -*- C++ -*-===//
+//
+// A function of the merak dialect lowered for execution: every SSA value has
+// a number and a static type, every op is an `Instruction` whose attributes
+// were decoded once, and `planProgram` decides when each value is released
+// and which results may be written into the storage of a dying operand.
+// Nothing here depends on MLIR or on a backend.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_RUNTIME_PROGRAM_H
+#define MERAK_RUNTIME_PROGRAM_H
+
+#include "merak/Runtime/Tensor.h"
+
+#include "absl/status/status.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace merak::runtime {
+
+/// Every op the executor runs, with its mnemonic in the merak dialect.
+#define MERAK_RUNTIME_OPS(X)                                                   \
+  X(Neg, "neg")                                                                \
+  X(Abs, "abs")                                                                \
+  X(Exp, "exp")                                                                \
+  X(Log, "log")                                                                \
+  X(Sin, "sin")                                                                \
+  X(Cos, "cos")                                                                \
+  X(Sqrt, "sqrt")                                                              \
+  X(Rsqrt, "rsqrt")                                                            \
+  X(Reciprocal, "reciprocal")                                                  \
+  X(Erf, "erf")                                                                \
+  X(Tanh, "tanh")                                                              \
+  X(Sigmoid, "sigmoid")                                                        \
+  X(Silu, "silu")                                                              \
+  X(Relu, "relu")                                                              \
+  X(Not, "not")                                                                \
+  X(Gelu, "gelu")                                                              \
+  X(Clamp, "clamp")                                                            \
+  X(Cast, "cast")                                                              \
+  X(Dropout, "dropout")                                                        \
+  X(Tril, "tril")                                                              \
+  X(Triu, "triu")                                                              \
+  X(Add, "add")                                                                \
+  X(Sub, "sub")                                                                \
+  X(Mul, "mul")                                                                \
+  X(Div, "div")                                                                \
+  X(Pow, "pow")                                                                \
+  X(Remainder, "remainder")                                                    \
+  X(FloorDivide, "floor_divide")                                               \
+  X(Minimum, "minimum")                                                        \
+  X(Maximum, "maximum")                                                        \
+  X(And, "and")                                                                \
+  X(Or, "or")                                                                  \
+  X(Compare, "compare")                                                        \
+  X(Where, "where")                                                            \
+  X(Linear, "linear")                                                          \
+  X(Matmul, "matmul")                                                          \
+  X(Softmax, "softmax")                                                        \
+  X(LogSoftmax, "log_softmax")                                                 \
+  X(LayerNorm, "layer_norm")                                                   \
+  X(RmsNorm, "rms_norm")                                                       \
+  X(BatchNorm, "batch_norm")                                                   \
+  X(Embedding, "embedding")                                                    \
+  X(Index, "index")                                                            \
+  X(Reshape, "reshape")                                                        \
+  X(Permute, "permute")                                                        \
+  X(Slice, "slice")                                                            \
+  X(Select, "select")                                                          \
+  X(Concat, "concat")                                                          \
+  X(Expand, "expand")                                                          \
+  X(Pad, "pad")                                                                \
+  X(Roll, "roll")                                                              \
+  X(ReduceSum, "reduce_sum")                                                   \
+  X(ReduceMean, "reduce_mean")                                                 \
+  X(ReduceMax, "reduce_max")                                                   \
+  X(Conv2d, "conv2d")                                                          \
+  X(MaxPool2d, "max_pool2d")                                                   \
+  X(AvgPool2d, "avg_pool2d")                                                   \
+  X(AdaptiveAvgPool2d, "adaptive_avg_pool2d")                                  \
+  X(CrossEntropy, "cross_entropy")                                             \
+  X(GeluBackward, "gelu_backward")                                             \
+  X(LayerNormBackward, "layer_norm_backward")                                  \
+  X(BatchNormBackward, "batch_norm_backward")                                  \
+  X(IndexBackward, "index_backward")                                           \
+  X(SliceBackward, "slice_backward")                                           \
+  X(Conv2dBackward, "conv2d_backward")                                         \
+  X(MaxPool2dBackward, "max_pool2d_backward")                                  \
+  X(AvgPool2dBackward, "avg_pool2d_backward")                                  \
+  X(AdaptiveAvgPool2dBackward, "adaptive_avg_pool2d_backward")                 \
+  X(CrossEntropyBackward, "cross_entropy_backward")                            \
+  X(DropoutMask, "dropout_mask")                                               \
+  X(SgdUpdate, "sgd_update")                                                   \
+  X(AdamwUpdate, "adamw_update")
+
+enum class OpKind : uint16_t {
+#define MERAK_OP_ENUM(Name, Mnemonic) Name,
+  MERAK_RUNTIME_OPS(MERAK_OP_ENUM)
+#undef MERAK_OP_ENUM
+};
+constexpr size_t kNumOpKinds = 0
+#define MERAK_OP_COUNT(Name, Mnemonic) +1
+    MERAK_RUNTIME_OPS(MERAK_OP_COUNT)
+#undef MERAK_OP_COUNT
+    ;
+
+/// The mnemonic without the dialect prefix, e.g. "layer_norm".
+const char *opKindName(OpKind kind);
+
+enum class ComparePredicate : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+enum class LossReduction : uint8_t { None, Mean, Sum };
+
+/// The attributes of one op, decoded from MLIR once. Each op reads the
+/// fields its definition in MerakOps.td names; the others keep defaults.
+struct OpAttrs {
+  int64_t dim = 0;
+  int64_t start = 0, end = 0, step = 1; // slice, slice_backward
+  int64_t index = 0;                    // select
+  int64_t dimSize = 0;                  // index_backward, slice_backward
+  int64_t diagonal = 0;                 // tril, triu
+  int64_t normalizedRank = 0;           // layer_norm, rms_norm (+ backward)
+  int64_t groups = 1;                   // conv2d (+ backward)
+  int64_t ignoreIndex = -100;           // cross_entropy (+ backward)
+  std::optional<int64_t> paddingIdx;    // embedding, index_backward
+
+  double eps = 0, p = 0, momentum = 0, value = 0, labelSmoothing = 0;
+  double dampening = 0, weightDecay = 0, beta1 = 0, beta2 = 0;
+  std::optional<double> min, max; // clamp
+
+  bool training = false, keepdim = false, ceilMode = false;
+  bool countIncludePad = true, nesterov = false;
+  bool tanhApproximation = false; // gelu, gelu_backward
+  ComparePredicate predicate = ComparePredicate::Eq;
+  LossReduction reduction = LossReduction::Mean;
+
+  std::vector<int64_t> dims, permutation, shifts; // reductions, permute, roll
+  std::vector<int64_t> kernel, stride, padding, dilation, outputSize;
+  std::vector<int64_t> low, high; // pad
+};
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;
+
+/// Where a result's storage comes from.
+struct ResultStorage {
+  enum class Kind : uint8_t {
+    Fresh,   // the kernel allocates it
+    View,    // the kernel returns a view of `operand` (reshape, permute, ...)
+    InPlace, // the kernel writes into `operand`, which dies here
+  };
+  Kind kind = Kind::Fresh;
+  int operand = -1; // index into Instruction::operands
+};
+
+struct Instruction {
+  OpKind kind;
+  OpAttrs attrs;
+  /// Operands in the op's ODS order; an absent optional operand (a linear
+  /// without bias, a layer_norm without weight) is `kNoValue`.
+  std::vector<ValueId> operands;
+  std::vector<ValueId> results;
+  /// Filled by `planProgram`: one entry per result.
+  std::vector<ResultStorage> storage;
+  /// Filled by `planProgram`: values whose last use is this instruction,
+  /// released right after it runs.
+  std::vector<ValueId> release;
+  /// Source location for messages, `file:line:col` where known.
+  std::string location;
+};
+
+enum class ArgumentRole : uint8_t {
+  Param,        // merak.param = "name"
+  Buffer,       // merak.buffer = "name"
+  OptState,     // merak.opt_state = "param/exp_avg"
+  Input,        // merak.input = "name": one batch's slice
+  LearningRate, // merak.lr: rank-0 float, this step's learning rate
+  Step,         // merak.step: rank-0 integer, the 1-based optimizer step
+};
+const char *argumentRoleName(ArgumentRole role);
+
+struct Argument {
+  ValueId value = kNoValue;
+  ArgumentRole role = ArgumentRole::Input;
+  std::string name;
+  /// Index into `Program::results` of the result that is this argument's
+  /// value for the next step, or -1 when the step leaves it unchanged.
+  int updatedBy = -1;
+  /// A learning rate written on the argument (`merak.lr = 1.0e-3 : f64`).
+  std::optional<double> defaultLearningRate;
+
+  bool isState() const {
+    return role == ArgumentRole::Param || role == ArgumentRole::Buffer ||
+           role == ArgumentRole::OptState;
+  }
+};
+
+struct ResultInfo {
+  ValueId value = kNoValue;
+  bool isLoss = false;
+  /// Index into `Program::arguments` this result replaces, or -1.
+  int updatesArgument = -1;
+};
+
+struct ValueInfo {
+  TensorType type;
+  /// Index of the defining instruction; -1 for arguments and constants.
+  int definedBy = -1;
+  /// Filled by `planProgram`: index of the last instruction reading it, -1
+  /// when nothing reads it, `kKeepAlive` for function results.
+  int lastUse = -1;
+  /// Filled by `planProgram`: the storage buffer the value lives in.
+  int buffer = -1;
+};
+constexpr int kKeepAlive = 1 << 30;
+
+struct ProgramConstant {
+  ValueId value = kNoValue;
+  HostTensor data;
+};
+
+struct Program {
+  std::string function;
+  std::vector<ValueInfo> values;
+  std::vector<Argument> arguments;
+  std::vector<ResultInfo> results;
+  std::vector<ProgramConstant> constants;
+  std::vector<Instruction> instructions;
+  /// Index into `results` of the loss (merak.loss, else the only rank-0
+  /// float result), or -1.
+  int lossResult = -1;
+
+  /// Filled by `planProgram`.
+  int lossInstruction = -1; // defines the loss; -1 when none does
+  int64_t plannedPeakBytes = 0;
+
+  const Argument *findArgument(ArgumentRole role) const;
+  bool trains() const { return findArgument(ArgumentRole::LearningRate); }
+};
+
+/// Computes last uses, release points, views and in-place reuse, and the
+/// planned peak of live buffers. In-place reuse is decided for elementwise
+/// ops and optimizer updates whose operand has the result's type and dies
+/// there with every view of its storage; an argument's storage is reused
+/// only when the step replaces that argument and only after the loss is
+/// known, so a step dropped for a non-finite loss leaves the state intact.
+absl::Status planProgram(Program &program);
+
+/// A readable listing of the program and its plan (for --print-program and
+/// tests).
+std::string printProgram(const Program &program);
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_PROGRAM_H

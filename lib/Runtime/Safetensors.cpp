@@ -1,0 +1,261 @@
+//===- Safetensors.cpp - reading and writing .safetensors files -----------===//
+
+#include "merak/Runtime/Safetensors.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <tuple>
+#include <unistd.h>
+#include <vector>
+
+namespace merak::runtime {
+namespace {
+
+// As in the reference implementation: a larger header means a corrupt or
+// foreign file, and refusing it avoids a huge allocation.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+/// A read-only mapping of a whole file, unmapped with its last reference.
+struct MappedFile {
+  void *base = nullptr;
+  size_t size = 0;
+  ~MappedFile() {
+    if (base && size)
+      munmap(base, size);
+  }
+};
+
+std::string errnoText() { return std::strerror(errno); }
+
+absl::Status fail(const std::string &path, const std::string &what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+} // namespace
+
+absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return absl::NotFoundError(
+        absl::StrCat("cannot open ", path, ": ", errnoText()));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    std::string err = errnoText();
+    ::close(fd);
+    return absl::NotFoundError(absl::StrCat("cannot stat ", path, ": ", err));
+  }
+  auto file = std::make_shared<MappedFile>();
+  file->size = size_t(st.st_size);
+  if (file->size > 0) {
+    file->base = mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (file->base == MAP_FAILED) {
+      file->base = nullptr;
+      std::string err = errnoText();
+      ::close(fd);
+      return absl::InternalError(
+          absl::StrCat("cannot map ", path, ": ", err));
+    }
+  }
+  ::close(fd);
+  const uint8_t *bytes = static_cast<const uint8_t *>(file->base);
+
+  if (file->size < 8)
+    return fail(path, absl::StrCat("truncated: ", file->size,
+                                   " bytes, too short for the 8-byte header "
+                                   "length"));
+  uint64_t headerLength = 0;
+  for (int i = 7; i >= 0; --i)
+    headerLength = (headerLength << 8) | bytes[i];
+  if (headerLength > kMaxHeaderBytes)
+    return fail(path, absl::StrCat("header length ", headerLength,
+                                   " is larger than ", kMaxHeaderBytes,
+                                   "; not a safetensors file?"));
+  if (8 + headerLength > file->size)
+    return fail(path, absl::StrCat("truncated: the header is ", headerLength,
+                                   " bytes but only ", file->size - 8,
+                                   " follow the length"));
+
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(
+        reinterpret_cast<const char *>(bytes + 8),
+        reinterpret_cast<const char *>(bytes + 8 + headerLength));
+  } catch (const nlohmann::json::exception &e) {
+    return fail(path, absl::StrCat("header is not valid JSON: ", e.what()));
+  }
+  if (!header.is_object())
+    return fail(path, "header is not a JSON object");
+
+  SafetensorsFile result;
+  const uint8_t *data = bytes + 8 + headerLength;
+  uint64_t dataSize = file->size - 8 - headerLength;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string &name = it.key();
+    const nlohmann::json &entry = it.value();
+    if (name == "__metadata__") {
+      if (!entry.is_object())
+        return fail(path, "__metadata__ must map strings to strings");
+      for (auto m = entry.begin(); m != entry.end(); ++m) {
+        if (!m.value().is_string())
+          return fail(path, "__metadata__ must map strings to strings");
+        result.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!entry.is_object())
+      return fail(path, absl::StrCat("entry '", name, "' is not an object"));
+    auto dtypeIt = entry.find("dtype");
+    auto shapeIt = entry.find("shape");
+    auto offsetsIt = entry.find("data_offsets");
+    if (dtypeIt == entry.end() || !dtypeIt->is_string())
+      return fail(path, absl::StrCat("tensor '", name, "' has no dtype"));
+    std::optional<DType> dtype =
+        parseSafetensorsDType(dtypeIt->get<std::string>());
+    if (!dtype)
+      return fail(path, absl::StrCat("tensor '", name, "' has dtype ",
+                                     dtypeIt->get<std::string>(),
+                                     ", which Merak cannot hold (it reads "
+                                     "F16, BF16, F32, F64, BOOL, I32, I64)"));
+    TensorType type{*dtype, {}};
+    if (shapeIt == entry.end() || !shapeIt->is_array())
+      return fail(path, absl::StrCat("tensor '", name, "' has no shape"));
+    for (const auto &d : *shapeIt) {
+      if (!d.is_number_unsigned())
+        return fail(path,
+                    absl::StrCat("tensor '", name, "' has an invalid shape"));
+      type.shape.push_back(d.get<int64_t>());
+    }
+    if (offsetsIt == entry.end() || !offsetsIt->is_array() ||
+        offsetsIt->size() != 2 || !(*offsetsIt)[0].is_number_unsigned() ||
+        !(*offsetsIt)[1].is_number_unsigned())
+      return fail(path, absl::StrCat("tensor '", name,
+                                     "' has invalid data_offsets"));
+    uint64_t begin = (*offsetsIt)[0].get<uint64_t>();
+    uint64_t end = (*offsetsIt)[1].get<uint64_t>();
+    if (begin > end || uint64_t(type.byteSize()) != end - begin)
+      return fail(path, absl::StrCat("tensor '", name, "' is ", type.str(),
+                                     ", ", type.byteSize(),
+                                     " bytes, but its data_offsets span ",
+                                     end >= begin ? end - begin : 0));
+    if (end > dataSize)
+      return fail(path, absl::StrCat("truncated: tensor '", name,
+                                     "' ends at byte ", end,
+                                     " of the data, which holds ", dataSize));
+    HostTensor t;
+    t.type = std::move(type);
+    t.data = data + begin;
+    t.owner = file;
+    result.tensors[name] = std::move(t);
+    spans.push_back({begin, end, name});
+  }
+  // The data must be covered exactly once, without gaps or overlaps.
+  std::sort(spans.begin(), spans.end(), [](const Span &a, const Span &b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  uint64_t position = 0;
+  for (const Span &s : spans) {
+    if (s.begin != position)
+      return fail(path, absl::StrCat("tensor '", s.name, "' starts at byte ",
+                                     s.begin, ", expected ", position,
+                                     " (gap or overlap in data_offsets)"));
+    position = s.end;
+  }
+  if (position < dataSize)
+    return fail(path, absl::StrCat(dataSize - position,
+                                   " bytes of trailing data after the last "
+                                   "tensor"));
+  return result;
+}
+
+absl::Status
+writeSafetensors(const std::string &path,
+                 const std::map<std::string, HostTensor> &tensors,
+                 const std::map<std::string, std::string> &metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty())
+    header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto &[name, t] : tensors) {
+    if (name.empty() || name == "__metadata__")
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid tensor name '", name, "'"));
+    uint64_t size = t.byteSize();
+    header[name] = {{"dtype", safetensorsDTypeName(t.type.dtype)},
+                    {"shape", t.type.shape},
+                    {"data_offsets", {offset, offset + size}}};
+    offset += size;
+  }
+  std::string text = header.dump();
+  // Padding to 8 keeps the data aligned for readers that map the file.
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::string dir = ".";
+  std::string base = path;
+  if (size_t slash = path.rfind('/'); slash != std::string::npos) {
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+    base = path.substr(slash + 1);
+  }
+  std::string tmpl = absl::StrCat(dir, "/.", base, ".XXXXXX");
+  std::vector<char> tmpName(tmpl.begin(), tmpl.end());
+  tmpName.push_back('\0');
+  int fd = mkstemp(tmpName.data());
+  if (fd < 0)
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create a temporary file in ", dir, ": ", errnoText()));
+  std::string tmp(tmpName.data());
+  auto writeAll = [&](const void *p, size_t n) {
+    const char *c = static_cast<const char *>(p);
+    while (n > 0) {
+      ssize_t w = ::write(fd, c, n);
+      if (w < 0) {
+        if (errno == EINTR)
+          continue;
+        return false;
+      }
+      c += w;
+      n -= size_t(w);
+    }
+    return true;
+  };
+  uint8_t lengthBytes[8];
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i)
+    lengthBytes[i] = uint8_t(length >> (8 * i));
+  bool ok = writeAll(lengthBytes, 8) && writeAll(text.data(), text.size());
+  for (auto it = tensors.begin(); ok && it != tensors.end(); ++it)
+    ok = writeAll(it->second.data, it->second.byteSize());
+  ok = ok && fsync(fd) == 0;
+  std::string err = ok ? "" : errnoText();
+  // mkstemp creates the file 0600; give it the usual permissions.
+  mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    err = errnoText();
+  }
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    err = errnoText();
+  }
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", err));
+  }
+  return absl::OkStatus();
+}
+
+} // namespace merak::runtime

@@ -1,0 +1,34 @@
+// Tests the --merak-train pipeline: autodiff then optimizer then clean-ups,
+// on a small MLP; @forward stays for evaluation.
+// RUN: merak-opt %s --merak-train="optimizer=adamw lr=3e-4 weight-decay=0.1" | FileCheck %s
+// RUN: merak-opt %s --merak-train="optimizer=sgd lr=0.1 momentum=0.9 nesterov=true" | FileCheck %s --check-prefix=SGD
+
+// CHECK-LABEL: func.func @forward
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: {merak.opt_state = "fc1.weight/exp_avg"}
+// CHECK-SAME: {merak.opt_state = "fc2.weight/exp_avg_sq"}
+// CHECK-SAME: {merak.lr}
+// CHECK-SAME: {merak.step}
+// CHECK-SAME: merak.optimizer = {beta1 = {{.*}}, name = "adamw", weight_decay = 1.000000e-01 : f64}
+// CHECK: merak.linear
+// CHECK: merak.relu
+// CHECK: merak.linear
+// CHECK: merak.cross_entropy
+// CHECK: merak.cross_entropy_backward
+// CHECK: merak.where
+// CHECK-COUNT-2: merak.adamw_update
+// CHECK: return
+
+// SGD-LABEL: func.func @train_step
+// SGD-SAME: {merak.opt_state = "fc1.weight/momentum_buffer"}
+// SGD-COUNT-2: merak.sgd_update {{.*}} {dampening = 0.000000e+00 : f64, momentum = 9.000000e-01 : f64, nesterov = true
+func.func @forward(%w1: tensor<16x8xf32> {merak.param = "fc1.weight"},
+                   %w2: tensor<4x16xf32> {merak.param = "fc2.weight"},
+                   %x: tensor<2x8xf32> {merak.input = "x"},
+                   %t: tensor<2xi64> {merak.input = "t"}) -> (tensor<2x4xf32>, tensor<f32>) {
+  %0 = merak.linear %x, %w1 : (tensor<2x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>
+  %1 = merak.relu %0 : tensor<2x16xf32>
+  %2 = merak.linear %1, %w2 : (tensor<2x16xf32>, tensor<4x16xf32>) -> tensor<2x4xf32>
+  %3 = merak.cross_entropy %2, %t : (tensor<2x4xf32>, tensor<2xi64>) -> tensor<f32>
+  return %2, %3 : tensor<2x4xf32>, tensor<f32>
+}

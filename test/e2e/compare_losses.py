@@ -1,0 +1,128 @@
+"""Compares the per-step losses of two JSONL training logs within a relative tolerance.
+
+Usage:
+    python3 compare_losses.py A.jsonl B.jsonl [--rtol 1e-4] [--steps N]
+
+Each line of a log is {"step": i, "loss": x, ...}; other keys are ignored.
+Step i passes when |A_i - B_i| <= rtol * max(|B_i|, 1e-6), so B is the
+reference. Prints a table and exits 1 at the first failing step, a NaN, or
+when the logs hold different steps; 2 when a log cannot be read.
+"""
+
+import argparse
+import json
+import math
+import sys
+
+# Keeps a loss of exactly 0 in B from demanding an exact match.
+ABS_FLOOR = 1e-6
+
+
+class LogError(Exception):
+    pass
+
+
+def read_log(path):
+    """Returns [(step, loss)] in file order."""
+    rows = []
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise LogError("%s: %s" % (path, e.strerror))
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            step, loss = entry["step"], entry["loss"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise LogError("%s:%d: not a {\"step\", \"loss\"} line: %s"
+                           % (path, number, e))
+        if type(step) is not int or not isinstance(loss, (int, float)):
+            raise LogError("%s:%d: step must be an integer and loss a number"
+                           % (path, number))
+        rows.append((step, float(loss)))
+    steps = [s for s, _ in rows]
+    if steps != list(range(1, len(rows) + 1)):
+        raise LogError("%s: steps are %s, expected 1..%d in order"
+                       % (path, _abbrev(steps), len(rows)))
+    return rows
+
+
+def _abbrev(values, limit=8):
+    if len(values) <= limit:
+        return str(values)
+    return "[%s, ...]" % ", ".join(map(str, values[:limit]))
+
+
+def relative_diff(a, b):
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if a == b:  # also equal infinities
+        return 0.0
+    return abs(a - b) / max(abs(b), ABS_FLOOR)
+
+
+def compare(rows_a, rows_b, rtol, steps=None, out=sys.stdout):
+    """Prints the table; returns None on success or the failure message."""
+    count_a, count_b = len(rows_a), len(rows_b)
+    if steps is None:
+        if count_a != count_b:
+            limit = min(count_a, count_b)
+            failure = "the logs hold %d and %d steps" % (count_a, count_b)
+        else:
+            limit, failure = count_a, None
+    else:
+        limit = min(steps, count_a, count_b)
+        failure = None
+        if count_a < steps or count_b < steps:
+            failure = ("%d steps requested, the logs hold %d and %d"
+                       % (steps, count_a, count_b))
+    print("%6s  %-24s %-24s %10s" % ("step", "A", "B", "rel.diff"), file=out)
+    first_bad = None
+    for (step, a), (_, b) in zip(rows_a[:limit], rows_b[:limit]):
+        diff = relative_diff(a, b)
+        bad = not diff <= rtol  # NaN fails
+        if bad and first_bad is None:
+            first_bad = (step, a, b, diff)
+        print("%6d  %-24r %-24r %10.3e%s"
+              % (step, a, b, diff, "  <-- exceeds rtol" if bad else ""),
+              file=out)
+    if first_bad is not None:
+        step, a, b, diff = first_bad
+        return ("step %d differs: %r vs %r, relative difference %.3e > "
+                "rtol %g" % (step, a, b, diff, rtol))
+    return failure
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a", help="log under test (e.g. merak-exec's)")
+    parser.add_argument("b", help="reference log")
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--steps", type=int,
+                        help="compare only the first N steps (both logs "
+                        "must hold at least N)")
+    args = parser.parse_args(argv)
+    if args.rtol < 0:
+        parser.error("--rtol must not be negative")
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be at least 1")
+    try:
+        rows_a, rows_b = read_log(args.a), read_log(args.b)
+    except LogError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    failure = compare(rows_a, rows_b, args.rtol, args.steps)
+    if failure:
+        print("FAIL: %s (%s vs %s)" % (failure, args.a, args.b),
+              file=sys.stderr)
+        return 1
+    print("OK: %d steps within rtol %g"
+          % (args.steps or len(rows_a), args.rtol))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

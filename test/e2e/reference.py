@@ -1,0 +1,170 @@
+"""Trains a traced fixture with PyTorch on a batch file and logs the loss of every step.
+
+Usage:
+    python3 reference.py --model DIR/NAME.pt --data batches.safetensors
+                         --steps N --optimizer sgd|adamw --lr LR
+                         [--momentum M] [--dampening D] [--nesterov]
+                         [--weight-decay WD] [--betas B1 B2] [--eps E]
+                         [--threads T] [--dtype float32|float64]
+                         --out-jsonl losses.jsonl
+
+The TorchScript archive holds the initial weights, so every run starts from
+the same point. Step i feeds slice i-1 of each input to the forward, logs
+the loss of that forward ({"step": i, "loss": ...}, the loss before the
+update), then runs backward and one optimizer step. The losses are the
+reference that merak-exec's log is compared against.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.dont_write_bytecode = True
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import merak_safetensors  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def forward_names(module):
+    """Names of the forward arguments, in order, without ``self``."""
+    return [a.name for a in module.forward.schema.arguments][1:]
+
+
+def pick_loss(outputs):
+    """The only rank-0 floating-point tensor among the outputs."""
+    if isinstance(outputs, torch.Tensor):
+        outputs = (outputs,)
+    found = [o for o in outputs if isinstance(o, torch.Tensor)
+             and o.dim() == 0 and o.is_floating_point()]
+    if len(found) != 1:
+        raise SystemExit("error: expected exactly one scalar floating-point "
+                         "output (the loss), found %d among %d outputs"
+                         % (len(found), len(outputs)))
+    return found[0]
+
+
+def make_optimizer(args, params):
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=args.lr, momentum=args.momentum,
+            dampening=args.dampening, nesterov=args.nesterov,
+            weight_decay=args.weight_decay, foreach=False)
+    return torch.optim.AdamW(
+        params, lr=args.lr, betas=tuple(args.betas), eps=args.eps,
+        weight_decay=args.weight_decay, foreach=False)
+
+
+def run(args):
+    torch.set_num_threads(args.threads)
+    dtype = DTYPES[args.dtype]
+    module = torch.jit.load(args.model)
+    if dtype != torch.float32:
+        # Converts floating parameters and buffers only; masks and counters
+        # keep their types.
+        module.to(dtype)
+    params = list(module.parameters())
+    optimizer = make_optimizer(args, params)
+
+    data, _ = merak_safetensors.load(args.data)
+    names = forward_names(module)
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise SystemExit("error: %s has no tensor for input(s) %s (it has %s)"
+                         % (args.data, ", ".join(missing),
+                            ", ".join(sorted(data))))
+    available = min(data[n].shape[0] for n in names)
+    if available < args.steps:
+        raise SystemExit("error: %s holds %d steps, %d requested"
+                         % (args.data, available, args.steps))
+
+    losses = []
+    never_grad = set(id(p) for p in params)
+    for step in range(args.steps):
+        inputs = []
+        for name in names:
+            x = data[name][step]
+            inputs.append(x.to(dtype) if x.is_floating_point() else x)
+        loss = pick_loss(module(*inputs))
+        loss.backward()
+        never_grad -= set(id(p) for p in params if p.grad is not None)
+        optimizer.step()
+        # set_to_none: a parameter without a gradient is skipped by the
+        # optimizer (no weight decay, no moments), the same on every step.
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    if never_grad:
+        unused = [n for n, p in module.named_parameters() if id(p) in never_grad]
+        print("note: %d parameter(s) never got a gradient and were not "
+              "updated: %s" % (len(unused), ", ".join(unused)),
+              file=sys.stderr)
+    return losses
+
+
+def write_jsonl(path, losses):
+    text = "".join(json.dumps({"step": i + 1, "loss": loss}) + "\n"
+                   for i, loss in enumerate(losses))
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="traced .pt archive")
+    parser.add_argument("--data", required=True, help="batches .safetensors")
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--optimizer", choices=["sgd", "adamw"],
+                        required=True)
+    parser.add_argument("--lr", type=float, required=True)
+    parser.add_argument("--momentum", type=float, default=0.0,
+                        help="SGD (default 0)")
+    parser.add_argument("--dampening", type=float, default=0.0,
+                        help="SGD (default 0)")
+    parser.add_argument("--nesterov", action="store_true", help="SGD")
+    parser.add_argument("--weight-decay", type=float, default=None,
+                        help="default: 0 for sgd, 0.01 for adamw "
+                        "(PyTorch's defaults)")
+    parser.add_argument("--betas", type=float, nargs=2, default=[0.9, 0.999],
+                        metavar=("B1", "B2"), help="AdamW (default 0.9 0.999)")
+    parser.add_argument("--eps", type=float, default=1e-8,
+                        help="AdamW (default 1e-8)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch.set_num_threads (default 1)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                        help="run the model and optimizer in this type")
+    parser.add_argument("--out-jsonl", required=True)
+    args = parser.parse_args(argv)
+    if args.weight_decay is None:
+        args.weight_decay = 0.01 if args.optimizer == "adamw" else 0.0
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    if args.nesterov and (args.momentum <= 0 or args.dampening != 0):
+        parser.error("--nesterov needs --momentum > 0 and --dampening 0")
+
+    start = time.perf_counter()
+    losses = run(args)
+    elapsed = time.perf_counter() - start
+    write_jsonl(args.out_jsonl, losses)
+    print("%s: %d steps, loss %.6g -> %.6g, %.2f s"
+          % (args.out_jsonl, len(losses), losses[0], losses[-1], elapsed),
+          file=sys.stderr)
+    bad = [i + 1 for i, loss in enumerate(losses) if not math.isfinite(loss)]
+    if bad:
+        print("error: loss is not finite at step(s) %s"
+              % ", ".join(map(str, bad)), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
