@@ -38,6 +38,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       *this, "clip-grad-norm",
       llvm::cl::desc("clip the global gradient norm (0: off)"),
       llvm::cl::init(0.0)};
+  Option<int> microbatches{
+      *this, "microbatches",
+      llvm::cl::desc("accumulate gradients over this many micro-batches "
+                     "(the model is imported at the micro-batch shape)"),
+      llvm::cl::init(1)};
   Option<int> lossResult{
       *this, "loss-result",
       llvm::cl::desc("index of the loss among the forward's results"),
@@ -50,6 +55,9 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   merak::AutodiffOptions ad;
   ad.lossResult = o.lossResult;
   pm.addPass(merak::createAutodiff(ad));
+  merak::GradAccumulationOptions acc;
+  acc.microbatches = o.microbatches;
+  pm.addPass(merak::createGradAccumulation(acc));
   merak::OptimizerOptions opt;
   opt.optimizer = o.optimizer;
   opt.lr = o.lr;
@@ -72,6 +80,6 @@ void merak::registerMerakPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "merak-train",
       "Build the training step: clean-ups, --merak-autodiff, "
-      "--merak-optimizer, clean-ups",
+      "--merak-grad-accumulation, --merak-optimizer, clean-ups",
       buildTrainPipeline);
 }

@@ -34,6 +34,7 @@ inline constexpr llvm::StringLiteral kOptimizerAttr = "merak.optimizer";
 // Ops: forward op ids and the forward op a backward op belongs to.
 inline constexpr llvm::StringLiteral kIdAttr = "merak.id";
 inline constexpr llvm::StringLiteral kGradOfAttr = "merak.grad_of";
+inline constexpr llvm::StringLiteral kMicrobatchAttr = "merak.microbatch";
 
 } // namespace merak
 

@@ -58,6 +58,28 @@ def Autodiff : Pass<"merak-autodiff", "mlir::ModuleOp"> {
   ];
 }
 
+def GradAccumulation : Pass<"merak-grad-accumulation", "mlir::ModuleOp"> {
+  let summary = "Accumulate gradients over micro-batches inside the "
+                "training step";
+  let description = [{
+    Makes `@train_step` (as built by `--merak-autodiff`, before
+    `--merak-optimizer`) take `microbatches` micro-batches at once: every
+    `merak.input` argument becomes `microbatches` times larger along
+    dimension 0, and the step runs its forward and backward once per slice
+    of that dimension, in order. The model must have been imported at the
+    micro-batch shape. The loss becomes the mean of the micro-batch losses
+    and each gradient the mean of the micro-batch gradients, which is what
+    PyTorch computes when each micro-batch's `loss / M` is back-propagated
+    into the same `.grad`. Buffer updates chain: micro-batch `i` sees the
+    buffers written by micro-batch `i - 1`, and the last one's are returned.
+    Ops of micro-batch `i` carry `merak.microbatch = i`.
+  }];
+  let options = [
+    Option<"microbatches", "microbatches", "int", /*default=*/"1",
+           "Number of micro-batches per step">
+  ];
+}
+
 def Optimizer : Pass<"merak-optimizer", "mlir::ModuleOp"> {
   let summary = "Insert optimizer updates into the training step";
   let description = [{
