@@ -1,12 +1,16 @@
-"""Compares the per-step losses of two JSONL training logs within a relative tolerance.
+"""Compares the per-step losses of two JSONL training logs.
 
 Usage:
-    python3 compare_losses.py A.jsonl B.jsonl [--rtol 1e-4] [--steps N]
+    python3 compare_losses.py A.jsonl B.jsonl [--rtol 1e-4] [--atol 1e-6]
+                              [--steps N]
 
-Each line of a log is {"step": i, "loss": x, ...}; other keys are ignored.
-Step i passes when |A_i - B_i| <= rtol * max(|B_i|, 1e-6), so B is the
-reference. Prints a table and exits 1 at the first failing step, a NaN, or
-when the logs hold different steps; 2 when a log cannot be read.
+Each line of a log is {"step": i, "loss": x, ...}, steps consecutive (a
+log resumed from a checkpoint may start after 1); a null loss stands for a
+non-finite one, and other keys are ignored.
+B is the reference: step i passes when |A_i - B_i| <= max(rtol * |B_i|,
+atol). The absolute floor lets a loss that has fallen to about 0 pass.
+Prints a table and exits 1 naming the first failing step (a NaN always
+fails), or when the logs hold different steps; 2 when a log cannot be read.
 """
 
 import argparse
@@ -14,8 +18,8 @@ import json
 import math
 import sys
 
-# Keeps a loss of exactly 0 in B from demanding an exact match.
-ABS_FLOOR = 1e-6
+# Keeps a loss that has fallen to about 0 in B from demanding an exact match.
+ATOL = 1e-6
 
 
 class LogError(Exception):
@@ -23,7 +27,7 @@ class LogError(Exception):
 
 
 def read_log(path):
-    """Returns [(step, loss)] in file order."""
+    """Returns [(step, loss)] in file order; a null loss reads as NaN."""
     rows = []
     try:
         with open(path) as f:
@@ -39,14 +43,20 @@ def read_log(path):
         except (ValueError, KeyError, TypeError) as e:
             raise LogError("%s:%d: not a {\"step\", \"loss\"} line: %s"
                            % (path, number, e))
-        if type(step) is not int or not isinstance(loss, (int, float)):
-            raise LogError("%s:%d: step must be an integer and loss a number"
-                           % (path, number))
+        if loss is None:
+            loss = math.nan
+        if (type(step) is not int or isinstance(loss, bool)
+                or not isinstance(loss, (int, float))):
+            raise LogError("%s:%d: step must be an integer and loss a number "
+                           "or null" % (path, number))
         rows.append((step, float(loss)))
     steps = [s for s, _ in rows]
-    if steps != list(range(1, len(rows) + 1)):
-        raise LogError("%s: steps are %s, expected 1..%d in order"
-                       % (path, _abbrev(steps), len(rows)))
+    if not rows:
+        raise LogError("%s: no steps" % path)
+    first = steps[0]
+    if first < 1 or steps != list(range(first, first + len(rows))):
+        raise LogError("%s: steps are %s, expected consecutive steps from "
+                       "1 or later" % (path, _abbrev(steps)))
     return rows
 
 
@@ -61,11 +71,20 @@ def relative_diff(a, b):
         return math.nan
     if a == b:  # also equal infinities
         return 0.0
-    return abs(a - b) / max(abs(b), ABS_FLOOR)
+    return abs(a - b) / abs(b) if b else math.inf
 
 
-def compare(rows_a, rows_b, rtol, steps=None, out=sys.stdout):
+def within(a, b, rtol, atol):
+    if a == b:
+        return True
+    return abs(a - b) <= max(rtol * abs(b), atol)  # False for NaN
+
+
+def compare(rows_a, rows_b, rtol, atol=ATOL, steps=None, out=sys.stdout):
     """Prints the table; returns None on success or the failure message."""
+    if rows_a[0][0] != rows_b[0][0]:
+        return "the logs start at steps %d and %d" % (rows_a[0][0],
+                                                      rows_b[0][0])
     count_a, count_b = len(rows_a), len(rows_b)
     if steps is None:
         if count_a != count_b:
@@ -79,20 +98,21 @@ def compare(rows_a, rows_b, rtol, steps=None, out=sys.stdout):
         if count_a < steps or count_b < steps:
             failure = ("%d steps requested, the logs hold %d and %d"
                        % (steps, count_a, count_b))
-    print("%6s  %-24s %-24s %10s" % ("step", "A", "B", "rel.diff"), file=out)
+    print("%6s  %-24s %-24s %10s %10s"
+          % ("step", "A", "B", "abs.diff", "rel.diff"), file=out)
     first_bad = None
     for (step, a), (_, b) in zip(rows_a[:limit], rows_b[:limit]):
-        diff = relative_diff(a, b)
-        bad = not diff <= rtol  # NaN fails
-        if bad and first_bad is None:
-            first_bad = (step, a, b, diff)
-        print("%6d  %-24r %-24r %10.3e%s"
-              % (step, a, b, diff, "  <-- exceeds rtol" if bad else ""),
-              file=out)
+        ok = within(a, b, rtol, atol)
+        if not ok and first_bad is None:
+            first_bad = (step, a, b)
+        print("%6d  %-24r %-24r %10.3e %10.3e%s"
+              % (step, a, b, abs(a - b), relative_diff(a, b),
+                 "" if ok else "  <-- exceeds tolerance"), file=out)
     if first_bad is not None:
-        step, a, b, diff = first_bad
+        step, a, b = first_bad
         return ("step %d differs: %r vs %r, relative difference %.3e > "
-                "rtol %g" % (step, a, b, diff, rtol))
+                "rtol %g (atol %g)"
+                % (step, a, b, relative_diff(a, b), rtol, atol))
     return failure
 
 
@@ -100,13 +120,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", help="log under test (e.g. merak-exec's)")
     parser.add_argument("b", help="reference log")
-    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--rtol", type=float, default=1e-4,
+                        help="relative to B (default 1e-4)")
+    parser.add_argument("--atol", type=float, default=ATOL,
+                        help="absolute floor (default %g)" % ATOL)
     parser.add_argument("--steps", type=int,
                         help="compare only the first N steps (both logs "
                         "must hold at least N)")
     args = parser.parse_args(argv)
-    if args.rtol < 0:
-        parser.error("--rtol must not be negative")
+    if args.rtol < 0 or args.atol < 0:
+        parser.error("--rtol and --atol must not be negative")
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be at least 1")
     try:
@@ -114,13 +137,13 @@ def main(argv=None):
     except LogError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    failure = compare(rows_a, rows_b, args.rtol, args.steps)
+    failure = compare(rows_a, rows_b, args.rtol, args.atol, args.steps)
     if failure:
         print("FAIL: %s (%s vs %s)" % (failure, args.a, args.b),
               file=sys.stderr)
         return 1
-    print("OK: %d steps within rtol %g"
-          % (args.steps or len(rows_a), args.rtol))
+    print("OK: %d steps within rtol %g (atol %g)"
+          % (args.steps or len(rows_a), args.rtol, args.atol))
     return 0
 
 

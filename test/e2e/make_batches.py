@@ -1,8 +1,8 @@
-"""Writes N steps of training inputs for a traced fixture to a safetensors file.
+"""Writes N steps of training inputs for a fixture to a safetensors file.
 
 Usage:
     python3 make_batches.py --fixture NAME --fixtures-dir DIR --steps N
-                            [--seed S] --out batches.safetensors
+                            [--seed S] [--cycle K] --out batches.safetensors
 
 Each forward input NAME.inputs.json lists becomes one tensor of shape
 [N] + input_shape; slice i is the batch of step i+1. Step i's inputs come
@@ -43,8 +43,13 @@ def step_seed(seed, step):
 
 def read_inputs(fixtures_dir, name):
     path = os.path.join(fixtures_dir, name + ".inputs.json")
-    with open(path) as f:
-        return json.load(f)["inputs"]
+    try:
+        with open(path) as f:
+            return json.load(f)["inputs"]
+    except OSError as e:
+        raise SystemExit("error: %s: %s (trace the fixtures with "
+                         "test/fixtures/trace_all.py --out DIR)"
+                         % (path, e.strerror))
 
 
 def make_batches(fixture_name, fixtures_dir, steps, seed, cycle=0):
@@ -102,6 +107,8 @@ def main(argv=None):
         parser.error("--steps must be at least 1")
     if args.cycle < 0:
         parser.error("--cycle must not be negative")
+    if not 0 <= args.seed < 2 ** 31:
+        parser.error("--seed must be in [0, 2^31)")
     tensors, names = make_batches(args.fixture, args.fixtures_dir,
                                   args.steps, args.seed, args.cycle)
     metadata = {"format": FORMAT, "fixture": args.fixture,

@@ -1,4 +1,4 @@
-"""Trains a traced fixture with PyTorch on a batch file and logs the loss of every step.
+"""Trains a traced fixture with PyTorch and logs the loss of every step.
 
 Usage:
     python3 reference.py --model DIR/NAME.pt --data batches.safetensors
@@ -52,6 +52,24 @@ def pick_loss(outputs):
     return found[0]
 
 
+def warn_on_casts(outputs, dtype):
+    """Says when the traced graph itself casts back to another float type."""
+    if isinstance(outputs, torch.Tensor):
+        outputs = (outputs,)
+
+    def name(t):
+        return str(t).replace("torch.", "")
+    others = sorted({name(o.dtype) for o in outputs
+                     if isinstance(o, torch.Tensor) and o.is_floating_point()
+                     and o.dtype != dtype})
+    if others:
+        # e.g. `.float()` in the model, recorded by the trace as a cast.
+        print("warning: the model returns %s outputs under --dtype %s: the "
+              "trace casts explicitly, so part of it does not run in %s"
+              % (", ".join(others), name(dtype), name(dtype)),
+              file=sys.stderr)
+
+
 def make_optimizer(args, params):
     if args.optimizer == "sgd":
         return torch.optim.SGD(
@@ -93,7 +111,10 @@ def run(args):
         for name in names:
             x = data[name][step]
             inputs.append(x.to(dtype) if x.is_floating_point() else x)
-        loss = pick_loss(module(*inputs))
+        outputs = module(*inputs)
+        loss = pick_loss(outputs)
+        if step == 0:
+            warn_on_casts(outputs, dtype)
         loss.backward()
         never_grad -= set(id(p) for p in params if p.grad is not None)
         optimizer.step()
@@ -102,7 +123,8 @@ def run(args):
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     if never_grad:
-        unused = [n for n, p in module.named_parameters() if id(p) in never_grad]
+        unused = [n for n, p in module.named_parameters()
+                  if id(p) in never_grad]
         print("note: %d parameter(s) never got a gradient and were not "
               "updated: %s" % (len(unused), ", ".join(unused)),
               file=sys.stderr)
@@ -110,7 +132,9 @@ def run(args):
 
 
 def write_jsonl(path, losses):
-    text = "".join(json.dumps({"step": i + 1, "loss": loss}) + "\n"
+    # null for a non-finite loss, as merak-exec writes it: NaN is not JSON.
+    text = "".join(json.dumps({"step": i + 1, "loss": loss
+                               if math.isfinite(loss) else None}) + "\n"
                    for i, loss in enumerate(losses))
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
