@@ -5,7 +5,7 @@ import lit.formats
 config.name = "MERAK"
 config.test_format = lit.formats.ShTest(True)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["fixtures", "lit.cfg.py", "CMakeLists.txt", "Inputs"]
+config.excludes = ["fixtures", "lit.cfg.py", "CMakeLists.txt", "Inputs", "README.md"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.merak_obj_root, "test")
 

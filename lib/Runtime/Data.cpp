@@ -1,6 +1,7 @@
 //===- Data.cpp - batch files, token files and synthetic inputs -----------===//
 
 #include "merak/Runtime/Data.h"
+#include "merak/Runtime/Random.h"
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/TorchIO.h"
 
@@ -17,10 +18,6 @@
 namespace merak::runtime {
 
 BatchSource::~BatchSource() = default;
-
-uint64_t dataSeed(uint64_t seed, int64_t step) {
-  return (seed << 32) | uint64_t(step - 1);
-}
 
 namespace {
 
@@ -41,8 +38,7 @@ public:
     for (const HostTensor &all : tensors) {
       HostTensor slice;
       slice.type.dtype = all.type.dtype;
-      slice.type.shape.assign(all.type.shape.begin() + 1,
-                              all.type.shape.end());
+      slice.type.shape.assign(all.type.shape.begin() + 1, all.type.shape.end());
       slice.data = all.bytes() + (step - 1) * slice.byteSize();
       slice.owner = all.owner;
       result.push_back(std::move(slice));
@@ -78,13 +74,13 @@ public:
       : path(std::move(path)), map(std::move(map)), dtype(dtype),
         inputs(std::move(inputs)), batchSize(batchSize), seqLen(seqLen),
         seed(seed) {
-    numTokens = int64_t(this->map->size /
-                        (dtype == TokenDType::U16 ? 2 : 4));
+    numTokens = int64_t(this->map->size / (dtype == TokenDType::U16 ? 2 : 4));
   }
 
   absl::StatusOr<std::vector<HostTensor>> batch(int64_t step) override {
-    std::vector<int64_t> starts = randomIntegers(
-        dataSeed(seed, step), numTokens - seqLen, batchSize);
+    std::vector<int64_t> starts =
+        randomIntegers(stepSeed(seed, step, RandomStream::Data),
+                       numTokens - seqLen, batchSize);
     std::vector<HostTensor> result;
     for (size_t k = 0; k < inputs.size(); ++k) {
       HostTensor t = HostTensor::allocate(inputs[k].type);
@@ -140,7 +136,7 @@ public:
     std::vector<TensorType> types;
     for (const InputSpec &in : inputs)
       types.push_back(in.type);
-    return randomTensors(dataSeed(seed, step), types);
+    return randomTensors(stepSeed(seed, step, RandomStream::Data), types);
   }
 
   std::string describe() const override { return "synthetic data"; }
@@ -171,12 +167,10 @@ openBatchFile(const std::string &path, const std::vector<InputSpec> &inputs,
           names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
     }
     const HostTensor &t = it->second;
-    std::vector<int64_t> expected = in.type.shape;
-    expected.insert(expected.begin(), lastStep);
-    bool shapeOk =
-        t.type.shape.size() == expected.size() &&
-        std::equal(t.type.shape.begin() + 1, t.type.shape.end(),
-                   in.type.shape.begin());
+    // One batch per step along a new leading dimension.
+    bool shapeOk = t.type.shape.size() == in.type.shape.size() + 1 &&
+                   std::equal(t.type.shape.begin() + 1, t.type.shape.end(),
+                              in.type.shape.begin());
     if (!shapeOk || t.type.dtype != in.type.dtype)
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": input '", in.name, "' is ", shapeString(t.type.shape), " ",
@@ -185,9 +179,9 @@ openBatchFile(const std::string &path, const std::vector<InputSpec> &inputs,
           " (one ", in.type.str(), " batch per step)"));
     int64_t n = t.type.shape[0];
     if (n < lastStep)
-      return absl::OutOfRangeError(absl::StrCat(
-          path, " holds ", n, " batches of input '", in.name, "', but step ",
-          lastStep, " needs ", lastStep));
+      return absl::OutOfRangeError(
+          absl::StrCat(path, " holds ", n, " batches of input '", in.name,
+                       "', but step ", lastStep, " needs ", lastStep));
     count = count < 0 ? n : std::min(count, n);
     tensors.push_back(t);
   }
@@ -233,14 +227,14 @@ openTokenFile(const std::string &path, TokenDType dtype,
   ::close(fd);
   size_t width = dtype == TokenDType::U16 ? 2 : 4;
   if (map->size % width != 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is ", map->size, " bytes, not a whole number of ",
-        width == 2 ? "uint16" : "int32", " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", map->size, " bytes, not a whole number of ",
+                     width == 2 ? "uint16" : "int32", " tokens"));
   int64_t numTokens = int64_t(map->size / width);
   if (numTokens < seqLen + 1)
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " holds ", numTokens, " tokens; a window of ",
-                     seqLen, " + 1 needs more"));
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds ", numTokens,
+                                                   " tokens; a window of ",
+                                                   seqLen, " + 1 needs more"));
   return std::unique_ptr<BatchSource>(new TokenFile(
       path, std::move(map), dtype, inputs, batchSize, seqLen, seed));
 }

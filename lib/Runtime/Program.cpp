@@ -125,9 +125,9 @@ std::vector<std::pair<int, int>> inPlaceCandidates(const Instruction &inst) {
 
 struct Buffer {
   int64_t bytes = 0;
-  int last = -1;         // last use of any value living in it
-  int createdBy = -1;    // instruction; -1 for arguments and constants
-  bool writable = false; // a fresh result's buffer
+  int last = -1;          // last use of any value living in it
+  int createdBy = -1;     // instruction; -1 for arguments and constants
+  bool writable = false;  // a fresh result's buffer
   bool donatable = false; // a state argument the step replaces
 };
 
@@ -177,9 +177,9 @@ absl::Status planProgram(Program &program) {
       if (auto s = checkId(v); !s.ok())
         return s;
       if (!defined[v])
-        return absl::InternalError(absl::StrCat(
-            "instruction ", i, " (", opKindName(inst.kind), ") reads ",
-            valueName(v), " before it is defined"));
+        return absl::InternalError(
+            absl::StrCat("instruction ", i, " (", opKindName(inst.kind),
+                         ") reads ", valueName(v), " before it is defined"));
       values[v].lastUse = int(i);
     }
     for (ValueId v : inst.results) {
@@ -224,17 +224,22 @@ absl::Status planProgram(Program &program) {
     inst.storage.assign(inst.results.size(), ResultStorage());
     std::vector<int> taken;
     std::vector<std::pair<int, int>> candidates = inPlaceCandidates(inst);
+    // Views first: a view result keeps its operand's storage alive, which
+    // the in-place decisions below must see.
     for (size_t r = 0; r < inst.results.size(); ++r) {
-      ValueId res = inst.results[r];
       if (int k = viewOperand(program, inst, r); k >= 0) {
-        ValueId src = inst.operands[k];
+        ValueId res = inst.results[r], src = inst.operands[k];
         values[res].buffer = values[src].buffer;
         Buffer &b = buffers[values[src].buffer];
         b.last = std::max(b.last, values[res].lastUse);
         broadcast[res] = broadcast[src] || inst.kind == OpKind::Expand;
         inst.storage[r] = {ResultStorage::Kind::View, k};
-        continue;
       }
+    }
+    for (size_t r = 0; r < inst.results.size(); ++r) {
+      ValueId res = inst.results[r];
+      if (inst.storage[r].kind == ResultStorage::Kind::View)
+        continue;
       bool placed = false;
       for (auto [cr, k] : candidates) {
         if (cr != int(r) || k >= int(inst.operands.size()))
@@ -317,8 +322,7 @@ std::string printProgram(const Program &program) {
      << program.constants.size() << " constants, planned peak "
      << formatBytes(program.plannedPeakBytes) << "\n";
   for (const Argument &arg : program.arguments) {
-    os << "  " << valueName(arg.value) << " = "
-       << argumentRoleName(arg.role);
+    os << "  " << valueName(arg.value) << " = " << argumentRoleName(arg.role);
     if (!arg.name.empty())
       os << " \"" << arg.name << "\"";
     os << " : " << program.values[arg.value].type.str();
@@ -327,8 +331,8 @@ std::string printProgram(const Program &program) {
     os << "\n";
   }
   for (const ProgramConstant &c : program.constants)
-    os << "  " << valueName(c.value) << " = constant : "
-       << program.values[c.value].type.str() << "\n";
+    os << "  " << valueName(c.value)
+       << " = constant : " << program.values[c.value].type.str() << "\n";
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     const Instruction &inst = program.instructions[i];
     os << "  #" << i << " ";
@@ -339,8 +343,7 @@ std::string printProgram(const Program &program) {
       os << (k ? ", " : " ") << valueName(inst.operands[k]);
     os << " :";
     for (size_t r = 0; r < inst.results.size(); ++r)
-      os << (r ? ", " : " ")
-         << program.values[inst.results[r]].type.str();
+      os << (r ? ", " : " ") << program.values[inst.results[r]].type.str();
     for (size_t r = 0; r < inst.storage.size(); ++r) {
       const ResultStorage &s = inst.storage[r];
       if (s.kind == ResultStorage::Kind::Fresh)

@@ -60,8 +60,7 @@ absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
       file->base = nullptr;
       std::string err = errnoText();
       ::close(fd);
-      return absl::InternalError(
-          absl::StrCat("cannot map ", path, ": ", err));
+      return absl::InternalError(absl::StrCat("cannot map ", path, ": ", err));
     }
   }
   ::close(fd);
@@ -75,9 +74,9 @@ absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
   for (int i = 7; i >= 0; --i)
     headerLength = (headerLength << 8) | bytes[i];
   if (headerLength > kMaxHeaderBytes)
-    return fail(path, absl::StrCat("header length ", headerLength,
-                                   " is larger than ", kMaxHeaderBytes,
-                                   "; not a safetensors file?"));
+    return fail(path,
+                absl::StrCat("header length ", headerLength, " is larger than ",
+                             kMaxHeaderBytes, "; not a safetensors file?"));
   if (8 + headerLength > file->size)
     return fail(path, absl::StrCat("truncated: the header is ", headerLength,
                                    " bytes but only ", file->size - 8,
@@ -141,8 +140,8 @@ absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
     if (offsetsIt == entry.end() || !offsetsIt->is_array() ||
         offsetsIt->size() != 2 || !(*offsetsIt)[0].is_number_unsigned() ||
         !(*offsetsIt)[1].is_number_unsigned())
-      return fail(path, absl::StrCat("tensor '", name,
-                                     "' has invalid data_offsets"));
+      return fail(path,
+                  absl::StrCat("tensor '", name, "' has invalid data_offsets"));
     uint64_t begin = (*offsetsIt)[0].get<uint64_t>();
     uint64_t end = (*offsetsIt)[1].get<uint64_t>();
     if (begin > end || uint64_t(type.byteSize()) != end - begin)
@@ -151,9 +150,9 @@ absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
                                      " bytes, but its data_offsets span ",
                                      end >= begin ? end - begin : 0));
     if (end > dataSize)
-      return fail(path, absl::StrCat("truncated: tensor '", name,
-                                     "' ends at byte ", end,
-                                     " of the data, which holds ", dataSize));
+      return fail(path,
+                  absl::StrCat("truncated: tensor '", name, "' ends at byte ",
+                               end, " of the data, which holds ", dataSize));
     HostTensor t;
     t.type = std::move(type);
     t.data = data + begin;

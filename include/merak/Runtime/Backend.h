@@ -1,4 +1,4 @@
-//===- Backend.h - kernels and memory of one device, behind an interface -*- C++ -*-===//
+//===- Backend.h - kernels and memory of one device ---------*- C++ -*-===//
 //
 // The executor drives a `Backend`: it moves host bytes in and out and runs
 // one instruction at a time. Tensors are opaque handles whose memory may be
@@ -38,10 +38,6 @@ struct StepContext {
   uint64_t seed = 0;         // the run's --seed
 };
 
-/// The generator seed of a step's dropout masks:
-/// `((seed << 32) | (globalStep - 1)) | 1 << 63`.
-uint64_t dropoutSeed(uint64_t seed, int64_t globalStep);
-
 /// One kernel invocation.
 struct KernelCall {
   const Instruction *instruction = nullptr;
@@ -58,6 +54,8 @@ struct KernelCall {
   /// the operand's handle; a view result shares the operand's storage.
   std::vector<TensorHandle> results;
   const StepContext *step = nullptr;
+  /// The program the instruction belongs to (for value types and uses).
+  const Program *program = nullptr;
 };
 
 struct MemoryStats {

@@ -36,10 +36,6 @@ public:
   virtual std::string describe() const = 0;
 };
 
-/// The seed of step `step`'s data generator: `(seed << 32) | (step - 1)`,
-/// the `step_seed` of test/e2e/make_batches.py.
-uint64_t dataSeed(uint64_t seed, int64_t step);
-
 /// Step `s` reads slice `s - 1` of each input's tensor. Checks now that
 /// every input is present with shape `[n] + shape` and the same dtype, and
 /// that `n >= lastStep`.
@@ -50,7 +46,8 @@ openBatchFile(const std::string &path, const std::vector<InputSpec> &inputs,
 enum class TokenDType { U16, I32 };
 
 /// Samples `batch` windows of `seqLen + 1` tokens per step (start offsets
-/// `torch.randint(n - seqLen, (batch,))` from the step's data generator).
+/// `torch.randint(n - seqLen, (batch,))` from the step's data generator,
+/// seeded with `stepSeed(seed, step, RandomStream::Data)`).
 /// With two integer inputs `[batch, seqLen]` the first gets each window's
 /// first `seqLen` tokens and the second the last `seqLen`; with one, the
 /// first `seqLen`.

@@ -1,4 +1,4 @@
-//===- Executor.h - runs a rank program step by step on a backend -*- C++ -*-===//
+//===- Executor.h - runs a rank program step by step ---------*- C++ -*-===//
 //
 // The executor owns the training state (parameters, buffers, optimizer
 // state, step counters) as backend tensors, feeds each step's inputs, runs
@@ -25,8 +25,9 @@
 namespace merak::runtime {
 
 struct StepOutcome {
-  std::optional<double> loss; // when the program has a loss
-  bool skipped = false;       // non-finite loss; state left unchanged
+  std::optional<double> loss;     // when the program has a loss
+  bool skipped = false;           // non-finite loss; state left unchanged
+  std::optional<double> gradNorm; // when the step clips gradients
 };
 
 class Executor {

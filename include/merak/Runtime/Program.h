@@ -1,4 +1,4 @@
-//===- Program.h - the rank program: instructions over numbered values -*- C++ -*-===//
+//===- Program.h - the rank program: values and instructions -*- C++ -*-===//
 //
 // A function of the merak dialect lowered for execution: every SSA value has
 // a number and a static type, every op is an `Instruction` whose attributes
@@ -189,7 +189,8 @@ struct Argument {
   /// Index into `Program::results` of the result that is this argument's
   /// value for the next step, or -1 when the step leaves it unchanged.
   int updatedBy = -1;
-  /// A learning rate written on the argument (`merak.lr = 1.0e-3 : f64`).
+  /// The learning rate the IR records: `merak.lr = 1.0e-3 : f64` on the
+  /// argument, or `lr` in the function's `merak.optimizer` configuration.
   std::optional<double> defaultLearningRate;
 
   bool isState() const {
@@ -232,6 +233,9 @@ struct Program {
   /// Index into `results` of the loss (merak.loss, else the only rank-0
   /// float result), or -1.
   int lossResult = -1;
+  /// Index into `results` of the global gradient norm (merak.grad_norm,
+  /// returned when gradients are clipped), or -1.
+  int gradNormResult = -1;
 
   /// Filled by `planProgram`.
   int lossInstruction = -1; // defines the loss; -1 when none does

@@ -1,4 +1,4 @@
-//===- ProgramLowering.h - merak dialect function to rank program -*- C++ -*-===//
+//===- ProgramLowering.h - a merak function as a rank program -*- C++ -*-===//
 #ifndef MERAK_RUNTIME_PROGRAMLOWERING_H
 #define MERAK_RUNTIME_PROGRAMLOWERING_H
 

@@ -32,9 +32,10 @@ absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path);
 
 /// Writes `tensors` (in name order) and `metadata` to `path` atomically: a
 /// temporary file in the same directory, flushed, then renamed over `path`.
-absl::Status writeSafetensors(const std::string &path,
-                              const std::map<std::string, HostTensor> &tensors,
-                              const std::map<std::string, std::string> &metadata);
+absl::Status
+writeSafetensors(const std::string &path,
+                 const std::map<std::string, HostTensor> &tensors,
+                 const std::map<std::string, std::string> &metadata);
 
 } // namespace merak::runtime
 

@@ -1,4 +1,4 @@
-//===- TorchIO.h - host-side utilities implemented with LibTorch -*- C++ -*-===//
+//===- TorchIO.h - host-side utilities built on LibTorch -----*- C++ -*-===//
 //
 // Loading a TorchScript archive's weights and drawing random numbers from
 // PyTorch's own generator, so Python can reproduce them. The header does
@@ -27,8 +27,7 @@ loadTorchScriptState(const std::string &path);
 
 /// `torch.randint(high, (count,), generator=g)` with
 /// `g = torch.Generator().manual_seed(seed)`.
-std::vector<int64_t> randomIntegers(uint64_t seed, int64_t high,
-                                    int64_t count);
+std::vector<int64_t> randomIntegers(uint64_t seed, int64_t high, int64_t count);
 
 /// Tensors of `types` drawn in order from one generator seeded with `seed`:
 /// floats `torch.randn(shape, generator=g)` (then converted), integers and

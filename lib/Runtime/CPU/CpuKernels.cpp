@@ -1,0 +1,833 @@
+//===- CpuKernels.cpp - the CPU backend: every merak op on ATen -----------===//
+//
+// Each kernel calls the ATen function PyTorch's eager mode calls for the
+// same computation (and, for backward ops, the function autograd calls), so
+// losses and updates match PyTorch bit for bit on the same inputs. This is
+// the only translation unit of the runtime's kernels that includes ATen.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Runtime/CPU/CpuBackend.h"
+#include "merak/Runtime/Random.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <ATen/ScalarOps.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+namespace merak::runtime {
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Allocation accounting
+//===----------------------------------------------------------------------===//
+
+/// Wraps c10's CPU allocation with a byte count, so the executor can report
+/// the peak of everything ATen holds. Each block carries its size in a
+/// 64-byte header (which keeps c10's 64-byte alignment); data and context
+/// pointers coincide, as `raw_allocate` (used by oneDNN) requires.
+class CountingAllocator final : public c10::Allocator {
+public:
+  static constexpr size_t kHeader = 64;
+
+  c10::DataPtr allocate(size_t n) const override {
+    auto *base = static_cast<uint8_t *>(c10::alloc_cpu(n + kHeader));
+    std::memcpy(base, &n, sizeof(n));
+    void *data = base + kHeader;
+    add(int64_t(n));
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  static CountingAllocator &get() {
+    static CountingAllocator *instance = new CountingAllocator();
+    return *instance;
+  }
+
+  std::atomic<int64_t> live{0}, peak{0};
+
+private:
+  static void release(void *data) {
+    if (!data)
+      return;
+    auto *base = static_cast<uint8_t *>(data) - kHeader;
+    size_t n;
+    std::memcpy(&n, base, sizeof(n));
+    get().live.fetch_sub(int64_t(n));
+    c10::free_cpu(base);
+  }
+  void add(int64_t n) const {
+    auto &self = const_cast<CountingAllocator &>(*this);
+    int64_t now = self.live.fetch_add(n) + n;
+    int64_t old = self.peak.load();
+    while (now > old && !self.peak.compare_exchange_weak(old, now)) {
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Tensors
+//===----------------------------------------------------------------------===//
+
+class CpuTensor final : public DeviceTensor {
+public:
+  explicit CpuTensor(at::Tensor t) : tensor(std::move(t)) {}
+  at::Tensor tensor;
+};
+
+const at::Tensor &unwrap(const DeviceTensor &t) {
+  return static_cast<const CpuTensor &>(t).tensor;
+}
+
+at::ScalarType toAten(DType dtype) {
+  switch (dtype) {
+  case DType::F16:
+    return at::kHalf;
+  case DType::BF16:
+    return at::kBFloat16;
+  case DType::F32:
+    return at::kFloat;
+  case DType::F64:
+    return at::kDouble;
+  case DType::Bool:
+    return at::kBool;
+  case DType::I32:
+    return at::kInt;
+  case DType::I64:
+    return at::kLong;
+  }
+  return at::kFloat;
+}
+
+std::optional<DType> fromAten(at::ScalarType t) {
+  switch (t) {
+  case at::kHalf:
+    return DType::F16;
+  case at::kBFloat16:
+    return DType::BF16;
+  case at::kFloat:
+    return DType::F32;
+  case at::kDouble:
+    return DType::F64;
+  case at::kBool:
+    return DType::Bool;
+  case at::kInt:
+    return DType::I32;
+  case at::kLong:
+    return DType::I64;
+  default:
+    return std::nullopt;
+  }
+}
+
+at::TensorOptions optionsFor(DType dtype) {
+  return at::TensorOptions().dtype(toAten(dtype)).device(at::kCPU);
+}
+
+int64_t atenReduction(LossReduction r) {
+  switch (r) {
+  case LossReduction::None:
+    return at::Reduction::None;
+  case LossReduction::Mean:
+    return at::Reduction::Mean;
+  case LossReduction::Sum:
+    return at::Reduction::Sum;
+  }
+  return at::Reduction::Mean;
+}
+
+/// The first line of an ATen error, without its C++ backtrace.
+std::string firstLine(const std::string &text) {
+  return text.substr(0, text.find('\n'));
+}
+
+//===----------------------------------------------------------------------===//
+// Kernel context
+//===----------------------------------------------------------------------===//
+
+struct Ctx {
+  KernelCall &call;
+  const Instruction &inst;
+  const OpAttrs &a;
+  const Program &program;
+  at::Generator &generator;
+  std::vector<at::Tensor> out;
+
+  bool has(size_t k) const {
+    return k < call.operands.size() && call.operands[k];
+  }
+  const at::Tensor &in(size_t k) const {
+    static const at::Tensor undefined;
+    return has(k) ? unwrap(*call.operands[k]) : undefined;
+  }
+  c10::optional<at::Tensor> opt(size_t k) const {
+    return has(k) ? c10::optional<at::Tensor>(in(k)) : c10::nullopt;
+  }
+  /// The operand result `r` is written into, or an undefined tensor.
+  at::Tensor inPlace(size_t r) const {
+    return r < call.inPlace.size() && call.inPlace[r] ? unwrap(*call.inPlace[r])
+                                                      : at::Tensor();
+  }
+  const TensorType &resultType(size_t r) const {
+    return program.values[inst.results[r]].type;
+  }
+  const TensorType &operandType(size_t k) const {
+    return program.values[inst.operands[k]].type;
+  }
+  /// Whether anything reads result `r`.
+  bool needed(size_t r) const {
+    return program.values[inst.results[r]].lastUse >= 0;
+  }
+  /// A scalar operand: the executor's exact value where it has one.
+  double scalar(size_t k) const {
+    if (k < call.hostScalars.size() && call.hostScalars[k])
+      return *call.hostScalars[k];
+    return in(k).item<double>();
+  }
+  at::Tensor zerosFor(size_t r) const {
+    return at::zeros(resultType(r).shape, optionsFor(resultType(r).dtype));
+  }
+  void set(size_t r, at::Tensor t) { out[r] = std::move(t); }
+};
+
+/// An elementwise op: into the dying operand when planned, else fresh.
+template <typename Fn, typename OutFn>
+void elementwise(Ctx &c, Fn fn, OutFn outFn) {
+  at::Tensor target = c.inPlace(0);
+  if (target.defined()) {
+    outFn(target);
+    c.set(0, target);
+  } else {
+    c.set(0, fn());
+  }
+}
+
+/// A scalar bound or fill value in the tensor's category, as PyTorch passes
+/// a Python int to an integer tensor.
+at::Scalar scalarFor(DType dtype, double v) {
+  if (isFloat(dtype))
+    return at::Scalar(v);
+  if (dtype == DType::Bool)
+    return at::Scalar(v != 0);
+  return at::Scalar(int64_t(v));
+}
+
+/// Dropout's keep mask, as `at::dropout` draws it on CPU:
+/// `empty_like(x).bernoulli_(1 - p)`, then divided by `1 - p`.
+at::Tensor dropoutMask(Ctx &c, const TensorType &type, double p) {
+  at::TensorOptions opts = optionsFor(type.dtype);
+  if (p == 0)
+    return at::ones(type.shape, opts);
+  if (p == 1)
+    return at::zeros(type.shape, opts);
+  at::Tensor mask = at::empty(type.shape, opts);
+  mask.bernoulli_(1 - p, c.generator);
+  mask.div_(1 - p);
+  return mask;
+}
+
+/// `grad * s` as autograd's MulBackward1 computes it for `tensor * number`:
+/// the number becomes a double 0-dim tensor, so a rank-0 gradient is scaled
+/// in double precision, then rounded back to its own type.
+at::Tensor scaleLikeAutograd(const at::Tensor &grad, double s) {
+  return at::mul(grad, at::scalar_to_tensor(s)).to(grad.scalar_type());
+}
+
+/// Gradient of `at::cross_entropy_loss` with respect to the logits, in the
+/// operations autograd runs for it (PyTorch 1.13's decomposition: log_softmax,
+/// nll_loss and, with label smoothing, the smoothing term).
+at::Tensor crossEntropyBackward(const at::Tensor &grad,
+                                const at::Tensor &logits,
+                                const at::Tensor &target, const OpAttrs &a) {
+  int64_t reduction = atenReduction(a.reduction);
+  at::Tensor logp = at::log_softmax(logits, 1, logits.scalar_type());
+  at::Tensor totalWeight = std::get<1>(
+      at::nll_loss_forward(logp, target, {}, reduction, a.ignoreIndex));
+  double ls = a.labelSmoothing;
+  at::Tensor gradLogp;
+  if (ls > 0) {
+    // loss = (1 - ls) * nll + ret * (ls / C); ret from smooth_loss =
+    // -logp.sum(1) with ignored rows zeroed.
+    int64_t classes = logits.size(1);
+    at::Tensor gradNll = scaleLikeAutograd(grad, 1 - ls);
+    at::Tensor gradRet = scaleLikeAutograd(grad, ls / double(classes));
+    at::Tensor ignoreMask = target.eq(a.ignoreIndex);
+    int64_t n = target.size(0);
+    at::Tensor gradSmooth;
+    switch (a.reduction) {
+    case LossReduction::Mean: {
+      at::Tensor count = ignoreMask.bitwise_not().sum();
+      gradSmooth = gradRet.div(count).expand({n});
+      break;
+    }
+    case LossReduction::Sum:
+      gradSmooth = gradRet.expand({n});
+      break;
+    case LossReduction::None:
+      gradSmooth = gradRet;
+      break;
+    }
+    gradSmooth = gradSmooth.masked_fill(ignoreMask, 0);
+    at::Tensor gradFromSmooth =
+        gradSmooth.neg().unsqueeze(1).expand(logits.sizes());
+    at::Tensor gradFromNll = at::nll_loss_backward(
+        gradNll, logp, target, {}, reduction, a.ignoreIndex, totalWeight);
+    gradLogp = gradFromNll + gradFromSmooth;
+  } else {
+    gradLogp = at::nll_loss_backward(grad, logp, target, {}, reduction,
+                                     a.ignoreIndex, totalWeight);
+  }
+  return at::_log_softmax_backward_data(gradLogp, logp, 1,
+                                        logits.scalar_type());
+}
+
+/// torch.optim.SGD's `_single_tensor_sgd` for one parameter.
+void sgdUpdate(Ctx &c) {
+  const OpAttrs &a = c.a;
+  const at::Tensor &param = c.in(0), &grad = c.in(1), &buffer = c.in(2);
+  double lr = c.scalar(3);
+  int64_t step = int64_t(c.scalar(4));
+  at::Tensor d = grad;
+  if (a.weightDecay != 0)
+    d = d.add(param, a.weightDecay);
+  at::Tensor newParam = c.inPlace(0);
+  if (!newParam.defined())
+    newParam = param.clone();
+  if (a.momentum != 0) {
+    at::Tensor buf = c.inPlace(1);
+    if (step == 1) {
+      // PyTorch starts the buffer as a copy of the first direction.
+      buf = buf.defined() ? buf.copy_(d) : d.clone();
+    } else {
+      if (!buf.defined())
+        buf = buffer.clone();
+      buf.mul_(a.momentum).add_(d, 1 - a.dampening);
+    }
+    d = a.nesterov ? d.add(buf, a.momentum) : buf;
+    c.set(1, buf);
+  } else {
+    c.set(1, buffer); // a view result: the buffer passes through
+  }
+  newParam.add_(d, -lr);
+  c.set(0, newParam);
+}
+
+/// torch.optim.AdamW's `_single_tensor_adamw` (PyTorch 1.13, amsgrad off,
+/// not capturable) for one parameter.
+void adamwUpdate(Ctx &c) {
+  const OpAttrs &a = c.a;
+  const at::Tensor &grad = c.in(1);
+  double lr = c.scalar(4);
+  double step = c.scalar(5);
+  at::Tensor param = c.inPlace(0), expAvg = c.inPlace(1),
+             expAvgSq = c.inPlace(2);
+  if (!param.defined())
+    param = c.in(0).clone();
+  if (!expAvg.defined())
+    expAvg = c.in(2).clone();
+  if (!expAvgSq.defined())
+    expAvgSq = c.in(3).clone();
+  // Multiplying by exactly 1 changes nothing, so it is skipped.
+  if (a.weightDecay != 0)
+    param.mul_(1 - lr * a.weightDecay);
+  expAvg.mul_(a.beta1).add_(grad, 1 - a.beta1);
+  expAvgSq.mul_(a.beta2).addcmul_(grad, grad, 1 - a.beta2);
+  double biasCorrection1 = 1 - std::pow(a.beta1, step);
+  double biasCorrection2 = 1 - std::pow(a.beta2, step);
+  double stepSize = lr / biasCorrection1;
+  double biasCorrection2Sqrt = std::sqrt(biasCorrection2);
+  at::Tensor denom = (expAvgSq.sqrt() / biasCorrection2Sqrt).add_(a.eps);
+  param.addcdiv_(expAvg, denom, -stepSize);
+  c.set(0, param);
+  c.set(1, expAvg);
+  c.set(2, expAvgSq);
+}
+
+#define MERAK_UNARY(Kind, Fn)                                                  \
+  case OpKind::Kind:                                                           \
+    return elementwise(                                                        \
+        c, [&] { return at::Fn(c.in(0)); },                                    \
+        [&](at::Tensor &o) { at::Fn##_out(o, c.in(0)); });
+#define MERAK_BINARY(Kind, Fn)                                                 \
+  case OpKind::Kind:                                                           \
+    return elementwise(                                                        \
+        c, [&] { return at::Fn(c.in(0), c.in(1)); },                           \
+        [&](at::Tensor &o) { at::Fn##_out(o, c.in(0), c.in(1)); });
+
+void runKernel(Ctx &c) {
+  const OpAttrs &a = c.a;
+  switch (c.inst.kind) {
+    MERAK_UNARY(Neg, neg)
+    MERAK_UNARY(Abs, abs)
+    MERAK_UNARY(Exp, exp)
+    MERAK_UNARY(Log, log)
+    MERAK_UNARY(Sin, sin)
+    MERAK_UNARY(Cos, cos)
+    MERAK_UNARY(Sqrt, sqrt)
+    MERAK_UNARY(Rsqrt, rsqrt)
+    MERAK_UNARY(Reciprocal, reciprocal)
+    MERAK_UNARY(Erf, erf)
+    MERAK_UNARY(Tanh, tanh)
+    MERAK_UNARY(Sigmoid, sigmoid)
+    MERAK_UNARY(Silu, silu)
+    MERAK_UNARY(Not, logical_not)
+    MERAK_BINARY(Add, add)
+    MERAK_BINARY(Sub, sub)
+    MERAK_BINARY(Mul, mul)
+    MERAK_BINARY(Div, div)
+    MERAK_BINARY(Remainder, remainder)
+    MERAK_BINARY(Minimum, minimum)
+    MERAK_BINARY(Maximum, maximum)
+    MERAK_BINARY(And, logical_and)
+    MERAK_BINARY(Or, logical_or)
+
+  case OpKind::Relu:
+    // No out= form; the in-place plan only ever names operand 0.
+    if (at::Tensor t = c.inPlace(0); t.defined())
+      return c.set(0, at::relu_(t));
+    return c.set(0, at::relu(c.in(0)));
+  case OpKind::Gelu: {
+    const char *approx = a.tanhApproximation ? "tanh" : "none";
+    return elementwise(
+        c, [&] { return at::gelu(c.in(0), approx); },
+        [&](at::Tensor &o) { at::gelu_out(o, c.in(0), approx); });
+  }
+  case OpKind::Clamp: {
+    DType dtype = c.operandType(0).dtype;
+    c10::optional<at::Scalar> lo, hi;
+    if (a.min)
+      lo = scalarFor(dtype, *a.min);
+    if (a.max)
+      hi = scalarFor(dtype, *a.max);
+    if (!lo && !hi)
+      return c.set(0, c.in(0)); // a view result: nothing to clamp
+    return elementwise(
+        c, [&] { return at::clamp(c.in(0), lo, hi); },
+        [&](at::Tensor &o) { at::clamp_out(o, c.in(0), lo, hi); });
+  }
+  case OpKind::Cast:
+    return c.set(0, c.in(0).to(toAten(c.resultType(0).dtype)));
+  case OpKind::Dropout: {
+    if (!a.training || a.p == 0)
+      return c.set(0, c.in(0));
+    at::Tensor mask = dropoutMask(c, c.resultType(0), a.p);
+    return elementwise(
+        c, [&] { return at::mul(c.in(0), mask); },
+        [&](at::Tensor &o) { at::mul_out(o, c.in(0), mask); });
+  }
+  case OpKind::Tril:
+    return c.set(0, at::tril(c.in(0), a.diagonal));
+  case OpKind::Triu:
+    return c.set(0, at::triu(c.in(0), a.diagonal));
+
+  case OpKind::Pow: {
+    // A rank-0 exponent came from a Python number: PyTorch then calls
+    // pow(Tensor, Scalar), whose fast paths (x*x, sqrt, ...) round
+    // differently from pow(Tensor, Tensor).
+    const at::Tensor &exponent = c.in(1);
+    if (exponent.dim() == 0 && c.operandType(0).shape.size() > 0) {
+      at::Scalar e = exponent.item();
+      return elementwise(
+          c, [&] { return at::pow(c.in(0), e); },
+          [&](at::Tensor &o) { at::pow_out(o, c.in(0), e); });
+    }
+    return elementwise(
+        c, [&] { return at::pow(c.in(0), exponent); },
+        [&](at::Tensor &o) { at::pow_out(o, c.in(0), exponent); });
+  }
+  case OpKind::FloorDivide:
+    return elementwise(
+        c, [&] { return at::div(c.in(0), c.in(1), "floor"); },
+        [&](at::Tensor &o) { at::div_out(o, c.in(0), c.in(1), "floor"); });
+  case OpKind::Compare: {
+    const at::Tensor &l = c.in(0), &r = c.in(1);
+    switch (a.predicate) {
+    case ComparePredicate::Eq:
+      return c.set(0, at::eq(l, r));
+    case ComparePredicate::Ne:
+      return c.set(0, at::ne(l, r));
+    case ComparePredicate::Lt:
+      return c.set(0, at::lt(l, r));
+    case ComparePredicate::Le:
+      return c.set(0, at::le(l, r));
+    case ComparePredicate::Gt:
+      return c.set(0, at::gt(l, r));
+    case ComparePredicate::Ge:
+      return c.set(0, at::ge(l, r));
+    }
+    return;
+  }
+  case OpKind::Where:
+    return elementwise(
+        c, [&] { return at::where(c.in(0), c.in(1), c.in(2)); },
+        [&](at::Tensor &o) { at::where_out(o, c.in(0), c.in(1), c.in(2)); });
+
+  case OpKind::Linear:
+    return c.set(0, at::linear(c.in(0), c.in(1), c.opt(2)));
+  case OpKind::Matmul:
+    return c.set(0, at::matmul(c.in(0), c.in(1)));
+
+  case OpKind::Softmax:
+    return c.set(0, at::softmax(c.in(0), a.dim));
+  case OpKind::LogSoftmax:
+    return c.set(0, at::log_softmax(c.in(0), a.dim));
+  case OpKind::LayerNorm: {
+    const auto &shape = c.operandType(0).shape;
+    std::vector<int64_t> normalized(shape.end() - a.normalizedRank,
+                                    shape.end());
+    return c.set(0, std::get<0>(at::native_layer_norm(
+                        c.in(0), normalized, c.opt(1), c.opt(2), a.eps)));
+  }
+  case OpKind::RmsNorm: {
+    // PyTorch's composite rms_norm: upcast half types, x * rsqrt(mean(x^2)
+    // + eps) over the normalized dims, back to the input type, times weight.
+    const at::Tensor &x = c.in(0);
+    int64_t rank = x.dim();
+    std::vector<int64_t> dims;
+    for (int64_t i = 0; i < a.normalizedRank; ++i)
+      dims.push_back(rank - i - 1);
+    at::ScalarType opmath =
+        x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16
+            ? at::kFloat
+            : x.scalar_type();
+    at::Tensor up = x.to(opmath);
+    at::Tensor scale =
+        at::rsqrt(at::pow(up, 2).mean(dims, /*keepdim=*/true).add_(a.eps));
+    at::Tensor y = up.mul(scale).type_as(x);
+    if (c.has(1))
+      y = y.mul(c.in(1));
+    return c.set(0, y);
+  }
+  case OpKind::BatchNorm: {
+    // native_batch_norm updates the running statistics in place; the op
+    // returns them, so it works on copies.
+    at::Tensor mean = c.in(3).clone(), var = c.in(4).clone();
+    at::Tensor y = std::get<0>(at::native_batch_norm(
+        c.in(0), c.in(1), c.in(2), mean, var, a.training, a.momentum, a.eps));
+    c.set(0, y);
+    c.set(1, mean);
+    c.set(2, var);
+    return;
+  }
+
+  case OpKind::Embedding:
+    return c.set(0, at::embedding(c.in(0), c.in(1), a.paddingIdx.value_or(-1)));
+  case OpKind::Index:
+    return c.set(0, at::index_select(c.in(0), a.dim, c.in(1).reshape({-1}))
+                        .reshape(c.resultType(0).shape));
+
+  case OpKind::Reshape:
+    return c.set(0, c.in(0).reshape(c.resultType(0).shape));
+  case OpKind::Permute:
+    return c.set(0, c.in(0).permute(a.permutation));
+  case OpKind::Slice:
+    return c.set(0, c.in(0).slice(a.dim, a.start, a.end, a.step));
+  case OpKind::Select:
+    return c.set(0, c.in(0).select(a.dim, a.index));
+  case OpKind::Concat: {
+    std::vector<at::Tensor> parts;
+    for (size_t k = 0; k < c.inst.operands.size(); ++k)
+      parts.push_back(c.in(k));
+    return c.set(0, at::cat(parts, a.dim));
+  }
+  case OpKind::Expand:
+    return c.set(0, c.in(0).expand(c.resultType(0).shape));
+  case OpKind::Pad: {
+    // constant_pad_nd takes (low, high) pairs from the last dimension back.
+    std::vector<int64_t> pad;
+    for (size_t d = a.low.size(); d-- > 0;) {
+      pad.push_back(a.low[d]);
+      pad.push_back(a.high[d]);
+    }
+    return c.set(
+        0, at::constant_pad_nd(c.in(0), pad,
+                               scalarFor(c.operandType(0).dtype, a.value)));
+  }
+  case OpKind::Roll:
+    return c.set(0, at::roll(c.in(0), a.shifts, a.dims));
+
+  case OpKind::ReduceSum:
+  case OpKind::ReduceMean:
+  case OpKind::ReduceMax: {
+    const at::Tensor &x = c.in(0);
+    std::vector<int64_t> dims = a.dims;
+    if (dims.empty())
+      for (int64_t d = 0; d < x.dim(); ++d)
+        dims.push_back(d);
+    if (x.dim() == 0)
+      return c.set(0, x.clone());
+    if (c.inst.kind == OpKind::ReduceSum)
+      return c.set(0, at::sum(x, dims, a.keepdim));
+    if (c.inst.kind == OpKind::ReduceMean)
+      return c.set(0, at::mean(x, dims, a.keepdim));
+    return c.set(0, at::amax(x, dims, a.keepdim));
+  }
+
+  case OpKind::Conv2d:
+    return c.set(0, at::convolution(c.in(0), c.in(1), c.opt(2), a.stride,
+                                    a.padding, a.dilation, false, {0, 0},
+                                    a.groups));
+  case OpKind::MaxPool2d:
+    return c.set(0, std::get<0>(at::max_pool2d_with_indices(
+                        c.in(0), a.kernel, a.stride, a.padding, a.dilation,
+                        a.ceilMode)));
+  case OpKind::AvgPool2d:
+    return c.set(0,
+                 at::avg_pool2d(c.in(0), a.kernel, a.stride, a.padding,
+                                a.ceilMode, a.countIncludePad, c10::nullopt));
+  case OpKind::AdaptiveAvgPool2d:
+    return c.set(0, at::adaptive_avg_pool2d(c.in(0), a.outputSize));
+
+  case OpKind::CrossEntropy:
+    return c.set(0, at::cross_entropy_loss(c.in(0), c.in(1), {},
+                                           atenReduction(a.reduction),
+                                           a.ignoreIndex, a.labelSmoothing));
+
+  case OpKind::GeluBackward: {
+    const char *approx = a.tanhApproximation ? "tanh" : "none";
+    return elementwise(
+        c, [&] { return at::gelu_backward(c.in(0), c.in(1), approx); },
+        [&](at::Tensor &o) {
+          at::gelu_backward_out(o, c.in(0), c.in(1), approx);
+        });
+  }
+  case OpKind::LayerNormBackward: {
+    const at::Tensor &grad = c.in(0), &x = c.in(1);
+    const auto &shape = c.operandType(1).shape;
+    std::vector<int64_t> normalized(shape.end() - a.normalizedRank,
+                                    shape.end());
+    // Autograd saved mean and rstd from the forward; recomputing them from
+    // the same input gives the same values.
+    auto [y, mean, rstd] =
+        at::native_layer_norm(x, normalized, c.opt(2), c.opt(3), a.eps);
+    auto [gx, gw, gb] = at::native_layer_norm_backward(
+        grad, x, normalized, mean, rstd, c.opt(2), c.opt(3),
+        {true, c.has(2), c.has(3)});
+    c.set(0, gx);
+    c.set(1, gw.defined() ? gw : c.zerosFor(1));
+    c.set(2, gb.defined() ? gb : c.zerosFor(2));
+    return;
+  }
+  case OpKind::BatchNormBackward: {
+    const at::Tensor &grad = c.in(0), &x = c.in(1), &w = c.in(2);
+    at::Tensor saveMean, saveInvstd;
+    if (a.training) {
+      auto stats = at::native_batch_norm(x, w, {}, {}, {}, true, 0.0, a.eps);
+      saveMean = std::get<1>(stats);
+      saveInvstd = std::get<2>(stats);
+    }
+    auto [gx, gw, gb] = at::native_batch_norm_backward(
+        grad, x, w, c.in(3), c.in(4), saveMean, saveInvstd, a.training, a.eps,
+        {true, true, true});
+    c.set(0, gx);
+    c.set(1, gw);
+    c.set(2, gb);
+    return;
+  }
+  case OpKind::IndexBackward: {
+    // index_add_ accumulates in index order, as embedding_dense_backward
+    // and index_select's backward do.
+    const at::Tensor &grad = c.in(0), &indices = c.in(1);
+    const TensorType &type = c.resultType(0);
+    int64_t rank = int64_t(type.shape.size());
+    int64_t dim = a.dim < 0 ? a.dim + rank : a.dim;
+    std::vector<int64_t> gradShape(type.shape.begin(),
+                                   type.shape.begin() + dim);
+    gradShape.push_back(indices.numel());
+    gradShape.insert(gradShape.end(), type.shape.begin() + dim + 1,
+                     type.shape.end());
+    at::Tensor result = at::zeros(type.shape, optionsFor(type.dtype));
+    result.index_add_(dim, indices.reshape({-1}), grad.reshape(gradShape));
+    if (a.paddingIdx)
+      result.select(dim, *a.paddingIdx).zero_();
+    return c.set(0, result);
+  }
+  case OpKind::SliceBackward:
+    return c.set(0, at::slice_backward(c.in(0), c.resultType(0).shape, a.dim,
+                                       a.start, a.end, a.step));
+  case OpKind::Conv2dBackward: {
+    const TensorType &w = c.operandType(2);
+    std::vector<int64_t> biasSizes{w.shape[0]};
+    auto [gx, gw, gb] = at::convolution_backward(
+        c.in(0), c.in(1), c.in(2), at::OptionalIntArrayRef(biasSizes), a.stride,
+        a.padding, a.dilation, false, {0, 0}, a.groups,
+        {c.needed(0), c.needed(1), c.needed(2)});
+    c.set(0, gx.defined() ? gx : c.zerosFor(0));
+    c.set(1, gw.defined() ? gw : c.zerosFor(1));
+    c.set(2, gb.defined() ? gb : c.zerosFor(2));
+    return;
+  }
+  case OpKind::MaxPool2dBackward: {
+    const at::Tensor &x = c.in(1);
+    at::Tensor indices = std::get<1>(at::max_pool2d_with_indices(
+        x, a.kernel, a.stride, a.padding, a.dilation, a.ceilMode));
+    return c.set(0, at::max_pool2d_with_indices_backward(
+                        c.in(0), x, a.kernel, a.stride, a.padding, a.dilation,
+                        a.ceilMode, indices));
+  }
+  case OpKind::AvgPool2dBackward:
+    return c.set(0, at::avg_pool2d_backward(c.in(0), c.in(1), a.kernel,
+                                            a.stride, a.padding, a.ceilMode,
+                                            a.countIncludePad, c10::nullopt));
+  case OpKind::AdaptiveAvgPool2dBackward: {
+    const at::Tensor &grad = c.in(0), &x = c.in(1);
+    // adaptive_avg_pool2d to 1x1 is a mean over H and W in PyTorch, so its
+    // gradient is mean's: the gradient expanded, divided by H * W.
+    if (grad.size(-1) == 1 && grad.size(-2) == 1)
+      return c.set(0, grad.expand(x.sizes()) / (x.size(-1) * x.size(-2)));
+    return c.set(0, at::_adaptive_avg_pool2d_backward(grad, x));
+  }
+  case OpKind::CrossEntropyBackward:
+    return c.set(0, crossEntropyBackward(c.in(0), c.in(1), c.in(2), a));
+
+  case OpKind::DropoutMask:
+    return c.set(0, dropoutMask(c, c.resultType(0), a.p));
+  case OpKind::SgdUpdate:
+    return sgdUpdate(c);
+  case OpKind::AdamwUpdate:
+    return adamwUpdate(c);
+  }
+}
+
+#undef MERAK_UNARY
+#undef MERAK_BINARY
+
+//===----------------------------------------------------------------------===//
+// The backend
+//===----------------------------------------------------------------------===//
+
+class CpuBackend final : public Backend {
+public:
+  explicit CpuBackend(const CpuBackendOptions &options) {
+    if (options.threads > 0)
+      at::set_num_threads(options.threads);
+    generator = at::make_generator<at::CPUGeneratorImpl>(0);
+  }
+
+  std::string name() const override { return "cpu"; }
+
+  absl::StatusOr<TensorHandle> upload(const HostTensor &host) override {
+    c10::InferenceMode guard;
+    at::Tensor t = at::empty(host.type.shape, optionsFor(host.type.dtype));
+    if (host.byteSize() > 0)
+      std::memcpy(t.data_ptr(), host.data, host.byteSize());
+    return TensorHandle(std::make_shared<CpuTensor>(std::move(t)));
+  }
+
+  absl::StatusOr<HostTensor> download(const DeviceTensor &tensor,
+                                      const TensorType &type) override {
+    c10::InferenceMode guard;
+    at::Tensor t = unwrap(tensor).contiguous();
+    HostTensor host = HostTensor::allocate(type);
+    if (size_t(t.nbytes()) != host.byteSize())
+      return absl::InternalError(absl::StrCat("download: tensor has ",
+                                              t.nbytes(), " bytes, expected ",
+                                              type.str()));
+    if (host.byteSize() > 0)
+      std::memcpy(host.mutableBytes(), t.data_ptr(), host.byteSize());
+    return host;
+  }
+
+  absl::StatusOr<TensorHandle> zeros(const TensorType &type) override {
+    c10::InferenceMode guard;
+    return TensorHandle(std::make_shared<CpuTensor>(
+        at::zeros(type.shape, optionsFor(type.dtype))));
+  }
+
+  absl::StatusOr<TensorHandle> convert(const DeviceTensor &tensor,
+                                       DType to) override {
+    c10::InferenceMode guard;
+    return TensorHandle(
+        std::make_shared<CpuTensor>(unwrap(tensor).to(toAten(to))));
+  }
+
+  absl::Status beginStep(const StepContext &step) override {
+    generator = at::make_generator<at::CPUGeneratorImpl>(
+        stepSeed(step.seed, step.globalStep, RandomStream::Dropout));
+    return absl::OkStatus();
+  }
+
+  absl::Status execute(KernelCall &call) override {
+    c10::InferenceMode guard;
+    const Instruction &inst = *call.instruction;
+    Ctx c{call, inst, inst.attrs, *call.program, generator, {}};
+    c.out.resize(inst.results.size());
+    try {
+      runKernel(c);
+    } catch (const c10::Error &e) {
+      return absl::InvalidArgumentError(firstLine(e.what_without_backtrace()));
+    } catch (const std::exception &e) {
+      return absl::InvalidArgumentError(firstLine(e.what()));
+    }
+    call.results.resize(inst.results.size());
+    for (size_t r = 0; r < inst.results.size(); ++r) {
+      at::Tensor &t = c.out[r];
+      const TensorType &type = c.resultType(r);
+      if (!t.defined())
+        return absl::InternalError(
+            absl::StrCat("the CPU kernel produced no result #", r));
+      std::optional<DType> dtype = fromAten(t.scalar_type());
+      if (!dtype || *dtype != type.dtype ||
+          !std::equal(t.sizes().begin(), t.sizes().end(), type.shape.begin(),
+                      type.shape.end()))
+        return absl::InternalError(absl::StrCat("the CPU kernel produced ",
+                                                toString(t), " for result #", r,
+                                                ", expected ", type.str()));
+      // The plan assumes a fresh result owns its storage; an ATen shortcut
+      // that returns an operand (or a view of one) would break in-place reuse.
+      if (inst.storage[r].kind == ResultStorage::Kind::Fresh)
+        for (DeviceTensor *operand : call.operands)
+          if (operand && t.is_alias_of(unwrap(*operand))) {
+            t = t.clone();
+            break;
+          }
+      call.results[r] = std::make_shared<CpuTensor>(std::move(t));
+    }
+    return absl::OkStatus();
+  }
+
+  MemoryStats memoryStats() const override {
+    CountingAllocator &alloc = CountingAllocator::get();
+    return {alloc.live.load(), alloc.peak.load()};
+  }
+
+  void resetPeak() override {
+    CountingAllocator &alloc = CountingAllocator::get();
+    alloc.peak.store(alloc.live.load());
+  }
+
+private:
+  static std::string toString(const at::Tensor &t) {
+    std::string s;
+    for (int64_t d : t.sizes())
+      s += std::to_string(d) + "x";
+    std::optional<DType> dtype = fromAten(t.scalar_type());
+    return s + (dtype ? dtypeName(*dtype) : c10::toString(t.scalar_type()));
+  }
+
+  at::Generator generator;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options) {
+  // Installed once, before the first tensor of the run, so every ATen CPU
+  // allocation after this point is counted.
+  static bool installed = [] {
+    c10::SetAllocator(c10::DeviceType::CPU, &CountingAllocator::get());
+    return true;
+  }();
+  (void)installed;
+  return std::make_unique<CpuBackend>(options);
+}
+
+} // namespace merak::runtime

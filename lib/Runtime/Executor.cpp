@@ -1,0 +1,265 @@
+//===- Executor.cpp - runs a rank program step by step on a backend -------===//
+
+#include "merak/Runtime/Executor.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <cmath>
+
+namespace merak::runtime {
+
+DeviceTensor::~DeviceTensor() = default;
+Backend::~Backend() = default;
+
+namespace {
+
+const char *roleNoun(ArgumentRole role) {
+  switch (role) {
+  case ArgumentRole::Param:
+    return "parameter";
+  case ArgumentRole::Buffer:
+    return "buffer";
+  case ArgumentRole::OptState:
+    return "optimizer state";
+  default:
+    return argumentRoleName(role);
+  }
+}
+
+std::string formatLoss(double loss) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.9g", loss);
+  return text;
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<Executor>>
+Executor::create(const Program &program, Backend &backend) {
+  std::unique_ptr<Executor> executor(new Executor(program, backend));
+  executor->constants.resize(program.values.size());
+  for (const ProgramConstant &c : program.constants) {
+    if (program.values[c.value].lastUse < 0)
+      continue;
+    absl::StatusOr<TensorHandle> handle = backend.upload(c.data);
+    if (!handle.ok())
+      return handle.status();
+    executor->constants[c.value] = *std::move(handle);
+  }
+  executor->state.resize(program.arguments.size());
+  return executor;
+}
+
+absl::Status
+Executor::loadState(const std::map<std::string, HostTensor> &tensors,
+                    const std::string &sourceName, bool requireOptimizerState) {
+  std::vector<TensorHandle> loaded(program.arguments.size());
+  for (size_t i = 0; i < program.arguments.size(); ++i) {
+    const Argument &arg = program.arguments[i];
+    if (!arg.isState())
+      continue;
+    const TensorType &type = program.values[arg.value].type;
+    auto it = tensors.find(arg.name);
+    if (it == tensors.end()) {
+      if (arg.role == ArgumentRole::OptState && !requireOptimizerState) {
+        absl::StatusOr<TensorHandle> zeros = backend.zeros(type);
+        if (!zeros.ok())
+          return zeros.status();
+        loaded[i] = *std::move(zeros);
+        continue;
+      }
+      return absl::NotFoundError(absl::StrCat(roleNoun(arg.role), " '",
+                                              arg.name, "' is missing from ",
+                                              sourceName));
+    }
+    const HostTensor &host = it->second;
+    bool convertible = host.type.dtype != type.dtype &&
+                       isFloat(host.type.dtype) && isFloat(type.dtype);
+    if (host.type.shape != type.shape ||
+        (host.type.dtype != type.dtype && !convertible))
+      return absl::InvalidArgumentError(absl::StrCat(
+          roleNoun(arg.role), " '", arg.name, "' is ", host.type.str(), " in ",
+          sourceName, ", but the program expects ", type.str()));
+    absl::StatusOr<TensorHandle> handle = backend.upload(host);
+    if (handle.ok() && convertible)
+      handle = backend.convert(**handle, type.dtype);
+    if (!handle.ok())
+      return handle.status();
+    loaded[i] = *std::move(handle);
+  }
+  state = std::move(loaded);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome>
+Executor::runStep(const StepContext &step,
+                  const std::vector<HostTensor> &inputs, bool skipNonFinite) {
+  const auto &values = program.values;
+  std::vector<TensorHandle> live(values.size());
+  if (absl::Status s = backend.beginStep(step); !s.ok())
+    return s;
+
+  ValueId lrValue = kNoValue, stepValue = kNoValue;
+  size_t nextInput = 0;
+  for (size_t i = 0; i < program.arguments.size(); ++i) {
+    const Argument &arg = program.arguments[i];
+    const TensorType &type = values[arg.value].type;
+    TensorHandle handle;
+    switch (arg.role) {
+    case ArgumentRole::Input: {
+      if (nextInput >= inputs.size())
+        return absl::InvalidArgumentError(
+            absl::StrCat("no data for input '", arg.name, "'"));
+      const HostTensor &host = inputs[nextInput++];
+      if (host.type != type)
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", arg.name, "' is ", host.type.str(),
+                         ", but the program expects ", type.str()));
+      absl::StatusOr<TensorHandle> h = backend.upload(host);
+      if (!h.ok())
+        return h.status();
+      handle = *std::move(h);
+      break;
+    }
+    case ArgumentRole::LearningRate:
+    case ArgumentRole::Step: {
+      bool isLr = arg.role == ArgumentRole::LearningRate;
+      double v = isLr ? step.learningRate : double(step.optimizerStep);
+      (isLr ? lrValue : stepValue) = arg.value;
+      absl::StatusOr<TensorHandle> h =
+          backend.upload(HostTensor::scalar(type.dtype, v));
+      if (!h.ok())
+        return h.status();
+      handle = *std::move(h);
+      break;
+    }
+    default:
+      handle = state[i];
+      if (!handle)
+        return absl::FailedPreconditionError(
+            absl::StrCat(roleNoun(arg.role), " '", arg.name, "' has no value"));
+      break;
+    }
+    if (values[arg.value].lastUse >= 0)
+      live[arg.value] = std::move(handle);
+  }
+  for (const ProgramConstant &c : program.constants)
+    live[c.value] = constants[c.value];
+
+  std::optional<double> loss;
+  ValueId lossValue = program.lossResult >= 0
+                          ? program.results[program.lossResult].value
+                          : kNoValue;
+  auto readLoss = [&]() -> absl::Status {
+    absl::StatusOr<HostTensor> host =
+        backend.download(*live[lossValue], values[lossValue].type);
+    if (!host.ok())
+      return host.status();
+    loss = host->elementAsDouble(0);
+    return absl::OkStatus();
+  };
+
+  KernelCall call;
+  call.program = &program;
+  call.step = &step;
+  for (size_t index = 0; index < program.instructions.size(); ++index) {
+    const Instruction &inst = program.instructions[index];
+    call.instruction = &inst;
+    call.operands.assign(inst.operands.size(), nullptr);
+    call.hostScalars.assign(inst.operands.size(), std::nullopt);
+    for (size_t k = 0; k < inst.operands.size(); ++k) {
+      ValueId v = inst.operands[k];
+      if (v == kNoValue)
+        continue;
+      call.operands[k] = live[v].get();
+      if (!call.operands[k])
+        return absl::InternalError(absl::StrCat(
+            "instruction ", index, " reads %", v, ", which is not live"));
+      if (v == lrValue)
+        call.hostScalars[k] = step.learningRate;
+      else if (v == stepValue)
+        call.hostScalars[k] = double(step.optimizerStep);
+    }
+    call.inPlace.assign(inst.results.size(), nullptr);
+    for (size_t r = 0; r < inst.storage.size(); ++r)
+      if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
+        call.inPlace[r] = call.operands[inst.storage[r].operand];
+    call.results.clear();
+    if (absl::Status s = backend.execute(call); !s.ok())
+      return absl::Status(
+          s.code(),
+          absl::StrCat(inst.location.empty() ? "" : inst.location,
+                       inst.location.empty() ? "" : ": ", "'merak.",
+                       opKindName(inst.kind), "' failed: ", s.message()));
+    for (size_t r = 0; r < inst.results.size(); ++r)
+      live[inst.results[r]] = std::move(call.results[r]);
+
+    if (int(index) == program.lossInstruction) {
+      if (absl::Status s = readLoss(); !s.ok())
+        return s;
+      if (!std::isfinite(*loss)) {
+        // Nothing the step replaces has been written yet (the plan reuses
+        // state buffers only after the loss), so stopping here drops it.
+        if (skipNonFinite)
+          return StepOutcome{loss, /*skipped=*/true, std::nullopt};
+        return absl::OutOfRangeError(absl::StrCat("non-finite loss at step ",
+                                                  step.globalStep, " (",
+                                                  formatLoss(*loss), ")"));
+      }
+    }
+    for (ValueId v : inst.release)
+      live[v].reset();
+  }
+  if (lossValue != kNoValue && !loss) {
+    if (absl::Status s = readLoss(); !s.ok())
+      return s;
+    if (!std::isfinite(*loss)) {
+      if (skipNonFinite)
+        return StepOutcome{loss, /*skipped=*/true, std::nullopt};
+      return absl::OutOfRangeError(absl::StrCat("non-finite loss at step ",
+                                                step.globalStep, " (",
+                                                formatLoss(*loss), ")"));
+    }
+  }
+
+  StepOutcome outcome{loss, false, std::nullopt};
+  if (program.gradNormResult >= 0) {
+    ValueId v = program.results[program.gradNormResult].value;
+    absl::StatusOr<HostTensor> host =
+        backend.download(*live[v], values[v].type);
+    if (!host.ok())
+      return host.status();
+    outcome.gradNorm = host->elementAsDouble(0);
+  }
+
+  // Commit: every state argument the step replaces gets its new value.
+  for (const ResultInfo &res : program.results)
+    if (res.updatesArgument >= 0)
+      state[res.updatesArgument] = live[res.value];
+  return outcome;
+}
+
+absl::StatusOr<std::map<std::string, HostTensor>> Executor::stateToHost() {
+  std::map<std::string, HostTensor> result;
+  for (size_t i = 0; i < program.arguments.size(); ++i) {
+    const Argument &arg = program.arguments[i];
+    if (!arg.isState() || !state[i])
+      continue;
+    absl::StatusOr<HostTensor> host =
+        backend.download(*state[i], program.values[arg.value].type);
+    if (!host.ok())
+      return host.status();
+    result[arg.name] = *std::move(host);
+  }
+  return result;
+}
+
+std::vector<const Argument *> Executor::inputArguments() const {
+  std::vector<const Argument *> result;
+  for (const Argument &arg : program.arguments)
+    if (arg.role == ArgumentRole::Input)
+      result.push_back(&arg);
+  return result;
+}
+
+} // namespace merak::runtime

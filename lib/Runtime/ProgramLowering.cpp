@@ -1,0 +1,625 @@
+//===- ProgramLowering.cpp - merak dialect function to rank program -------===//
+//
+// Numbers the function's values, decodes each op's attributes into
+// `OpAttrs` with the ops' typed accessors, reads the training signature
+// (argument roles, the loss, state updates) and plans the program.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Runtime/ProgramLowering.h"
+#include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/IR/MerakOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cstring>
+
+using namespace mlir;
+
+namespace merak::runtime {
+namespace {
+
+FailureOr<DType> toDType(Type type) {
+  if (type.isF16())
+    return DType::F16;
+  if (type.isBF16())
+    return DType::BF16;
+  if (type.isF32())
+    return DType::F32;
+  if (type.isF64())
+    return DType::F64;
+  if (type.isSignlessInteger(1))
+    return DType::Bool;
+  if (type.isSignlessInteger(32))
+    return DType::I32;
+  if (type.isSignlessInteger(64))
+    return DType::I64;
+  return failure();
+}
+
+FailureOr<TensorType> toTensorType(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.hasStaticShape())
+    return failure();
+  FailureOr<DType> dtype = toDType(ranked.getElementType());
+  if (failed(dtype))
+    return failure();
+  return TensorType{*dtype, std::vector<int64_t>(ranked.getShape().begin(),
+                                                 ranked.getShape().end())};
+}
+
+/// `file:line:col` of the first file location inside `loc`.
+std::string locationString(Location loc) {
+  std::string result;
+  loc->walk([&](Location inner) {
+    if (auto file = dyn_cast<FileLineColLoc>(inner)) {
+      result = (file.getFilename().getValue() + ":" + Twine(file.getLine()) +
+                ":" + Twine(file.getColumn()))
+                   .str();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return result;
+}
+
+FailureOr<HostTensor> toHostTensor(Attribute value, const TensorType &type) {
+  auto dense = dyn_cast<DenseElementsAttr>(value);
+  if (!dense)
+    return failure();
+  HostTensor host = HostTensor::allocate(type);
+  int64_t n = type.numElements();
+  if (type.dtype == DType::Bool) {
+    // i1 raw data is bit-packed; the runtime stores one byte per element.
+    int64_t i = 0;
+    for (bool b : dense.getValues<bool>())
+      host.mutableBytes()[i++] = b;
+    return host;
+  }
+  ArrayRef<char> raw = dense.getRawData();
+  size_t width = dtypeSize(type.dtype);
+  if (dense.isSplat()) {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(host.mutableBytes() + i * width, raw.data(), width);
+  } else {
+    if (raw.size() != size_t(n) * width)
+      return failure();
+    std::memcpy(host.mutableBytes(), raw.data(), raw.size());
+  }
+  return host;
+}
+
+std::vector<int64_t> vec(ArrayRef<int64_t> values) {
+  return std::vector<int64_t>(values.begin(), values.end());
+}
+
+double f64(const llvm::APFloat &value) { return value.convertToDouble(); }
+
+LossReduction reduction(merak::LossReduction r) {
+  switch (r) {
+  case merak::LossReduction::none:
+    return LossReduction::None;
+  case merak::LossReduction::sum:
+    return LossReduction::Sum;
+  case merak::LossReduction::mean:
+    break;
+  }
+  return LossReduction::Mean;
+}
+
+ComparePredicate predicate(merak::ComparePredicate p) {
+  switch (p) {
+  case merak::ComparePredicate::eq:
+    return ComparePredicate::Eq;
+  case merak::ComparePredicate::ne:
+    return ComparePredicate::Ne;
+  case merak::ComparePredicate::lt:
+    return ComparePredicate::Lt;
+  case merak::ComparePredicate::le:
+    return ComparePredicate::Le;
+  case merak::ComparePredicate::gt:
+    return ComparePredicate::Gt;
+  case merak::ComparePredicate::ge:
+    return ComparePredicate::Ge;
+  }
+  return ComparePredicate::Eq;
+}
+
+template <typename Op> void reductionAttrs(Op op, OpAttrs &a) {
+  a.dims = vec(op.getDims());
+  a.keepdim = op.getKeepdim();
+}
+
+/// Decodes `op` into `inst` (kind, attributes, operands in ODS order with
+/// absent optionals as kNoValue). Fails for ops without a kernel.
+class Decoder {
+public:
+  explicit Decoder(llvm::function_ref<ValueId(Value)> id) : id(id) {}
+
+  LogicalResult decode(Operation *op, Instruction &inst) {
+    bool known = true;
+    OpAttrs &a = inst.attrs;
+    auto kind = [&](OpKind k) { inst.kind = k; };
+    // Most ops take their operands as they are.
+    auto plain = [&]() {
+      for (Value v : op->getOperands())
+        inst.operands.push_back(id(v));
+    };
+    auto optional = [&](Value v) {
+      inst.operands.push_back(v ? id(v) : kNoValue);
+    };
+    llvm::TypeSwitch<Operation *>(op)
+        .Case([&](NegOp) { kind(OpKind::Neg), plain(); })
+        .Case([&](AbsOp) { kind(OpKind::Abs), plain(); })
+        .Case([&](ExpOp) { kind(OpKind::Exp), plain(); })
+        .Case([&](LogOp) { kind(OpKind::Log), plain(); })
+        .Case([&](SinOp) { kind(OpKind::Sin), plain(); })
+        .Case([&](CosOp) { kind(OpKind::Cos), plain(); })
+        .Case([&](SqrtOp) { kind(OpKind::Sqrt), plain(); })
+        .Case([&](RsqrtOp) { kind(OpKind::Rsqrt), plain(); })
+        .Case([&](ReciprocalOp) { kind(OpKind::Reciprocal), plain(); })
+        .Case([&](ErfOp) { kind(OpKind::Erf), plain(); })
+        .Case([&](TanhOp) { kind(OpKind::Tanh), plain(); })
+        .Case([&](SigmoidOp) { kind(OpKind::Sigmoid), plain(); })
+        .Case([&](SiluOp) { kind(OpKind::Silu), plain(); })
+        .Case([&](ReluOp) { kind(OpKind::Relu), plain(); })
+        .Case([&](NotOp) { kind(OpKind::Not), plain(); })
+        .Case([&](GeluOp o) {
+          kind(OpKind::Gelu), plain();
+          a.tanhApproximation = o.getApproximate() == GeluApproximation::tanh;
+        })
+        .Case([&](ClampOp o) {
+          kind(OpKind::Clamp), plain();
+          if (auto v = o.getMin())
+            a.min = f64(*v);
+          if (auto v = o.getMax())
+            a.max = f64(*v);
+        })
+        .Case([&](CastOp) { kind(OpKind::Cast), plain(); })
+        .Case([&](DropoutOp o) {
+          kind(OpKind::Dropout), plain();
+          a.p = f64(o.getP());
+          a.training = o.getTraining();
+        })
+        .Case([&](TrilOp o) {
+          kind(OpKind::Tril), plain();
+          a.diagonal = int64_t(o.getDiagonal());
+        })
+        .Case([&](TriuOp o) {
+          kind(OpKind::Triu), plain();
+          a.diagonal = int64_t(o.getDiagonal());
+        })
+        .Case([&](AddOp) { kind(OpKind::Add), plain(); })
+        .Case([&](SubOp) { kind(OpKind::Sub), plain(); })
+        .Case([&](MulOp) { kind(OpKind::Mul), plain(); })
+        .Case([&](DivOp) { kind(OpKind::Div), plain(); })
+        .Case([&](PowOp) { kind(OpKind::Pow), plain(); })
+        .Case([&](RemainderOp) { kind(OpKind::Remainder), plain(); })
+        .Case([&](FloorDivideOp) { kind(OpKind::FloorDivide), plain(); })
+        .Case([&](MinimumOp) { kind(OpKind::Minimum), plain(); })
+        .Case([&](MaximumOp) { kind(OpKind::Maximum), plain(); })
+        .Case([&](AndOp) { kind(OpKind::And), plain(); })
+        .Case([&](OrOp) { kind(OpKind::Or), plain(); })
+        .Case([&](CompareOp o) {
+          kind(OpKind::Compare), plain();
+          a.predicate = predicate(o.getPredicate());
+        })
+        .Case([&](WhereOp) { kind(OpKind::Where), plain(); })
+        .Case([&](LinearOp o) {
+          kind(OpKind::Linear);
+          optional(o.getInput()), optional(o.getWeight()),
+              optional(o.getBias());
+        })
+        .Case([&](MatmulOp) { kind(OpKind::Matmul), plain(); })
+        .Case([&](SoftmaxOp o) {
+          kind(OpKind::Softmax), plain();
+          a.dim = int64_t(o.getDim());
+        })
+        .Case([&](LogSoftmaxOp o) {
+          kind(OpKind::LogSoftmax), plain();
+          a.dim = int64_t(o.getDim());
+        })
+        .Case([&](LayerNormOp o) {
+          kind(OpKind::LayerNorm);
+          optional(o.getInput()), optional(o.getWeight()),
+              optional(o.getBias());
+          a.normalizedRank = int64_t(o.getNormalizedRank());
+          a.eps = f64(o.getEps());
+        })
+        .Case([&](RmsNormOp o) {
+          kind(OpKind::RmsNorm);
+          optional(o.getInput()), optional(o.getWeight());
+          a.normalizedRank = int64_t(o.getNormalizedRank());
+          a.eps = f64(o.getEps());
+        })
+        .Case([&](BatchNormOp o) {
+          kind(OpKind::BatchNorm), plain();
+          a.training = o.getTraining();
+          a.momentum = f64(o.getMomentum());
+          a.eps = f64(o.getEps());
+        })
+        .Case([&](EmbeddingOp o) {
+          kind(OpKind::Embedding), plain();
+          if (auto p = o.getPaddingIdx())
+            a.paddingIdx = int64_t(*p);
+        })
+        .Case([&](IndexOp o) {
+          kind(OpKind::Index), plain();
+          a.dim = int64_t(o.getDim());
+        })
+        .Case([&](ReshapeOp) { kind(OpKind::Reshape), plain(); })
+        .Case([&](PermuteOp o) {
+          kind(OpKind::Permute), plain();
+          a.permutation = vec(o.getPermutation());
+        })
+        .Case([&](SliceOp o) {
+          kind(OpKind::Slice), plain();
+          a.dim = int64_t(o.getDim());
+          a.start = int64_t(o.getStart());
+          a.end = int64_t(o.getEnd());
+          a.step = int64_t(o.getStep());
+        })
+        .Case([&](SelectOp o) {
+          kind(OpKind::Select), plain();
+          a.dim = int64_t(o.getDim());
+          a.index = int64_t(o.getIndex());
+        })
+        .Case([&](ConcatOp o) {
+          kind(OpKind::Concat), plain();
+          a.dim = int64_t(o.getDim());
+        })
+        .Case([&](ExpandOp) { kind(OpKind::Expand), plain(); })
+        .Case([&](PadOp o) {
+          kind(OpKind::Pad), plain();
+          a.low = vec(o.getLow());
+          a.high = vec(o.getHigh());
+          a.value = f64(o.getValue());
+        })
+        .Case([&](RollOp o) {
+          kind(OpKind::Roll), plain();
+          a.shifts = vec(o.getShifts());
+          a.dims = vec(o.getDims());
+        })
+        .Case([&](ReduceSumOp o) {
+          kind(OpKind::ReduceSum), plain();
+          reductionAttrs(o, a);
+        })
+        .Case([&](ReduceMeanOp o) {
+          kind(OpKind::ReduceMean), plain();
+          reductionAttrs(o, a);
+        })
+        .Case([&](ReduceMaxOp o) {
+          kind(OpKind::ReduceMax), plain();
+          reductionAttrs(o, a);
+        })
+        .Case([&](Conv2dOp o) {
+          kind(OpKind::Conv2d);
+          optional(o.getInput()), optional(o.getWeight()),
+              optional(o.getBias());
+          a.stride = vec(o.getStride());
+          a.padding = vec(o.getPadding());
+          a.dilation = vec(o.getDilation());
+          a.groups = int64_t(o.getGroups());
+        })
+        .Case([&](MaxPool2dOp o) {
+          kind(OpKind::MaxPool2d), plain();
+          a.kernel = vec(o.getKernel());
+          a.stride = vec(o.getStride());
+          a.padding = vec(o.getPadding());
+          a.dilation = vec(o.getDilation());
+          a.ceilMode = o.getCeilMode();
+        })
+        .Case([&](AvgPool2dOp o) {
+          kind(OpKind::AvgPool2d), plain();
+          a.kernel = vec(o.getKernel());
+          a.stride = vec(o.getStride());
+          a.padding = vec(o.getPadding());
+          a.ceilMode = o.getCeilMode();
+          a.countIncludePad = o.getCountIncludePad();
+        })
+        .Case([&](AdaptiveAvgPool2dOp o) {
+          kind(OpKind::AdaptiveAvgPool2d), plain();
+          a.outputSize = vec(o.getOutputSize());
+        })
+        .Case([&](CrossEntropyOp o) {
+          kind(OpKind::CrossEntropy), plain();
+          a.ignoreIndex = int64_t(o.getIgnoreIndex());
+          a.reduction = reduction(o.getReduction());
+          a.labelSmoothing = f64(o.getLabelSmoothing());
+        })
+        .Case([&](GeluBackwardOp o) {
+          kind(OpKind::GeluBackward), plain();
+          a.tanhApproximation = o.getApproximate() == GeluApproximation::tanh;
+        })
+        .Case([&](LayerNormBackwardOp o) {
+          kind(OpKind::LayerNormBackward);
+          optional(o.getGrad()), optional(o.getInput()),
+              optional(o.getWeight()), optional(o.getBias());
+          a.normalizedRank = int64_t(o.getNormalizedRank());
+          a.eps = f64(o.getEps());
+        })
+        .Case([&](BatchNormBackwardOp o) {
+          kind(OpKind::BatchNormBackward), plain();
+          a.training = o.getTraining();
+          a.eps = f64(o.getEps());
+        })
+        .Case([&](IndexBackwardOp o) {
+          kind(OpKind::IndexBackward), plain();
+          a.dim = int64_t(o.getDim());
+          a.dimSize = int64_t(o.getDimSize());
+          if (auto p = o.getPaddingIdx())
+            a.paddingIdx = int64_t(*p);
+        })
+        .Case([&](SliceBackwardOp o) {
+          kind(OpKind::SliceBackward), plain();
+          a.dim = int64_t(o.getDim());
+          a.start = int64_t(o.getStart());
+          a.end = int64_t(o.getEnd());
+          a.step = int64_t(o.getStep());
+          a.dimSize = int64_t(o.getDimSize());
+        })
+        .Case([&](Conv2dBackwardOp o) {
+          kind(OpKind::Conv2dBackward), plain();
+          a.stride = vec(o.getStride());
+          a.padding = vec(o.getPadding());
+          a.dilation = vec(o.getDilation());
+          a.groups = int64_t(o.getGroups());
+        })
+        .Case([&](MaxPool2dBackwardOp o) {
+          kind(OpKind::MaxPool2dBackward), plain();
+          a.kernel = vec(o.getKernel());
+          a.stride = vec(o.getStride());
+          a.padding = vec(o.getPadding());
+          a.dilation = vec(o.getDilation());
+          a.ceilMode = o.getCeilMode();
+        })
+        .Case([&](AvgPool2dBackwardOp o) {
+          kind(OpKind::AvgPool2dBackward), plain();
+          a.kernel = vec(o.getKernel());
+          a.stride = vec(o.getStride());
+          a.padding = vec(o.getPadding());
+          a.ceilMode = o.getCeilMode();
+          a.countIncludePad = o.getCountIncludePad();
+        })
+        .Case([&](AdaptiveAvgPool2dBackwardOp) {
+          kind(OpKind::AdaptiveAvgPool2dBackward), plain();
+        })
+        .Case([&](CrossEntropyBackwardOp o) {
+          kind(OpKind::CrossEntropyBackward), plain();
+          a.ignoreIndex = int64_t(o.getIgnoreIndex());
+          a.reduction = reduction(o.getReduction());
+          a.labelSmoothing = f64(o.getLabelSmoothing());
+        })
+        .Case([&](DropoutMaskOp o) {
+          kind(OpKind::DropoutMask), plain();
+          a.p = f64(o.getP());
+        })
+        .Case([&](SgdUpdateOp o) {
+          kind(OpKind::SgdUpdate), plain();
+          a.momentum = f64(o.getMomentum());
+          a.dampening = f64(o.getDampening());
+          a.nesterov = o.getNesterov();
+          a.weightDecay = f64(o.getWeightDecay());
+        })
+        .Case([&](AdamwUpdateOp o) {
+          kind(OpKind::AdamwUpdate), plain();
+          a.beta1 = f64(o.getBeta1());
+          a.beta2 = f64(o.getBeta2());
+          a.eps = f64(o.getEps());
+          a.weightDecay = f64(o.getWeightDecay());
+        })
+        .Default([&](Operation *) { known = false; });
+    return success(known);
+  }
+
+private:
+  llvm::function_ref<ValueId(Value)> id;
+};
+
+/// Reads the role attributes of argument `i`.
+LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
+  auto stringAttr = [&](StringRef name) {
+    return func.getArgAttrOfType<StringAttr>(i, name);
+  };
+  int roles = 0;
+  if (auto s = stringAttr(kParamAttr)) {
+    arg.role = ArgumentRole::Param, arg.name = s.str(), ++roles;
+  }
+  if (auto s = stringAttr(kBufferAttr)) {
+    arg.role = ArgumentRole::Buffer, arg.name = s.str(), ++roles;
+  }
+  if (auto s = stringAttr(kOptStateAttr)) {
+    arg.role = ArgumentRole::OptState, arg.name = s.str(), ++roles;
+  }
+  if (auto s = stringAttr(kInputAttr)) {
+    arg.role = ArgumentRole::Input, arg.name = s.str(), ++roles;
+  }
+  if (Attribute lr = func.getArgAttr(i, kLrAttr)) {
+    arg.role = ArgumentRole::LearningRate, arg.name = "lr", ++roles;
+    if (auto value = dyn_cast<FloatAttr>(lr))
+      arg.defaultLearningRate = value.getValueAsDouble();
+  }
+  if (func.getArgAttr(i, kStepAttr)) {
+    arg.role = ArgumentRole::Step, arg.name = "step", ++roles;
+  }
+  if (roles == 1)
+    return success();
+  return func.emitError() << "argument #" << i
+                          << (roles == 0 ? " has none" : " has more than one")
+                          << " of the attributes merak.param, merak.buffer, "
+                             "merak.opt_state, merak.input, merak.lr, "
+                             "merak.step";
+}
+
+} // namespace
+
+FailureOr<Program> lowerToProgram(func::FuncOp func) {
+  Program program;
+  program.function = func.getSymName().str();
+  if (!func.getBody().hasOneBlock())
+    return func.emitError() << "merak-exec runs functions with one block";
+
+  llvm::DenseMap<Value, ValueId> ids;
+  bool ok = true;
+  auto define = [&](Value v) -> ValueId {
+    FailureOr<TensorType> type = toTensorType(v.getType());
+    if (failed(type)) {
+      emitError(v.getLoc())
+          << "merak-exec cannot hold a value of type " << v.getType();
+      ok = false;
+      type = TensorType{};
+    }
+    ValueId id = ValueId(program.values.size());
+    program.values.push_back(ValueInfo{*type});
+    ids[v] = id;
+    return id;
+  };
+  auto lookup = [&](Value v) -> ValueId {
+    auto it = ids.find(v);
+    return it == ids.end() ? kNoValue : it->second;
+  };
+
+  Block &body = func.getBody().front();
+  for (BlockArgument barg : body.getArguments()) {
+    Argument arg;
+    arg.value = define(barg);
+    if (failed(readArgument(func, barg.getArgNumber(), arg))) {
+      ok = false;
+      continue;
+    }
+    const TensorType &type = program.values[arg.value].type;
+    if (arg.role == ArgumentRole::LearningRate &&
+        (!type.shape.empty() || !isFloat(type.dtype))) {
+      func.emitError() << "the merak.lr argument must be a rank-0 float "
+                          "tensor, not "
+                       << barg.getType();
+      ok = false;
+    }
+    if (arg.role == ArgumentRole::Step &&
+        (!type.shape.empty() || type.dtype == DType::Bool)) {
+      func.emitError() << "the merak.step argument must be a rank-0 tensor, "
+                          "not "
+                       << barg.getType();
+      ok = false;
+    }
+    // `--merak-optimizer` records its configuration, the learning rate
+    // included, on the function; it is the default of --lr.
+    if (arg.role == ArgumentRole::LearningRate && !arg.defaultLearningRate)
+      if (auto config = func->getAttrOfType<DictionaryAttr>(kOptimizerAttr))
+        if (auto lr = config.getAs<FloatAttr>("lr"))
+          arg.defaultLearningRate = lr.getValueAsDouble();
+    program.arguments.push_back(std::move(arg));
+  }
+
+  Decoder decoder(lookup);
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ConstantOp, arith::ConstantOp>(op)) {
+      Attribute value = op.getAttr("value");
+      ValueId id = define(op.getResult(0));
+      FailureOr<HostTensor> host = toHostTensor(value, program.values[id].type);
+      if (failed(host)) {
+        op.emitError() << "merak-exec cannot read this constant's value";
+        ok = false;
+        continue;
+      }
+      program.constants.push_back({id, *std::move(host)});
+      continue;
+    }
+    Instruction inst;
+    if (failed(decoder.decode(&op, inst))) {
+      op.emitError() << "merak-exec has no kernel for '" << op.getName() << "'";
+      ok = false;
+      continue;
+    }
+    for (ValueId v : inst.operands)
+      if (v == kNoValue &&
+          !isa<LinearOp, LayerNormOp, RmsNormOp, Conv2dOp, LayerNormBackwardOp>(
+              op)) {
+        op.emitError() << "operand defined outside the function body";
+        ok = false;
+      }
+    for (Value result : op.getResults())
+      inst.results.push_back(define(result));
+    inst.location = locationString(op.getLoc());
+    program.instructions.push_back(std::move(inst));
+  }
+
+  auto ret = dyn_cast<func::ReturnOp>(body.getTerminator());
+  if (!ret)
+    return func.emitError() << "the function must end in func.return";
+  for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+    ResultInfo res;
+    res.value = lookup(value);
+    if (res.value == kNoValue) {
+      ok = false;
+      continue;
+    }
+    res.isLoss = bool(func.getResultAttr(index, kLossAttr));
+    if (func.getResultAttr(index, kGradNormAttr))
+      program.gradNormResult = int(program.results.size());
+    if (auto update =
+            func.getResultAttrOfType<IntegerAttr>(index, kUpdateArgAttr)) {
+      int64_t n = update.getInt();
+      if (n < 0 || n >= int64_t(program.arguments.size())) {
+        func.emitError() << "result #" << index << " updates argument #" << n
+                         << ", which does not exist";
+        ok = false;
+      } else if (program.values[program.arguments[n].value].type !=
+                 program.values[res.value].type) {
+        func.emitError() << "result #" << index << " updates argument #" << n
+                         << " but its type differs: " << value.getType()
+                         << " vs " << func.getArgument(n).getType();
+        ok = false;
+      } else if (!program.arguments[n].isState()) {
+        func.emitError() << "result #" << index << " updates argument #" << n
+                         << ", which is not a parameter, buffer or "
+                            "optimizer state";
+        ok = false;
+      } else if (program.arguments[n].updatedBy >= 0) {
+        func.emitError() << "argument #" << n << " is updated twice";
+        ok = false;
+      } else {
+        res.updatesArgument = int(n);
+        program.arguments[n].updatedBy = int(program.results.size());
+      }
+    }
+    if (res.isLoss) {
+      const TensorType &type = program.values[res.value].type;
+      if (!type.shape.empty() || !isFloat(type.dtype)) {
+        func.emitError() << "the merak.loss result must be a rank-0 float "
+                            "tensor, not "
+                         << value.getType();
+        ok = false;
+      } else if (program.lossResult >= 0) {
+        func.emitError() << "more than one result is marked merak.loss";
+        ok = false;
+      } else {
+        program.lossResult = int(program.results.size());
+      }
+    }
+    program.results.push_back(res);
+  }
+  // Without a marked loss (an imported @forward), the only rank-0 float
+  // result is the loss.
+  if (program.lossResult < 0) {
+    int found = -1, count = 0;
+    for (size_t r = 0; r < program.results.size(); ++r) {
+      const TensorType &type = program.values[program.results[r].value].type;
+      if (type.shape.empty() && isFloat(type.dtype))
+        found = int(r), ++count;
+    }
+    if (count == 1)
+      program.lossResult = found;
+  }
+  if (!ok)
+    return failure();
+  if (absl::Status s = planProgram(program); !s.ok())
+    return func.emitError() << "cannot plan the program: " << s.message();
+  return program;
+}
+
+} // namespace merak::runtime

@@ -1,0 +1,665 @@
+//===- CpuKernelsTest.cpp - CPU kernels against PyTorch's own results -----===//
+//
+// Each test runs a merak op through the CPU backend (or a small program
+// through the executor) and compares, bit for bit, with what PyTorch's C++
+// API computes: torch::optim for the updates, autograd for the gradients.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Runtime/Backend.h"
+#include "merak/Runtime/CPU/CpuBackend.h"
+#include "merak/Runtime/Executor.h"
+#include "merak/Runtime/Random.h"
+
+#include "gtest/gtest.h"
+
+#include <torch/torch.h>
+
+#include <cstring>
+
+using namespace merak::runtime;
+
+namespace {
+
+DType dtypeOf(const at::Tensor &t) {
+  switch (t.scalar_type()) {
+  case at::kFloat:
+    return DType::F32;
+  case at::kDouble:
+    return DType::F64;
+  case at::kLong:
+    return DType::I64;
+  case at::kInt:
+    return DType::I32;
+  case at::kBool:
+    return DType::Bool;
+  default:
+    ADD_FAILURE() << "unexpected dtype";
+    return DType::F32;
+  }
+}
+
+at::ScalarType atenOf(DType dtype) {
+  switch (dtype) {
+  case DType::F64:
+    return at::kDouble;
+  case DType::I64:
+    return at::kLong;
+  case DType::I32:
+    return at::kInt;
+  case DType::Bool:
+    return at::kBool;
+  default:
+    return at::kFloat;
+  }
+}
+
+TensorType typeOf(const at::Tensor &t) {
+  return TensorType{dtypeOf(t),
+                    std::vector<int64_t>(t.sizes().begin(), t.sizes().end())};
+}
+
+HostTensor toHost(const at::Tensor &t) {
+  at::Tensor c = t.detach().contiguous();
+  HostTensor h = HostTensor::allocate(typeOf(c));
+  std::memcpy(h.mutableBytes(), c.data_ptr(), h.byteSize());
+  return h;
+}
+
+at::Tensor fromHost(const HostTensor &h) {
+  at::Tensor t =
+      at::empty(h.type.shape, at::TensorOptions().dtype(atenOf(h.type.dtype)));
+  std::memcpy(t.data_ptr(), h.data, h.byteSize());
+  return t;
+}
+
+/// Expects identical shapes, dtypes and bits.
+void expectIdentical(const at::Tensor &actual, const at::Tensor &expected,
+                     const std::string &what) {
+  ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
+  ASSERT_EQ(actual.scalar_type(), expected.scalar_type()) << what;
+  EXPECT_TRUE(torch::equal(actual, expected.contiguous()))
+      << what << ": max abs diff "
+      << (actual - expected).abs().max().item<double>();
+}
+
+class CpuKernelsTest : public ::testing::Test {
+protected:
+  CpuKernelsTest() : backend(createCpuBackend({1})) {}
+
+  /// Runs one op on `operands` (undefined = absent optional operand) with
+  /// results of `resultTypes`; returns the results.
+  std::vector<at::Tensor> run(OpKind kind, const OpAttrs &attrs,
+                              const std::vector<at::Tensor> &operands,
+                              const std::vector<TensorType> &resultTypes,
+                              const StepContext &step = {},
+                              int inPlaceOperand = -1) {
+    Program p;
+    Instruction inst;
+    inst.kind = kind;
+    inst.attrs = attrs;
+    for (const at::Tensor &t : operands) {
+      if (!t.defined()) {
+        inst.operands.push_back(kNoValue);
+        continue;
+      }
+      Argument arg;
+      arg.value = ValueId(p.values.size());
+      arg.role = ArgumentRole::Input;
+      p.values.push_back(ValueInfo{typeOf(t)});
+      p.arguments.push_back(arg);
+      inst.operands.push_back(arg.value);
+    }
+    for (const TensorType &type : resultTypes) {
+      ValueId v = ValueId(p.values.size());
+      p.values.push_back(ValueInfo{type});
+      inst.results.push_back(v);
+      p.results.push_back(ResultInfo{v});
+    }
+    p.instructions.push_back(inst);
+    EXPECT_TRUE(planProgram(p).ok());
+    if (inPlaceOperand >= 0)
+      p.instructions[0].storage[0] = {ResultStorage::Kind::InPlace,
+                                      inPlaceOperand};
+
+    std::vector<TensorHandle> handles;
+    KernelCall call;
+    call.instruction = &p.instructions[0];
+    call.program = &p;
+    call.step = &step;
+    for (const at::Tensor &t : operands) {
+      if (!t.defined()) {
+        call.operands.push_back(nullptr);
+        continue;
+      }
+      handles.push_back(*backend->upload(toHost(t)));
+      call.operands.push_back(handles.back().get());
+    }
+    call.hostScalars.resize(call.operands.size());
+    call.inPlace.resize(resultTypes.size());
+    if (inPlaceOperand >= 0)
+      call.inPlace[0] = call.operands[inPlaceOperand];
+    EXPECT_TRUE(backend->beginStep(step).ok());
+    absl::Status s = backend->execute(call);
+    EXPECT_TRUE(s.ok()) << s;
+    std::vector<at::Tensor> results;
+    for (size_t r = 0; r < call.results.size(); ++r)
+      results.push_back(
+          fromHost(*backend->download(*call.results[r], resultTypes[r])));
+    // An in-place result is the operand's own storage.
+    if (inPlaceOperand >= 0 && !call.results.empty())
+      EXPECT_EQ(
+          backend->download(*call.operands[inPlaceOperand], resultTypes[0])
+              ->elementAsDouble(0),
+          results[0].flatten()[0].item<double>());
+    return results;
+  }
+
+  std::unique_ptr<Backend> backend;
+};
+
+//===----------------------------------------------------------------------===//
+// Optimizers: three steps through the executor against torch::optim
+//===----------------------------------------------------------------------===//
+
+/// A program with one update op: param, grad (an input), state, lr, step.
+Program updateProgram(OpKind kind, const OpAttrs &attrs,
+                      const std::vector<int64_t> &shape, int numState) {
+  Program p;
+  p.function = "train_step";
+  TensorType t{DType::F32, shape};
+  auto addArg = [&](ArgumentRole role, const std::string &name,
+                    TensorType type) {
+    Argument a;
+    a.value = ValueId(p.values.size());
+    a.role = role;
+    a.name = name;
+    p.values.push_back(ValueInfo{type});
+    p.arguments.push_back(a);
+    return a.value;
+  };
+  Instruction inst;
+  inst.kind = kind;
+  inst.attrs = attrs;
+  inst.operands.push_back(addArg(ArgumentRole::Param, "w", t));
+  inst.operands.push_back(addArg(ArgumentRole::Input, "grad", t));
+  const char *stateNames[] = {"w/exp_avg", "w/exp_avg_sq"};
+  for (int i = 0; i < numState; ++i)
+    inst.operands.push_back(addArg(
+        ArgumentRole::OptState,
+        kind == OpKind::SgdUpdate ? "w/momentum_buffer" : stateNames[i], t));
+  inst.operands.push_back(
+      addArg(ArgumentRole::LearningRate, "lr", TensorType{DType::F32, {}}));
+  inst.operands.push_back(
+      addArg(ArgumentRole::Step, "step", TensorType{DType::I64, {}}));
+  for (int r = 0; r < 1 + numState; ++r) {
+    ValueId v = ValueId(p.values.size());
+    p.values.push_back(ValueInfo{t});
+    inst.results.push_back(v);
+    int arg = r == 0 ? 0 : 1 + r;
+    p.results.push_back(ResultInfo{v, false, arg});
+    p.arguments[arg].updatedBy = r;
+  }
+  p.instructions.push_back(inst);
+  EXPECT_TRUE(planProgram(p).ok());
+  return p;
+}
+
+void checkSgd(Backend &backend, double momentum, double dampening,
+              bool nesterov, double weightDecay) {
+  SCOPED_TRACE(testing::Message()
+               << "momentum " << momentum << " dampening " << dampening
+               << " nesterov " << nesterov << " weight decay " << weightDecay);
+  torch::manual_seed(1);
+  at::Tensor w0 = torch::randn({3, 5});
+  std::vector<at::Tensor> grads = {torch::randn({3, 5}), torch::randn({3, 5}),
+                                   torch::randn({3, 5})};
+  double lr = 0.05;
+
+  OpAttrs attrs;
+  attrs.momentum = momentum;
+  attrs.dampening = dampening;
+  attrs.nesterov = nesterov;
+  attrs.weightDecay = weightDecay;
+  Program p = updateProgram(OpKind::SgdUpdate, attrs, {3, 5}, 1);
+  // The update writes the parameter and buffer in place.
+  ASSERT_EQ(p.instructions[0].storage[0].kind, ResultStorage::Kind::InPlace);
+  auto executor = Executor::create(p, backend);
+  ASSERT_TRUE(executor.ok());
+  ASSERT_TRUE((*executor)->loadState({{"w", toHost(w0)}}, "test", false).ok());
+
+  at::Tensor w = w0.clone().requires_grad_(true);
+  torch::optim::SGD sgd({w}, torch::optim::SGDOptions(lr)
+                                 .momentum(momentum)
+                                 .dampening(dampening)
+                                 .nesterov(nesterov)
+                                 .weight_decay(weightDecay));
+  for (int step = 1; step <= 3; ++step) {
+    StepContext ctx;
+    ctx.globalStep = ctx.optimizerStep = step;
+    ctx.learningRate = lr;
+    ASSERT_TRUE(
+        (*executor)->runStep(ctx, {toHost(grads[step - 1])}, false).ok());
+    w.mutable_grad() = grads[step - 1].clone();
+    sgd.step();
+  }
+  auto state = (*executor)->stateToHost();
+  ASSERT_TRUE(state.ok());
+  expectIdentical(fromHost(state->at("w")), w.detach(), "parameter");
+  if (momentum != 0) {
+    auto &buf = static_cast<torch::optim::SGDParamState &>(
+        *sgd.state().at(c10::guts::to_string(w.unsafeGetTensorImpl())));
+    expectIdentical(fromHost(state->at("w/momentum_buffer")),
+                    buf.momentum_buffer(), "momentum buffer");
+  }
+}
+
+TEST_F(CpuKernelsTest, SgdUpdateMatchesTorchOptim) {
+  checkSgd(*backend, 0.0, 0.0, false, 0.0);
+  checkSgd(*backend, 0.9, 0.0, false, 0.0);
+  checkSgd(*backend, 0.9, 0.1, false, 1e-2);
+  checkSgd(*backend, 0.8, 0.0, true, 1e-3);
+}
+
+void checkAdamw(Backend &backend, double weightDecay) {
+  SCOPED_TRACE(testing::Message() << "weight decay " << weightDecay);
+  torch::manual_seed(2);
+  at::Tensor w0 = torch::randn({4, 6});
+  std::vector<at::Tensor> grads = {torch::randn({4, 6}), torch::randn({4, 6}),
+                                   torch::randn({4, 6})};
+  double lr = 1e-3;
+  OpAttrs attrs;
+  attrs.beta1 = 0.9;
+  attrs.beta2 = 0.999;
+  attrs.eps = 1e-8;
+  attrs.weightDecay = weightDecay;
+  Program p = updateProgram(OpKind::AdamwUpdate, attrs, {4, 6}, 2);
+  auto executor = Executor::create(p, backend);
+  ASSERT_TRUE(executor.ok());
+  ASSERT_TRUE((*executor)->loadState({{"w", toHost(w0)}}, "test", false).ok());
+
+  at::Tensor w = w0.clone().requires_grad_(true);
+  torch::optim::AdamW adamw({w}, torch::optim::AdamWOptions(lr)
+                                     .betas({0.9, 0.999})
+                                     .eps(1e-8)
+                                     .weight_decay(weightDecay));
+  for (int step = 1; step <= 3; ++step) {
+    StepContext ctx;
+    ctx.globalStep = ctx.optimizerStep = step;
+    ctx.learningRate = lr;
+    ASSERT_TRUE(
+        (*executor)->runStep(ctx, {toHost(grads[step - 1])}, false).ok());
+    w.mutable_grad() = grads[step - 1].clone();
+    adamw.step();
+  }
+  auto state = (*executor)->stateToHost();
+  ASSERT_TRUE(state.ok());
+  auto &s = static_cast<torch::optim::AdamWParamState &>(
+      *adamw.state().at(c10::guts::to_string(w.unsafeGetTensorImpl())));
+  expectIdentical(fromHost(state->at("w")), w.detach(), "parameter");
+  expectIdentical(fromHost(state->at("w/exp_avg")), s.exp_avg(), "exp_avg");
+  expectIdentical(fromHost(state->at("w/exp_avg_sq")), s.exp_avg_sq(),
+                  "exp_avg_sq");
+}
+
+TEST_F(CpuKernelsTest, AdamwUpdateMatchesTorchOptim) {
+  checkAdamw(*backend, 0.01);
+  checkAdamw(*backend, 0.0);
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients against autograd
+//===----------------------------------------------------------------------===//
+
+TEST_F(CpuKernelsTest, CrossEntropyBackwardMatchesAutograd) {
+  torch::manual_seed(3);
+  at::Tensor logits = torch::randn({6, 5});
+  at::Tensor target = torch::tensor({0, 4, 2, -100, 1, 2}, torch::kLong);
+  for (LossReduction reduction :
+       {LossReduction::Mean, LossReduction::Sum, LossReduction::None})
+    for (double smoothing : {0.0, 0.1})
+      for (int64_t ignore : {int64_t(-100), int64_t(2)}) {
+        SCOPED_TRACE(testing::Message()
+                     << "reduction " << int(reduction) << " smoothing "
+                     << smoothing << " ignore " << ignore);
+        at::Tensor t = ignore == -100 ? target : target.clamp_min(0);
+        int64_t red = reduction == LossReduction::Mean  ? at::Reduction::Mean
+                      : reduction == LossReduction::Sum ? at::Reduction::Sum
+                                                        : at::Reduction::None;
+        at::Tensor x = logits.clone().requires_grad_(true);
+        at::Tensor loss =
+            at::cross_entropy_loss(x, t, {}, red, ignore, smoothing);
+        at::Tensor grad = reduction == LossReduction::None
+                              ? torch::randn({6})
+                              : torch::tensor(0.75f);
+        loss.backward(grad);
+
+        OpAttrs attrs;
+        attrs.reduction = reduction;
+        attrs.ignoreIndex = ignore;
+        attrs.labelSmoothing = smoothing;
+        std::vector<at::Tensor> forward =
+            run(OpKind::CrossEntropy, attrs, {logits, t}, {typeOf(loss)});
+        expectIdentical(forward[0], loss.detach(), "loss");
+        std::vector<at::Tensor> backward =
+            run(OpKind::CrossEntropyBackward, attrs, {grad, logits, t},
+                {typeOf(logits)});
+        expectIdentical(backward[0], x.grad(), "gradient");
+      }
+}
+
+TEST_F(CpuKernelsTest, LayerNormBackwardMatchesAutograd) {
+  torch::manual_seed(4);
+  at::Tensor x0 = torch::randn({2, 3, 8});
+  at::Tensor w0 = torch::randn({8}), b0 = torch::randn({8});
+  at::Tensor x = x0.clone().requires_grad_(true);
+  at::Tensor w = w0.clone().requires_grad_(true);
+  at::Tensor b = b0.clone().requires_grad_(true);
+  at::Tensor y = at::layer_norm(x, {8}, w, b, 1e-5);
+  at::Tensor g = torch::randn({2, 3, 8});
+  y.backward(g);
+  OpAttrs attrs;
+  attrs.normalizedRank = 1;
+  attrs.eps = 1e-5;
+  expectIdentical(run(OpKind::LayerNorm, attrs, {x0, w0, b0}, {typeOf(x0)})[0],
+                  y.detach(), "forward");
+  std::vector<at::Tensor> grads =
+      run(OpKind::LayerNormBackward, attrs, {g, x0, w0, b0},
+          {typeOf(x0), typeOf(w0), typeOf(b0)});
+  expectIdentical(grads[0], x.grad(), "input gradient");
+  expectIdentical(grads[1], w.grad(), "weight gradient");
+  expectIdentical(grads[2], b.grad(), "bias gradient");
+}
+
+TEST_F(CpuKernelsTest, EmbeddingBackwardMatchesAutograd) {
+  torch::manual_seed(5);
+  at::Tensor table = torch::randn({7, 4});
+  at::Tensor ids = torch::tensor({{1, 3, 3, 0}, {6, 1, 0, 3}}, torch::kLong);
+  at::Tensor w = table.clone().requires_grad_(true);
+  at::Tensor y = at::embedding(w, ids, /*padding_idx=*/0);
+  at::Tensor g = torch::randn({2, 4, 4});
+  y.backward(g);
+  OpAttrs attrs;
+  attrs.paddingIdx = 0;
+  expectIdentical(run(OpKind::Embedding, attrs, {table, ids}, {typeOf(y)})[0],
+                  y.detach(), "forward");
+  attrs.dim = 0;
+  attrs.dimSize = 7;
+  expectIdentical(
+      run(OpKind::IndexBackward, attrs, {g, ids}, {typeOf(table)})[0], w.grad(),
+      "gradient");
+}
+
+TEST_F(CpuKernelsTest, BatchNormMatchesPyTorchTraining) {
+  torch::manual_seed(6);
+  at::Tensor x0 = torch::randn({4, 3, 5, 5});
+  at::Tensor w0 = torch::randn({3}), b0 = torch::randn({3});
+  at::Tensor mean0 = torch::randn({3}), var0 = torch::rand({3}) + 0.5;
+  at::Tensor x = x0.clone().requires_grad_(true);
+  at::Tensor w = w0.clone().requires_grad_(true);
+  at::Tensor b = b0.clone().requires_grad_(true);
+  at::Tensor mean = mean0.clone(), var = var0.clone();
+  at::Tensor y = at::batch_norm(x, w, b, mean, var, true, 0.1, 1e-5, false);
+  at::Tensor g = torch::randn({4, 3, 5, 5});
+  y.backward(g);
+
+  OpAttrs attrs;
+  attrs.training = true;
+  attrs.momentum = 0.1;
+  attrs.eps = 1e-5;
+  std::vector<at::Tensor> out =
+      run(OpKind::BatchNorm, attrs, {x0, w0, b0, mean0, var0},
+          {typeOf(x0), typeOf(mean0), typeOf(var0)});
+  expectIdentical(out[0], y.detach(), "output");
+  expectIdentical(out[1], mean, "running mean");
+  expectIdentical(out[2], var, "running variance");
+  std::vector<at::Tensor> grads =
+      run(OpKind::BatchNormBackward, attrs, {g, x0, w0, out[1], out[2]},
+          {typeOf(x0), typeOf(w0), typeOf(b0)});
+  expectIdentical(grads[0], x.grad(), "input gradient");
+  expectIdentical(grads[1], w.grad(), "weight gradient");
+  expectIdentical(grads[2], b.grad(), "bias gradient");
+}
+
+TEST_F(CpuKernelsTest, Conv2dBackwardMatchesAutograd) {
+  torch::manual_seed(7);
+  at::Tensor x0 = torch::randn({2, 4, 7, 7});
+  at::Tensor w0 = torch::randn({6, 2, 3, 3}), b0 = torch::randn({6});
+  at::Tensor x = x0.clone().requires_grad_(true);
+  at::Tensor w = w0.clone().requires_grad_(true);
+  at::Tensor b = b0.clone().requires_grad_(true);
+  at::Tensor y = at::conv2d(x, w, b, {2, 2}, {1, 1}, {1, 1}, 2);
+  at::Tensor g = torch::randn(y.sizes());
+  y.backward(g);
+  OpAttrs attrs;
+  attrs.stride = {2, 2};
+  attrs.padding = {1, 1};
+  attrs.dilation = {1, 1};
+  attrs.groups = 2;
+  expectIdentical(run(OpKind::Conv2d, attrs, {x0, w0, b0}, {typeOf(y)})[0],
+                  y.detach(), "forward");
+  std::vector<at::Tensor> grads =
+      run(OpKind::Conv2dBackward, attrs, {g, x0, w0},
+          {typeOf(x0), typeOf(w0), typeOf(b0)});
+  expectIdentical(grads[0], x.grad(), "input gradient");
+  expectIdentical(grads[1], w.grad(), "weight gradient");
+  expectIdentical(grads[2], b.grad(), "bias gradient");
+}
+
+TEST_F(CpuKernelsTest, PoolingBackwardMatchesAutograd) {
+  torch::manual_seed(8);
+  at::Tensor x0 = torch::randn({2, 3, 6, 6});
+  {
+    at::Tensor x = x0.clone().requires_grad_(true);
+    at::Tensor y = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true);
+    at::Tensor g = torch::randn(y.sizes());
+    y.backward(g);
+    OpAttrs attrs;
+    attrs.kernel = {3, 3};
+    attrs.stride = {2, 2};
+    attrs.padding = {1, 1};
+    attrs.dilation = {1, 1};
+    attrs.ceilMode = true;
+    expectIdentical(run(OpKind::MaxPool2d, attrs, {x0}, {typeOf(y)})[0],
+                    y.detach(), "max pool");
+    expectIdentical(
+        run(OpKind::MaxPool2dBackward, attrs, {g, x0}, {typeOf(x0)})[0],
+        x.grad(), "max pool gradient");
+  }
+  {
+    at::Tensor x = x0.clone().requires_grad_(true);
+    at::Tensor y = at::avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}, false, false);
+    at::Tensor g = torch::randn(y.sizes());
+    y.backward(g);
+    OpAttrs attrs;
+    attrs.kernel = {3, 3};
+    attrs.stride = {2, 2};
+    attrs.padding = {1, 1};
+    attrs.countIncludePad = false;
+    expectIdentical(run(OpKind::AvgPool2d, attrs, {x0}, {typeOf(y)})[0],
+                    y.detach(), "avg pool");
+    expectIdentical(
+        run(OpKind::AvgPool2dBackward, attrs, {g, x0}, {typeOf(x0)})[0],
+        x.grad(), "avg pool gradient");
+  }
+  for (std::vector<int64_t> size : {std::vector<int64_t>{1, 1}, {4, 3}}) {
+    at::Tensor x = x0.clone().requires_grad_(true);
+    at::Tensor y = at::adaptive_avg_pool2d(x, size);
+    at::Tensor g = torch::randn(y.sizes());
+    y.backward(g);
+    OpAttrs attrs;
+    attrs.outputSize = size;
+    expectIdentical(run(OpKind::AdaptiveAvgPool2d, attrs, {x0}, {typeOf(y)})[0],
+                    y.detach(), "adaptive pool");
+    expectIdentical(
+        run(OpKind::AdaptiveAvgPool2dBackward, attrs, {g, x0}, {typeOf(x0)})[0],
+        x.grad(), "adaptive pool gradient");
+  }
+}
+
+TEST_F(CpuKernelsTest, GeluAndSliceBackwardMatchAutograd) {
+  torch::manual_seed(9);
+  at::Tensor x0 = torch::randn({4, 10});
+  for (bool tanh : {false, true}) {
+    at::Tensor x = x0.clone().requires_grad_(true);
+    at::Tensor y = at::gelu(x, tanh ? "tanh" : "none");
+    at::Tensor g = torch::randn(y.sizes());
+    y.backward(g);
+    OpAttrs attrs;
+    attrs.tanhApproximation = tanh;
+    expectIdentical(run(OpKind::Gelu, attrs, {x0}, {typeOf(y)})[0], y.detach(),
+                    "gelu");
+    expectIdentical(run(OpKind::GeluBackward, attrs, {g, x0}, {typeOf(x0)})[0],
+                    x.grad(), "gelu gradient");
+  }
+  at::Tensor x = x0.clone().requires_grad_(true);
+  at::Tensor y = x.slice(1, 1, 8, 3);
+  at::Tensor g = torch::randn(y.sizes());
+  y.backward(g);
+  OpAttrs attrs;
+  attrs.dim = 1;
+  attrs.start = 1;
+  attrs.end = 8;
+  attrs.step = 3;
+  attrs.dimSize = 10;
+  expectIdentical(run(OpKind::SliceBackward, attrs, {g}, {typeOf(x0)})[0],
+                  x.grad(), "slice gradient");
+}
+
+TEST_F(CpuKernelsTest, InPlaceResultsMatchFreshOnes) {
+  torch::manual_seed(12);
+  at::Tensor a = torch::rand({3, 7}) + 0.5, b = torch::randn({3, 7});
+  at::Tensor cond = torch::rand({3, 7}) > 0.5;
+  struct Case {
+    OpKind kind;
+    std::vector<at::Tensor> operands;
+    int inPlace;
+  } cases[] = {
+      {OpKind::Neg, {b}, 0},
+      {OpKind::Abs, {b}, 0},
+      {OpKind::Exp, {b}, 0},
+      {OpKind::Log, {a}, 0},
+      {OpKind::Sqrt, {a}, 0},
+      {OpKind::Rsqrt, {a}, 0},
+      {OpKind::Reciprocal, {a}, 0},
+      {OpKind::Erf, {b}, 0},
+      {OpKind::Tanh, {b}, 0},
+      {OpKind::Sigmoid, {b}, 0},
+      {OpKind::Silu, {b}, 0},
+      {OpKind::Relu, {b}, 0},
+      {OpKind::Gelu, {b}, 0},
+      {OpKind::Add, {a, b}, 0},
+      {OpKind::Sub, {a, b}, 1},
+      {OpKind::Mul, {a, b}, 1},
+      {OpKind::Div, {b, a}, 0},
+      {OpKind::Div, {b, a}, 1},
+      {OpKind::Pow, {a, b}, 1},
+      {OpKind::Remainder, {b, a}, 0},
+      {OpKind::FloorDivide, {b, a}, 1},
+      {OpKind::Minimum, {a, b}, 0},
+      {OpKind::Maximum, {a, b}, 1},
+      {OpKind::Where, {cond, a, b}, 2},
+      {OpKind::GeluBackward, {b, a}, 0},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(opKindName(c.kind));
+    OpAttrs attrs;
+    std::vector<at::Tensor> fresh = run(c.kind, attrs, c.operands, {typeOf(a)});
+    std::vector<at::Tensor> inPlace =
+        run(c.kind, attrs, c.operands, {typeOf(a)}, {}, c.inPlace);
+    expectIdentical(inPlace[0], fresh[0], "in-place result");
+  }
+  OpAttrs clamp;
+  clamp.min = -0.5;
+  clamp.max = 0.5;
+  expectIdentical(run(OpKind::Clamp, clamp, {b}, {typeOf(b)}, {}, 0)[0],
+                  b.clamp(-0.5, 0.5), "clamp");
+}
+
+//===----------------------------------------------------------------------===//
+// Forward numerics and randomness
+//===----------------------------------------------------------------------===//
+
+TEST_F(CpuKernelsTest, PowByANumberTakesPyTorchsScalarPath) {
+  torch::manual_seed(10);
+  at::Tensor x = torch::rand({1000}) * 3;
+  // Exponents a float holds exactly: the IR keeps Python numbers in the
+  // tensor's element type, so 1.7 would reach the kernel as 1.7f.
+  for (double e : {2.0, 0.5, 3.0, -1.0, -0.5, -2.0, 1.5, 0.25}) {
+    SCOPED_TRACE(e);
+    at::Tensor exponent = torch::tensor(float(e));
+    expectIdentical(run(OpKind::Pow, OpAttrs(), {x, exponent}, {typeOf(x)})[0],
+                    x.pow(e), "pow");
+  }
+}
+
+TEST_F(CpuKernelsTest, RmsNormIsPyTorchsComposite) {
+  torch::manual_seed(11);
+  at::Tensor x = torch::randn({2, 3, 8}), w = torch::randn({8});
+  at::Tensor expected =
+      x.mul(at::rsqrt(at::pow(x, 2).mean({-1}, true).add_(1e-6))).mul(w);
+  OpAttrs attrs;
+  attrs.normalizedRank = 1;
+  attrs.eps = 1e-6;
+  expectIdentical(run(OpKind::RmsNorm, attrs, {x, w}, {typeOf(x)})[0], expected,
+                  "rms_norm");
+}
+
+TEST_F(CpuKernelsTest, DropoutMaskIsPyTorchsDropoutUnderTheStepSeed) {
+  StepContext step;
+  step.seed = 7;
+  step.globalStep = 3;
+  OpAttrs attrs;
+  attrs.p = 0.25;
+  at::Tensor x = torch::ones({8, 16});
+  at::Tensor mask = run(OpKind::DropoutMask, attrs, {x}, {typeOf(x)}, step)[0];
+  torch::manual_seed(stepSeed(7, 3, RandomStream::Dropout));
+  at::Tensor expected = at::dropout(x, 0.25, /*train=*/true);
+  expectIdentical(mask, expected, "mask");
+  // Another step or another seed draws another mask.
+  step.globalStep = 4;
+  at::Tensor other = run(OpKind::DropoutMask, attrs, {x}, {typeOf(x)}, step)[0];
+  EXPECT_FALSE(torch::equal(mask, other));
+  step.globalStep = 3;
+  step.seed = 8;
+  other = run(OpKind::DropoutMask, attrs, {x}, {typeOf(x)}, step)[0];
+  EXPECT_FALSE(torch::equal(mask, other));
+}
+
+TEST_F(CpuKernelsTest, KernelErrorsAreStatuses) {
+  Program p;
+  p.values = {ValueInfo{TensorType{DType::F32, {2, 3}}},
+              ValueInfo{TensorType{DType::F32, {4, 5}}},
+              ValueInfo{TensorType{DType::F32, {2, 5}}}};
+  Instruction inst;
+  inst.kind = OpKind::Matmul;
+  inst.operands = {0, 1};
+  inst.results = {2};
+  inst.storage = {ResultStorage()};
+  p.instructions.push_back(inst);
+  auto a = *backend->upload(toHost(torch::zeros({2, 3})));
+  auto b = *backend->upload(toHost(torch::zeros({4, 5})));
+  KernelCall call;
+  StepContext step;
+  call.instruction = &p.instructions[0];
+  call.program = &p;
+  call.step = &step;
+  call.operands = {a.get(), b.get()};
+  call.hostScalars.resize(2);
+  call.inPlace.resize(1);
+  absl::Status s = backend->execute(call);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+}
+
+TEST_F(CpuKernelsTest, MemoryStatsCountLiveTensors) {
+  MemoryStats before = backend->memoryStats();
+  auto t = *backend->zeros(TensorType{DType::F32, {1024, 256}});
+  MemoryStats during = backend->memoryStats();
+  EXPECT_GE(during.liveBytes - before.liveBytes, 1024 * 256 * 4);
+  EXPECT_GE(during.peakBytes, during.liveBytes);
+  t.reset();
+  EXPECT_LE(backend->memoryStats().liveBytes, before.liveBytes);
+}
+
+} // namespace

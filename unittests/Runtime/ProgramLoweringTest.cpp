@@ -1,0 +1,295 @@
+//===- ProgramLoweringTest.cpp - lowering to a rank program and its plan --===//
+
+#include "merak/Runtime/ProgramLowering.h"
+#include "merak/Dialect/Merak/IR/MerakDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "gtest/gtest.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace merak::runtime;
+
+namespace {
+
+class ProgramLoweringTest : public ::testing::Test {
+protected:
+  ProgramLoweringTest() {
+    DialectRegistry registry;
+    merak::registerMerakDialects(registry);
+    ctx.appendDialectRegistry(registry);
+    ctx.loadAllAvailableDialects();
+    ctx.getDiagEngine().registerHandler([this](Diagnostic &d) {
+      errors.push_back(d.str());
+      return success();
+    });
+  }
+
+  /// Parses `text` and lowers its first function.
+  FailureOr<Program> lower(StringRef text) {
+    module = parseSourceString<ModuleOp>(text, &ctx);
+    if (!module)
+      return failure();
+    auto func = *module->getOps<func::FuncOp>().begin();
+    return lowerToProgram(func);
+  }
+
+  static const Instruction &find(const Program &p, OpKind kind,
+                                 int occurrence = 0) {
+    for (const Instruction &inst : p.instructions)
+      if (inst.kind == kind && occurrence-- == 0)
+        return inst;
+    ADD_FAILURE() << "no " << opKindName(kind);
+    return p.instructions.front();
+  }
+  static bool releases(const Instruction &inst, ValueId v) {
+    return std::count(inst.release.begin(), inst.release.end(), v) > 0;
+  }
+
+  MLIRContext ctx;
+  OwningOpRef<ModuleOp> module;
+  std::vector<std::string> errors;
+};
+
+// y = x W^T + b; loss = mean((y - t)^2); gradients by hand; SGD.
+constexpr const char *kLinearRegression = R"mlir(
+func.func @train_step(%w: tensor<1x4xf32> {merak.param = "w"},
+                      %b: tensor<1xf32> {merak.param = "b"},
+                      %mw: tensor<1x4xf32> {merak.opt_state = "w/momentum_buffer"},
+                      %x: tensor<8x4xf32> {merak.input = "x"},
+                      %t: tensor<8x1xf32> {merak.input = "t"},
+                      %lr: tensor<f32> {merak.lr},
+                      %step: tensor<i64> {merak.step})
+    -> (tensor<f32> {merak.loss}, tensor<1x4xf32> {merak.update_arg = 0 : i64},
+        tensor<1x4xf32> {merak.update_arg = 2 : i64}) {
+  %y = merak.linear %x, %w, %b : (tensor<8x4xf32>, tensor<1x4xf32>, tensor<1xf32>) -> tensor<8x1xf32>
+  %d = merak.sub %y, %t : (tensor<8x1xf32>, tensor<8x1xf32>) -> tensor<8x1xf32>
+  %sq = merak.mul %d, %d : (tensor<8x1xf32>, tensor<8x1xf32>) -> tensor<8x1xf32>
+  %loss = merak.reduce_mean %sq {dims = array<i64>} : (tensor<8x1xf32>) -> tensor<f32>
+  %c = merak.constant dense<2.500000e-01> : tensor<f32>
+  %g = merak.mul %d, %c : (tensor<8x1xf32>, tensor<f32>) -> tensor<8x1xf32>
+  %gt = merak.permute %g {permutation = array<i64: 1, 0>} : (tensor<8x1xf32>) -> tensor<1x8xf32>
+  %dw = merak.matmul %gt, %x : (tensor<1x8xf32>, tensor<8x4xf32>) -> tensor<1x4xf32>
+  %nw, %nmw = merak.sgd_update %w, %dw, %mw, %lr, %step {dampening = 0.0 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<f32>, tensor<i64>) -> (tensor<1x4xf32>, tensor<1x4xf32>)
+  return %loss, %nw, %nmw : tensor<f32>, tensor<1x4xf32>, tensor<1x4xf32>
+}
+)mlir";
+
+TEST_F(ProgramLoweringTest, SignatureRolesAndResults) {
+  FailureOr<Program> p = lower(kLinearRegression);
+  ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
+  ASSERT_EQ(p->arguments.size(), 7u);
+  EXPECT_EQ(p->arguments[0].role, ArgumentRole::Param);
+  EXPECT_EQ(p->arguments[0].name, "w");
+  EXPECT_EQ(p->arguments[0].updatedBy, 1);
+  EXPECT_EQ(p->arguments[1].updatedBy, -1);
+  EXPECT_EQ(p->arguments[2].role, ArgumentRole::OptState);
+  EXPECT_EQ(p->arguments[3].role, ArgumentRole::Input);
+  EXPECT_EQ(p->arguments[5].role, ArgumentRole::LearningRate);
+  EXPECT_EQ(p->arguments[6].role, ArgumentRole::Step);
+  EXPECT_EQ(p->lossResult, 0);
+  EXPECT_EQ(p->results[1].updatesArgument, 0);
+  EXPECT_EQ(p->results[2].updatesArgument, 2);
+  EXPECT_EQ(p->constants.size(), 1u);
+  EXPECT_EQ(p->instructions.size(), 8u);
+  const Instruction &linear = find(*p, OpKind::Linear);
+  ASSERT_EQ(linear.operands.size(), 3u);
+  EXPECT_EQ(linear.operands[2], p->arguments[1].value);
+}
+
+TEST_F(ProgramLoweringTest, ReleasesEachValueAfterItsLastUse) {
+  FailureOr<Program> p = lower(kLinearRegression);
+  ASSERT_TRUE(succeeded(p));
+  const Instruction &linear = find(*p, OpKind::Linear);
+  const Instruction &sub = find(*p, OpKind::Sub);
+  const Instruction &square = find(*p, OpKind::Mul, 0);
+  const Instruction &mean = find(*p, OpKind::ReduceMean);
+  const Instruction &matmul = find(*p, OpKind::Matmul);
+  const Instruction &sgd = find(*p, OpKind::SgdUpdate);
+  ValueId b = p->arguments[1].value, t = p->arguments[4].value;
+  ValueId x = p->arguments[3].value;
+  // b and t are read once; x last by the weight gradient.
+  EXPECT_TRUE(releases(linear, b));
+  EXPECT_TRUE(releases(sub, t));
+  EXPECT_TRUE(releases(matmul, x));
+  EXPECT_FALSE(releases(linear, x));
+  // The square is dead once the mean is taken.
+  EXPECT_TRUE(releases(mean, square.results[0]));
+  // The loss and the new state are results: never released.
+  for (const Instruction &inst : p->instructions) {
+    EXPECT_FALSE(releases(inst, mean.results[0]));
+    EXPECT_FALSE(releases(inst, sgd.results[0]));
+    EXPECT_FALSE(releases(inst, sgd.results[1]));
+  }
+  EXPECT_EQ(p->values[mean.results[0]].lastUse, kKeepAlive);
+  EXPECT_GT(p->plannedPeakBytes, 0);
+}
+
+TEST_F(ProgramLoweringTest, ReusesDyingOperandsInPlace) {
+  FailureOr<Program> p = lower(kLinearRegression);
+  ASSERT_TRUE(succeeded(p));
+  // y - t: y dies here with the result's type, so the result takes its
+  // storage.
+  const Instruction &sub = find(*p, OpKind::Sub);
+  EXPECT_EQ(sub.storage[0].kind, ResultStorage::Kind::InPlace);
+  EXPECT_EQ(sub.storage[0].operand, 0);
+  // d * d: d is read again (by the gradient), so the square is fresh.
+  EXPECT_EQ(find(*p, OpKind::Mul, 0).storage[0].kind,
+            ResultStorage::Kind::Fresh);
+  // d * 0.25: d dies; the rank-0 constant cannot hold the result.
+  const Instruction &scale = find(*p, OpKind::Mul, 1);
+  EXPECT_EQ(scale.storage[0].kind, ResultStorage::Kind::InPlace);
+  EXPECT_EQ(scale.storage[0].operand, 0);
+  // permute is a view of its operand.
+  EXPECT_EQ(find(*p, OpKind::Permute).storage[0].kind,
+            ResultStorage::Kind::View);
+  // The update writes the weight and the momentum buffer in place: both
+  // are replaced by the step and die after the loss is known.
+  const Instruction &sgd = find(*p, OpKind::SgdUpdate);
+  EXPECT_EQ(sgd.storage[0].kind, ResultStorage::Kind::InPlace);
+  EXPECT_EQ(sgd.storage[0].operand, 0);
+  EXPECT_EQ(sgd.storage[1].kind, ResultStorage::Kind::InPlace);
+  EXPECT_EQ(sgd.storage[1].operand, 2);
+  EXPECT_EQ(p->lossInstruction, 3);
+}
+
+TEST_F(ProgramLoweringTest, StateIsNotOverwrittenBeforeTheLoss) {
+  // exp(w) is w's last use but comes before the loss: writing it into w
+  // would lose the weights if the step were dropped for a NaN loss.
+  FailureOr<Program> p = lower(R"mlir(
+func.func @train_step(%w: tensor<4xf32> {merak.param = "w"},
+                      %lr: tensor<f32> {merak.lr}, %step: tensor<i64> {merak.step})
+    -> (tensor<f32> {merak.loss}, tensor<4xf32> {merak.update_arg = 0 : i64}) {
+  %e = merak.exp %w : tensor<4xf32>
+  %l = merak.reduce_sum %e {dims = array<i64>} : (tensor<4xf32>) -> tensor<f32>
+  %n = merak.neg %e : tensor<4xf32>
+  return %l, %n : tensor<f32>, tensor<4xf32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p));
+  EXPECT_EQ(find(*p, OpKind::Exp).storage[0].kind, ResultStorage::Kind::Fresh);
+  // After the loss, a dying temporary is fair game.
+  EXPECT_EQ(find(*p, OpKind::Neg).storage[0].kind,
+            ResultStorage::Kind::InPlace);
+}
+
+TEST_F(ProgramLoweringTest, LiveViewsAndBroadcastsBlockReuse) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @forward(%x: tensor<2x3xf32> {merak.input = "x"},
+                   %v: tensor<3xf32> {merak.input = "v"})
+    -> (tensor<2x3xf32>, tensor<3x2xf32>, tensor<2x3xf32>) {
+  %a = merak.exp %x : tensor<2x3xf32>
+  %t = merak.permute %a {permutation = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %b = merak.neg %a : tensor<2x3xf32>
+  %e = merak.expand %v {shape = array<i64: 2, 3>} : (tensor<3xf32>) -> tensor<2x3xf32>
+  %c = merak.tanh %e : tensor<2x3xf32>
+  return %b, %t, %c : tensor<2x3xf32>, tensor<3x2xf32>, tensor<2x3xf32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p));
+  // a's last direct use is neg, but its view t is a result.
+  EXPECT_EQ(find(*p, OpKind::Neg).storage[0].kind, ResultStorage::Kind::Fresh);
+  // An expanded view has repeated elements and can never be written.
+  EXPECT_EQ(find(*p, OpKind::Tanh).storage[0].kind, ResultStorage::Kind::Fresh);
+  // Inputs are never written either (exp reads x, its last use).
+  EXPECT_EQ(find(*p, OpKind::Exp).storage[0].kind, ResultStorage::Kind::Fresh);
+  // Without merak.loss, no rank-0 float result means no loss.
+  EXPECT_EQ(p->lossResult, -1);
+}
+
+TEST_F(ProgramLoweringTest, ForwardWithoutMarkedLossUsesItsScalarResult) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @forward(%x: tensor<2x3xf32> {merak.input = "x"})
+    -> (tensor<2x3xf32>, tensor<f32>) {
+  %s = merak.reduce_sum %x {dims = array<i64>} : (tensor<2x3xf32>) -> tensor<f32>
+  return %x, %s : tensor<2x3xf32>, tensor<f32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p));
+  EXPECT_EQ(p->lossResult, 1);
+  EXPECT_FALSE(p->trains());
+}
+
+TEST_F(ProgramLoweringTest, OptimizerConfigurationGivesTheDefaultRate) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @train_step(%w: tensor<4xf32> {merak.param = "w"},
+                      %lr: tensor<f32> {merak.lr}, %step: tensor<i64> {merak.step})
+    -> (tensor<f32> {merak.loss})
+    attributes {merak.optimizer = {lr = 5.000000e-02 : f64, optimizer = "sgd"}} {
+  %l = merak.reduce_sum %w {dims = array<i64>} : (tensor<4xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p));
+  const Argument *lr = p->findArgument(ArgumentRole::LearningRate);
+  ASSERT_TRUE(lr && lr->defaultLearningRate);
+  EXPECT_DOUBLE_EQ(*lr->defaultLearningRate, 0.05);
+}
+
+TEST_F(ProgramLoweringTest, UnsupportedOpsAreNamedWithTheirLocation) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @forward(%x: tensor<2xf32> {merak.input = "x"}) -> tensor<2xf32> {
+  %y = arith.addf %x, %x : tensor<2xf32> loc("model.py":7:3)
+  %z = arith.mulf %y, %y : tensor<2xf32> loc("model.py":8:3)
+  return %z : tensor<2xf32>
+}
+)mlir");
+  EXPECT_TRUE(failed(p));
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0], "merak-exec has no kernel for 'arith.addf'");
+  EXPECT_EQ(errors[1], "merak-exec has no kernel for 'arith.mulf'");
+}
+
+TEST_F(ProgramLoweringTest, ArgumentsNeedARole) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @forward(%x: tensor<2xf32>) -> tensor<2xf32> {
+  return %x : tensor<2xf32>
+}
+)mlir");
+  EXPECT_TRUE(failed(p));
+  ASSERT_FALSE(errors.empty());
+  EXPECT_NE(errors[0].find("argument #0 has none of the attributes"),
+            std::string::npos);
+}
+
+TEST_F(ProgramLoweringTest, UpdatesMustMatchTheirArgument) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @train_step(%w: tensor<4xf32> {merak.param = "w"})
+    -> (tensor<2xf32> {merak.update_arg = 0 : i64}) {
+  %s = merak.slice %w {dim = 0 : i64, end = 2 : i64, start = 0 : i64} : (tensor<4xf32>) -> tensor<2xf32>
+  return %s : tensor<2xf32>
+}
+)mlir");
+  EXPECT_TRUE(failed(p));
+  ASSERT_FALSE(errors.empty());
+  EXPECT_NE(errors[0].find("updates argument #0 but its type differs"),
+            std::string::npos)
+      << errors[0];
+}
+
+TEST_F(ProgramLoweringTest, DecodesAttributesOnce) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @forward(%x: tensor<4x10xf32> {merak.input = "x"},
+                   %t: tensor<4xi64> {merak.input = "t"}) -> tensor<f32> {
+  %s = merak.slice %x {dim = 1 : i64, end = 8 : i64, start = 1 : i64, step = 3 : i64} : (tensor<4x10xf32>) -> tensor<4x3xf32>
+  %l = merak.cross_entropy %s, %t {ignore_index = 2 : i64, label_smoothing = 1.000000e-01 : f64, reduction = #merak.reduction<sum>} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p));
+  const OpAttrs &slice = find(*p, OpKind::Slice).attrs;
+  EXPECT_EQ(slice.dim, 1);
+  EXPECT_EQ(slice.start, 1);
+  EXPECT_EQ(slice.end, 8);
+  EXPECT_EQ(slice.step, 3);
+  const OpAttrs &ce = find(*p, OpKind::CrossEntropy).attrs;
+  EXPECT_EQ(ce.ignoreIndex, 2);
+  EXPECT_EQ(ce.reduction, LossReduction::Sum);
+  EXPECT_DOUBLE_EQ(ce.labelSmoothing, 0.1);
+}
+
+} // namespace
