@@ -93,7 +93,8 @@ Executor::loadState(const std::map<std::string, HostTensor> &tensors,
 
 absl::StatusOr<StepOutcome>
 Executor::runStep(const StepContext &step,
-                  const std::vector<HostTensor> &inputs, bool skipNonFinite) {
+                  const std::vector<HostTensor> &inputs, bool skipNonFinite,
+                  std::vector<HostTensor> *results) {
   const auto &values = program.values;
   std::vector<TensorHandle> live(values.size());
   if (absl::Status s = backend.beginStep(step); !s.ok())
@@ -230,6 +231,19 @@ Executor::runStep(const StepContext &step,
     if (!host.ok())
       return host.status();
     outcome.gradNorm = host->elementAsDouble(0);
+  }
+
+  // Results stay live to the end (the plan keeps them), so they can be read
+  // here, before the commit hands their storage to the state.
+  if (results) {
+    results->clear();
+    for (const ResultInfo &res : program.results) {
+      absl::StatusOr<HostTensor> host =
+          backend.download(*live[res.value], values[res.value].type);
+      if (!host.ok())
+        return host.status();
+      results->push_back(*std::move(host));
+    }
   }
 
   // Commit: every state argument the step replaces gets its new value.

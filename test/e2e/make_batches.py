@@ -35,10 +35,19 @@ FORMAT = "merak-batches-v1"
 
 
 def step_seed(seed, step):
-    """Generator seed of one step: the run seed in the high word."""
+    """Generator seed of one step, mixing the run seed and the step.
+
+    PyTorch's CPU generator keeps only the low 32 bits of a seed, so the two
+    are combined by a splitmix64 round and folded into 32 bits.
+    """
     if not 0 <= seed < 2 ** 31 or not 0 <= step < 2 ** 32:
         raise ValueError("seed must be in [0, 2^31) and step in [0, 2^32)")
-    return (seed << 32) | step
+    mask = (1 << 64) - 1
+    z = ((seed << 32) | step) + 0x9E3779B97F4A7C15 & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    z ^= z >> 31
+    return (z ^ (z >> 32)) & 0xFFFFFFFF
 
 
 def read_inputs(fixtures_dir, name):

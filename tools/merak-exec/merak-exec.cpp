@@ -160,7 +160,15 @@ std::optional<int64_t> metadataInt(const SafetensorsFile &file,
   }
 }
 
+/// This process's peak resident set. VmHWM belongs to the address space, so
+/// unlike getrusage's ru_maxrss it does not inherit the parent's peak when
+/// the process was started by a large one.
 int64_t maxRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::stoll(line.substr(6)) * 1024;
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   return int64_t(usage.ru_maxrss) * 1024;

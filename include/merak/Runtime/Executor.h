@@ -48,10 +48,12 @@ public:
 
   /// Runs one step. `inputs` holds one tensor per `merak.input` argument in
   /// argument order. A non-finite loss is an error, or with `skipNonFinite`
-  /// a skipped step whose updates are dropped.
-  absl::StatusOr<StepOutcome> runStep(const StepContext &step,
-                                      const std::vector<HostTensor> &inputs,
-                                      bool skipNonFinite);
+  /// a skipped step whose updates are dropped. When `results` is not null and
+  /// the step is not skipped, it receives every function result in result
+  /// order, copied to the host (gradients, logits: what tests inspect).
+  absl::StatusOr<StepOutcome>
+  runStep(const StepContext &step, const std::vector<HostTensor> &inputs,
+          bool skipNonFinite, std::vector<HostTensor> *results = nullptr);
 
   /// The state arguments by name, copied to the host (for checkpoints).
   absl::StatusOr<std::map<std::string, HostTensor>> stateToHost();

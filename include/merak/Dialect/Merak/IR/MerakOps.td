@@ -720,7 +720,7 @@ def Merak_AdamwUpdateOp : Merak_Op<"adamw_update",
     PyTorch's semantics and order of operations (`step` counts from 1):
 
         param = param * (1 - lr * weight_decay)
-        exp_avg = exp_avg + (grad - exp_avg) * (1 - beta1)      (lerp)
+        exp_avg = exp_avg * beta1 + grad * (1 - beta1)
         exp_avg_sq = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
         bias1 = 1 - beta1 ** step;  bias2 = 1 - beta2 ** step
         denom = sqrt(exp_avg_sq) / sqrt(bias2) + eps
