@@ -588,7 +588,8 @@ void runKernel(Ctx &c) {
     return c.set(0, at::adaptive_avg_pool2d(c.in(0), a.outputSize));
 
   case OpKind::CrossEntropy:
-    return c.set(0, at::cross_entropy_loss(c.in(0), c.in(1), {},
+    // The dialect allows i32 targets; ATen's nll_loss takes int64 only.
+    return c.set(0, at::cross_entropy_loss(c.in(0), c.in(1).to(at::kLong), {},
                                            atenReduction(a.reduction),
                                            a.ignoreIndex, a.labelSmoothing));
 
@@ -687,7 +688,8 @@ void runKernel(Ctx &c) {
     return c.set(0, at::_adaptive_avg_pool2d_backward(grad, x));
   }
   case OpKind::CrossEntropyBackward:
-    return c.set(0, crossEntropyBackward(c.in(0), c.in(1), c.in(2), a));
+    return c.set(
+        0, crossEntropyBackward(c.in(0), c.in(1), c.in(2).to(at::kLong), a));
 
   case OpKind::DropoutMask:
     return c.set(0, dropoutMask(c, c.resultType(0), a.p));

@@ -93,6 +93,12 @@ Value cmp(OpBuilder &b, Location loc, ComparePredicate p, Value x, Value y) {
   return b.create<CompareOp>(loc, p, x, y);
 }
 
+/// `dim` counted from 0. I64Attr getters return uint64_t, so a negative
+/// `dim` attribute must reach here as int64_t to compare below zero.
+int64_t normalizeDim(int64_t dim, int64_t rank) {
+  return dim < 0 ? dim + rank : dim;
+}
+
 /// Swaps the last two dimensions.
 Value transposeLast2(OpBuilder &b, Location loc, Value v) {
   int64_t r = typeOf(v).getRank();
@@ -490,7 +496,7 @@ GRADIENT(SoftmaxOp) {
   SETUP();
   // y * (g - sum(g * y, dim))
   Value y = getResult();
-  int64_t d = getDim() < 0 ? getDim() + typeOf(y).getRank() : getDim();
+  int64_t d = normalizeDim(getDim(), typeOf(y).getRank());
   Value s =
       b.create<ReduceSumOp>(loc, mul(b, loc, g, y), ArrayRef<int64_t>{d}, true);
   operandGrads[0] = mul(b, loc, y, sub(b, loc, g, s));
@@ -501,7 +507,7 @@ GRADIENT(LogSoftmaxOp) {
   SETUP();
   // g - exp(y) * sum(g, dim)
   Value y = getResult();
-  int64_t d = getDim() < 0 ? getDim() + typeOf(y).getRank() : getDim();
+  int64_t d = normalizeDim(getDim(), typeOf(y).getRank());
   Value s = b.create<ReduceSumOp>(loc, g, ArrayRef<int64_t>{d}, true);
   operandGrads[0] = sub(b, loc, g, mul(b, loc, b.create<ExpOp>(loc, y), s));
   return success();
@@ -584,7 +590,7 @@ GRADIENT(IndexOp) {
   if (!isFloat(getInput()))
     return success();
   auto xt = typeOf(getInput());
-  int64_t d = getDim() < 0 ? getDim() + xt.getRank() : getDim();
+  int64_t d = normalizeDim(getDim(), xt.getRank());
   operandGrads[0] = b.create<IndexBackwardOp>(
       loc, xt, g, getIndices(), b.getI64IntegerAttr(d),
       b.getI64IntegerAttr(xt.getDimSize(d)), IntegerAttr());
@@ -618,7 +624,7 @@ GRADIENT(SliceOp) {
   if (!isFloat(getInput()))
     return success();
   auto xt = typeOf(getInput());
-  int64_t d = getDim() < 0 ? getDim() + xt.getRank() : getDim();
+  int64_t d = normalizeDim(getDim(), xt.getRank());
   operandGrads[0] = b.create<SliceBackwardOp>(
       loc, xt, g, b.getI64IntegerAttr(d), getStartAttr(), getEndAttr(),
       getStepAttr(), b.getI64IntegerAttr(xt.getDimSize(d)));
@@ -630,7 +636,7 @@ GRADIENT(SelectOp) {
   if (!isFloat(getInput()))
     return success();
   auto xt = typeOf(getInput());
-  int64_t d = getDim() < 0 ? getDim() + xt.getRank() : getDim();
+  int64_t d = normalizeDim(getDim(), xt.getRank());
   SmallVector<int64_t> shape(xt.getShape());
   shape[d] = 1;
   Value g1 = b.create<ReshapeOp>(loc, g, shape);
@@ -645,7 +651,7 @@ GRADIENT(SelectOp) {
 GRADIENT(ConcatOp) {
   SETUP();
   int64_t rank = typeOf(g).getRank();
-  int64_t d = getDim() < 0 ? getDim() + rank : getDim();
+  int64_t d = normalizeDim(getDim(), rank);
   int64_t start = 0;
   for (auto [i, v] : llvm::enumerate(getInputs())) {
     int64_t size = typeOf(v).getDimSize(d);
