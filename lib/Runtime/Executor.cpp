@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include <chrono>
 #include <cmath>
 
 namespace merak::runtime {
@@ -186,7 +187,16 @@ Executor::runStep(const StepContext &step,
       if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
         call.inPlace[r] = call.operands[inst.storage[r].operand];
     call.results.clear();
-    if (absl::Status s = backend.execute(call); !s.ok())
+    auto started = std::chrono::steady_clock::now();
+    absl::Status status = backend.execute(call);
+    if (profile) {
+      OpProfile::Entry &e = profile->byKind[inst.kind];
+      ++e.calls;
+      e.seconds += std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - started)
+                       .count();
+    }
+    if (absl::Status s = std::move(status); !s.ok())
       return absl::Status(
           s.code(),
           absl::StrCat(inst.location.empty() ? "" : inst.location,

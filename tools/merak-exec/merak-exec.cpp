@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -117,6 +118,11 @@ static cl::opt<bool>
                            "infinite instead of stopping"),
                   cl::cat(category));
 static cl::opt<bool>
+    profileOps("profile",
+               cl::desc("Print kernel time per op kind at the end (steps "
+                        "after the first)"),
+               cl::cat(category));
+static cl::opt<bool>
     printProgramOnly("print-program",
                      cl::desc("Print the rank program and its memory plan, "
                               "then exit"),
@@ -172,6 +178,26 @@ int64_t maxRssBytes() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   return int64_t(usage.ru_maxrss) * 1024;
+}
+
+/// Kernel time per op kind, most expensive first, against the step time.
+void printProfile(const OpProfile &profile, double stepMs) {
+  std::vector<std::pair<OpKind, OpProfile::Entry>> rows(profile.byKind.begin(),
+                                                         profile.byKind.end());
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  double kernelMs = 0;
+  for (const auto &row : rows)
+    kernelMs += row.second.seconds * 1e3;
+  std::printf("kernel time per op kind over %.1f ms of steps "
+              "(kernels %.1f ms, %.0f%%):\n",
+              stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
+  std::printf("  %-32s %8s %12s %7s\n", "op", "calls", "ms", "share");
+  for (const auto &[kind, e] : rows)
+    std::printf("  merak.%-26s %8lld %12.2f %6.1f%%\n", opKindName(kind),
+                (long long)e.calls, e.seconds * 1e3,
+                kernelMs > 0 ? 100.0 * e.seconds * 1e3 / kernelMs : 0.0);
 }
 
 /// The progress bar on stderr, drawn only when stdout is a terminal.
@@ -425,7 +451,12 @@ int main(int argc, char **argv) {
     llvm::errs() << "merak-exec: note: the checkpoint is at step " << doneSteps
                  << "; nothing to run up to --steps " << steps << "\n";
   Progress progress(first, steps);
+  OpProfile profile;
+  double profiledMs = 0;
   for (int64_t step = first; step <= steps; ++step) {
+    // The first step warms caches and allocators; profile the others.
+    if (profileOps && step == first + 1)
+      executor.setProfile(&profile);
     auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<HostTensor>> batch = source->batch(step);
     if (!batch.ok()) {
@@ -448,6 +479,8 @@ int main(int argc, char **argv) {
                     .count();
     if (!outcome->skipped)
       ++doneUpdates;
+    if (profileOps && step > first)
+      profiledMs += ms;
     MemoryStats memory = backend->memoryStats();
     double rate = perStep / (ms / 1000.0);
 
@@ -496,6 +529,8 @@ int main(int argc, char **argv) {
     }
   }
   progress.clear();
+  if (profileOps)
+    printProfile(profile, profiledMs);
 
   if (!saveFile.empty()) {
     absl::StatusOr<std::map<std::string, HostTensor>> state =

@@ -30,6 +30,17 @@ struct StepOutcome {
   std::optional<double> gradNorm; // when the step clips gradients
 };
 
+/// Kernel time per op kind, accumulated over the steps run with profiling
+/// on. Measured on the host around each kernel call, which is the kernel's
+/// time for synchronous backends (the CPU one).
+struct OpProfile {
+  struct Entry {
+    int64_t calls = 0;
+    double seconds = 0;
+  };
+  std::map<OpKind, Entry> byKind;
+};
+
 class Executor {
 public:
   /// Uploads the program's constants. `program` must be planned and must
@@ -61,6 +72,9 @@ public:
   /// The `merak.input` arguments in order.
   std::vector<const Argument *> inputArguments() const;
 
+  /// Accumulates per-op kernel times into `profile` (null: off).
+  void setProfile(OpProfile *p) { profile = p; }
+
 private:
   Executor(const Program &program, Backend &backend)
       : program(program), backend(backend) {}
@@ -71,6 +85,7 @@ private:
   std::vector<TensorHandle> state;
   /// Per value id: uploaded constants (kept for the whole run).
   std::vector<TensorHandle> constants;
+  OpProfile *profile = nullptr;
 };
 
 } // namespace merak::runtime
