@@ -26,10 +26,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <fstream>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -183,7 +183,7 @@ int64_t maxRssBytes() {
 /// Kernel time per op kind, most expensive first, against the step time.
 void printProfile(const OpProfile &profile, double stepMs) {
   std::vector<std::pair<OpKind, OpProfile::Entry>> rows(profile.byKind.begin(),
-                                                         profile.byKind.end());
+                                                        profile.byKind.end());
   std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
     return a.second.seconds > b.second.seconds;
   });

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../AtenDTypes.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Random.h"
 
@@ -86,47 +87,6 @@ public:
 
 const at::Tensor &unwrap(const DeviceTensor &t) {
   return static_cast<const CpuTensor &>(t).tensor;
-}
-
-at::ScalarType toAten(DType dtype) {
-  switch (dtype) {
-  case DType::F16:
-    return at::kHalf;
-  case DType::BF16:
-    return at::kBFloat16;
-  case DType::F32:
-    return at::kFloat;
-  case DType::F64:
-    return at::kDouble;
-  case DType::Bool:
-    return at::kBool;
-  case DType::I32:
-    return at::kInt;
-  case DType::I64:
-    return at::kLong;
-  }
-  return at::kFloat;
-}
-
-std::optional<DType> fromAten(at::ScalarType t) {
-  switch (t) {
-  case at::kHalf:
-    return DType::F16;
-  case at::kBFloat16:
-    return DType::BF16;
-  case at::kFloat:
-    return DType::F32;
-  case at::kDouble:
-    return DType::F64;
-  case at::kBool:
-    return DType::Bool;
-  case at::kInt:
-    return DType::I32;
-  case at::kLong:
-    return DType::I64;
-  default:
-    return std::nullopt;
-  }
 }
 
 at::TensorOptions optionsFor(DType dtype) {

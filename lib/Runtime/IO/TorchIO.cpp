@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/TorchIO.h"
+#include "../AtenDTypes.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -20,47 +21,6 @@
 
 namespace merak::runtime {
 namespace {
-
-std::optional<DType> fromAten(at::ScalarType t) {
-  switch (t) {
-  case at::kHalf:
-    return DType::F16;
-  case at::kBFloat16:
-    return DType::BF16;
-  case at::kFloat:
-    return DType::F32;
-  case at::kDouble:
-    return DType::F64;
-  case at::kBool:
-    return DType::Bool;
-  case at::kInt:
-    return DType::I32;
-  case at::kLong:
-    return DType::I64;
-  default:
-    return std::nullopt;
-  }
-}
-
-at::ScalarType toAten(DType dtype) {
-  switch (dtype) {
-  case DType::F16:
-    return at::kHalf;
-  case DType::BF16:
-    return at::kBFloat16;
-  case DType::F32:
-    return at::kFloat;
-  case DType::F64:
-    return at::kDouble;
-  case DType::Bool:
-    return at::kBool;
-  case DType::I32:
-    return at::kInt;
-  case DType::I64:
-    return at::kLong;
-  }
-  return at::kFloat;
-}
 
 /// A host tensor that keeps `t` (contiguous, on the CPU) alive.
 HostTensor wrap(at::Tensor t, DType dtype) {
