@@ -15,12 +15,13 @@ using namespace merak::runtime;
 
 namespace {
 
-/// A fresh directory under /tmp, removed with its files.
+/// A fresh directory under GoogleTest's temporary directory ($TMPDIR or
+/// the system's), removed with its files.
 class TempDir {
 public:
   TempDir() {
-    char tmpl[] = "/tmp/merak-safetensors-XXXXXX";
-    path = mkdtemp(tmpl);
+    std::string tmpl = ::testing::TempDir() + "merak-safetensors-XXXXXX";
+    path = mkdtemp(tmpl.data());
   }
   ~TempDir() {
     for (const std::string &f : files())

@@ -228,6 +228,14 @@ private:
   void setOut(jit::Node *n, size_t i, Value v, bool view = false) {
     slots[n->output(i)] = Slot::tensor(v, view);
   }
+  /// Binds output 0 of `n` to `v`; a null `v` (a failed build, already
+  /// reported) is a failure.
+  LogicalResult bind(jit::Node *n, Value v, bool view = false) {
+    if (!v)
+      return failure();
+    setOut(n, 0, v, view);
+    return success();
+  }
   void setConst(jit::Node *n, size_t i, c10::IValue v) {
     slots[n->output(i)] = Slot::constant(std::move(v));
   }
@@ -1476,10 +1484,7 @@ Importer::converters() {
       if (!x)
         return failure();
       Value v = im.make1<MulOp>(x, x);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     CONVERT("aten::gelu") {
       Value x = im.tensorArg(n, 0);
@@ -1493,10 +1498,7 @@ Importer::converters() {
           approx = GeluApproximation::tanh;
       }
       Value v = im.make1<GeluOp>(x, GeluApproximationAttr::get(im.ctx, approx));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     auto clamp = [](int which) { // 0 clamp, 1 clamp_min, 2 clamp_max
       return [which](Importer &im, jit::Node *n) -> LogicalResult {
@@ -1521,10 +1523,7 @@ Importer::converters() {
           TRY(bound(1, which == 1 ? lo : hi));
         }
         Value v = im.make1<ClampOp>(x, lo, hi);
-        if (!v)
-          return failure();
-        im.setOut(n, 0, v);
-        return success();
+        return im.bind(n, v);
       };
     };
     table["aten::clamp"] = table["aten::clamp_"] = table["aten::clip"] =
@@ -1545,10 +1544,7 @@ Importer::converters() {
         }
         Value v = im.make1<ClampOp>(x, im.b.getF64FloatAttr(l),
                                     im.b.getF64FloatAttr(h));
-        if (!v)
-          return failure();
-        im.setOut(n, 0, v);
-        return success();
+        return im.bind(n, v);
       };
     };
     table["aten::hardtanh"] = table["aten::hardtanh_"] =
@@ -1568,10 +1564,7 @@ Importer::converters() {
           diag = *d;
         }
         Value v = lower ? im.make1<TrilOp>(x, diag) : im.make1<TriuOp>(x, diag);
-        if (!v)
-          return failure();
-        im.setOut(n, 0, v);
-        return success();
+        return im.bind(n, v);
       };
     };
     table["aten::tril"] = triangle(true);
@@ -1586,10 +1579,7 @@ Importer::converters() {
       TRY(train);
       Value v = im.make1<DropoutOp>(x, im.b.getF64FloatAttr(*p),
                                     im.b.getBoolAttr(*train));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     table["aten::dropout"] = table["aten::dropout_"] = dropout;
 
@@ -1814,10 +1804,7 @@ Importer::converters() {
       if (!im.isNone(n, 2) && !(bias = im.tensorArg(n, 2)))
         return failure();
       Value v = im.make1<LinearOp>(x, w, bias);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     auto matmul = [](Importer &im, jit::Node *n) -> LogicalResult {
       Value l = im.tensorArg(n, 0), r = im.tensorArg(n, 1);
@@ -1869,10 +1856,7 @@ Importer::converters() {
         c = im.make1<MulOp>(
             c, im.materialize(c10::IValue(*beta), im.curLoc, elem));
       Value v = *beta == 0.0 ? p : im.make1<AddOp>(c, p);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     table["aten::addmm"] = table["aten::baddbmm"] = addmm;
 
@@ -1898,10 +1882,7 @@ Importer::converters() {
         }
         Value v =
             log ? im.make1<LogSoftmaxOp>(x, *d) : im.make1<SoftmaxOp>(x, *d);
-        if (!v)
-          return failure();
-        im.setOut(n, 0, v);
-        return success();
+        return im.bind(n, v);
       };
     };
     table["aten::softmax"] = table["aten::_softmax"] = softmax(false);
@@ -1929,10 +1910,7 @@ Importer::converters() {
       Value v = im.make1<LayerNormOp>(x, w, bias,
                                       im.b.getI64IntegerAttr(shape->size()),
                                       im.b.getF64FloatAttr(*eps));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     CONVERT("aten::rms_norm") {
       Value x = im.tensorArg(n, 0);
@@ -1956,10 +1934,7 @@ Importer::converters() {
       }
       Value v = im.make1<RmsNormOp>(x, w, im.b.getI64IntegerAttr(shape->size()),
                                     im.b.getF64FloatAttr(eps));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     CONVERT("aten::batch_norm") {
       Value x = im.tensorArg(n, 0);
@@ -2019,10 +1994,7 @@ Importer::converters() {
           pad = im.b.getI64IntegerAttr(*p);
       }
       Value v = im.make1<EmbeddingOp>(w, idx, pad);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     CONVERT("aten::index_select") {
       Value x = im.tensorArg(n, 0);
@@ -2034,10 +2006,7 @@ Importer::converters() {
       if (!idx)
         return failure();
       Value v = im.make1<IndexOp>(x, idx, *d);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     CONVERT("aten::index") {
       Value x = im.tensorArg(n, 0);
@@ -2069,10 +2038,7 @@ Importer::converters() {
           typeOf(idx).getElementType().isInteger(1))
         return im.unsupported(n, "boolean mask index");
       Value v = im.make1<IndexOp>(x, idx, dim);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
 
     // Shape manipulation.
@@ -2160,10 +2126,7 @@ Importer::converters() {
     auto permuteTo = [](Importer &im, jit::Node *n, Value x,
                         const SmallVector<int64_t> &perm) -> LogicalResult {
       Value v = im.make1<PermuteOp>(x, im.b.getDenseI64ArrayAttr(perm));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v, /*view=*/true);
-      return success();
+      return im.bind(n, v, /*view=*/true);
     };
     table["aten::transpose"] = [permuteTo](Importer &im,
                                            jit::Node *n) -> LogicalResult {
@@ -2245,10 +2208,7 @@ Importer::converters() {
         return success();
       }
       Value v = im.make1<SliceOp>(x, *d, start, end, step);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v, true);
-      return success();
+      return im.bind(n, v, /*view=*/true);
     };
     CONVERT("aten::narrow") {
       Value x = im.tensorArg(n, 0);
@@ -2262,10 +2222,7 @@ Importer::converters() {
       TRY(l);
       int64_t start = *s < 0 ? *s + typeOf(x).getDimSize(*d) : *s;
       Value v = im.make1<SliceOp>(x, *d, start, start + *l, 1);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v, true);
-      return success();
+      return im.bind(n, v, /*view=*/true);
     };
     CONVERT("aten::select") {
       Value x = im.tensorArg(n, 0);
@@ -2278,10 +2235,7 @@ Importer::converters() {
       TRY(i);
       int64_t index = *i < 0 ? *i + shape[*d] : *i;
       Value v = im.make1<SelectOp>(x, *d, index);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v, true);
-      return success();
+      return im.bind(n, v, /*view=*/true);
     };
     auto cat = [](bool stack) {
       return [stack](Importer &im, jit::Node *n) -> LogicalResult {
@@ -2315,10 +2269,7 @@ Importer::converters() {
         }
         Value v =
             inputs.size() == 1 ? inputs[0] : im.make1<ConcatOp>(inputs, *d);
-        if (!v)
-          return failure();
-        im.setOut(n, 0, v);
-        return success();
+        return im.bind(n, v);
       };
     };
     table["aten::cat"] = table["aten::concat"] = table["aten::concatenate"] =
@@ -2440,10 +2391,7 @@ Importer::converters() {
           target[i] = shape[i - offset];
         }
       Value v = im.expandTo(x, target);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v, true);
-      return success();
+      return im.bind(n, v, /*view=*/true);
     };
     table["aten::expand"] = table["aten::expand_as"] =
         table["aten::broadcast_to"] = expand;
@@ -2470,10 +2418,7 @@ Importer::converters() {
       Value v = im.reshape(x, inter);
       v = v ? im.expandTo(v, expanded) : v;
       v = v ? im.reshape(v, out) : v;
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     CONVERT("aten::repeat_interleave") {
       Value x = im.tensorArg(n, 0);
@@ -2496,10 +2441,7 @@ Importer::converters() {
       Value v = im.reshape(x, inter);
       v = v ? im.expandTo(v, expanded) : v;
       v = v ? im.reshape(v, out) : v;
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     auto pad = [](Importer &im, jit::Node *n) -> LogicalResult {
       Value x = im.tensorArg(n, 0);
@@ -2537,10 +2479,7 @@ Importer::converters() {
       Value v = im.make1<PadOp>(x, im.b.getDenseI64ArrayAttr(lo),
                                 im.b.getDenseI64ArrayAttr(hi),
                                 im.b.getF64FloatAttr(value));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     table["aten::pad"] = table["aten::constant_pad_nd"] = pad;
     CONVERT("aten::roll") {
@@ -2557,20 +2496,14 @@ Importer::converters() {
         Value r = im.make1<RollOp>(flat, im.b.getDenseI64ArrayAttr(*shifts),
                                    im.b.getDenseI64ArrayAttr({0}));
         Value v = r ? im.reshape(r, shape) : r;
-        if (!v)
-          return failure();
-        im.setOut(n, 0, v);
-        return success();
+        return im.bind(n, v);
       }
       SmallVector<int64_t> ds;
       for (int64_t d : *dims)
         ds.push_back(d < 0 ? d + (int64_t)shape.size() : d);
       Value v = im.make1<RollOp>(x, im.b.getDenseI64ArrayAttr(*shifts),
                                  im.b.getDenseI64ArrayAttr(ds));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     auto where = [](Importer &im, Value cond, jit::Node *n, size_t ti,
                     size_t fi) -> LogicalResult {
@@ -2582,10 +2515,7 @@ Importer::converters() {
       if (!typeOf(cond).getElementType().isInteger(1))
         cond = im.cast(cond, im.b.getI1Type());
       Value v = im.make1<WhereOp>(cond, im.cast(a, *t), im.cast(c, *t));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     table["aten::where"] = [where](Importer &im,
                                    jit::Node *n) -> LogicalResult {
@@ -2608,10 +2538,7 @@ Importer::converters() {
       if (!typeOf(mask).getElementType().isInteger(1))
         mask = im.cast(mask, im.b.getI1Type());
       Value v = im.make1<WhereOp>(mask, im.cast(fill, elem), x);
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     CONVERT("aten::copy_") {
       // dst.copy_(src): the new value of dst is src, broadcast and cast.
@@ -2620,10 +2547,7 @@ Importer::converters() {
         return failure();
       Value v = im.expandTo(im.cast(src, typeOf(dst).getElementType()),
                             typeOf(dst).getShape());
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
 
     table["aten::outer"] =
@@ -2684,10 +2608,7 @@ Importer::converters() {
                                    im.b.getDenseI64ArrayAttr(pair(*padding)),
                                    im.b.getDenseI64ArrayAttr(pair(*dilation)),
                                    im.b.getI64IntegerAttr(*groups));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     table["aten::conv2d"] = table["aten::_convolution"] =
         table["aten::convolution"] = conv;
@@ -2713,10 +2634,7 @@ Importer::converters() {
           im.b.getDenseI64ArrayAttr(pair(*stride)),
           im.b.getDenseI64ArrayAttr(pair(*padding)),
           im.b.getDenseI64ArrayAttr(pair(*dilation)), im.b.getBoolAttr(*ceil));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     table["aten::avg_pool2d"] = [pair](Importer &im,
                                        jit::Node *n) -> LogicalResult {
@@ -2742,10 +2660,7 @@ Importer::converters() {
           im.b.getDenseI64ArrayAttr(pair(*stride)),
           im.b.getDenseI64ArrayAttr(pair(*padding)), im.b.getBoolAttr(*ceil),
           im.b.getBoolAttr(*include));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     table["aten::adaptive_avg_pool2d"] = [pair](Importer &im,
                                                 jit::Node *n) -> LogicalResult {
@@ -2756,10 +2671,7 @@ Importer::converters() {
       TRY(size);
       Value v = im.make1<AdaptiveAvgPool2dOp>(
           x, im.b.getDenseI64ArrayAttr(pair(*size)));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
 
     // Losses.
@@ -2787,10 +2699,7 @@ Importer::converters() {
       Value v = im.make1<CrossEntropyOp>(x, t, im.b.getI64IntegerAttr(*ignore),
                                          LossReductionAttr::get(im.ctx, red),
                                          im.b.getF64FloatAttr(smoothing));
-      if (!v)
-        return failure();
-      im.setOut(n, 0, v);
-      return success();
+      return im.bind(n, v);
     };
     return t;
   }();
