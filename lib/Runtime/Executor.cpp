@@ -161,6 +161,19 @@ Executor::runStep(const StepContext &step,
     return absl::OkStatus();
   };
 
+  // Reads the loss; a non-finite one ends the step: skipped, or an error.
+  auto readFiniteLoss = [&]() -> std::optional<absl::StatusOr<StepOutcome>> {
+    if (absl::Status s = readLoss(); !s.ok())
+      return s;
+    if (std::isfinite(*loss))
+      return std::nullopt;
+    if (skipNonFinite)
+      return StepOutcome{loss, /*skipped=*/true, std::nullopt};
+    return absl::OutOfRangeError(absl::StrCat("non-finite loss at step ",
+                                              step.globalStep, " (",
+                                              formatLoss(*loss), ")"));
+  };
+
   KernelCall call;
   call.program = &program;
   call.step = &step;
@@ -206,32 +219,17 @@ Executor::runStep(const StepContext &step,
       live[inst.results[r]] = std::move(call.results[r]);
 
     if (int(index) == program.lossInstruction) {
-      if (absl::Status s = readLoss(); !s.ok())
-        return s;
-      if (!std::isfinite(*loss)) {
-        // Nothing the step replaces has been written yet (the plan reuses
-        // state buffers only after the loss), so stopping here drops it.
-        if (skipNonFinite)
-          return StepOutcome{loss, /*skipped=*/true, std::nullopt};
-        return absl::OutOfRangeError(absl::StrCat("non-finite loss at step ",
-                                                  step.globalStep, " (",
-                                                  formatLoss(*loss), ")"));
-      }
+      // Nothing the step replaces has been written yet (the plan reuses
+      // state buffers only after the loss), so stopping here drops it.
+      if (auto stop = readFiniteLoss())
+        return *stop;
     }
     for (ValueId v : inst.release)
       live[v].reset();
   }
-  if (lossValue != kNoValue && !loss) {
-    if (absl::Status s = readLoss(); !s.ok())
-      return s;
-    if (!std::isfinite(*loss)) {
-      if (skipNonFinite)
-        return StepOutcome{loss, /*skipped=*/true, std::nullopt};
-      return absl::OutOfRangeError(absl::StrCat("non-finite loss at step ",
-                                                step.globalStep, " (",
-                                                formatLoss(*loss), ")"));
-    }
-  }
+  if (lossValue != kNoValue && !loss)
+    if (auto stop = readFiniteLoss())
+      return *stop;
 
   StepOutcome outcome{loss, false, std::nullopt};
   if (program.gradNormResult >= 0) {

@@ -26,7 +26,16 @@ def GradientOpInterface : OpInterface<"GradientOpInterface"> {
       "::llvm::LogicalResult", "buildGradients",
       (ins "::mlir::OpBuilder &":$builder,
            "::llvm::ArrayRef<::mlir::Value>":$resultGrads,
-           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+    InterfaceMethod<[{
+        Rewrites the op, before differentiation, into ops whose gradients
+        can be built, when its backward needs a value the op itself does not
+        return (a training dropout's random mask). Replaces and erases the op
+        and returns true, or returns false to keep it as it is.
+      }],
+      "bool", "expandForDifferentiation",
+      (ins "::mlir::OpBuilder &":$builder), /*methodBody=*/"",
+      /*defaultImplementation=*/"return false;">
   ];
 }
 

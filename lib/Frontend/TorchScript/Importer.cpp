@@ -1756,29 +1756,23 @@ Importer::converters() {
       im.setConst(n, 0, c10::IValue(shape[*d]));
       return success();
     };
-    CONVERT("aten::dim") {
-      Value x = im.tensorArg(n, 0);
-      if (!x)
-        return failure();
-      im.setConst(n, 0, c10::IValue(typeOf(x).getRank()));
-      return success();
+    // Facts of a tensor's static type fold to constants.
+    auto fromType = [](c10::IValue (*fact)(RankedTensorType)) {
+      return [fact](Importer &im, jit::Node *n) -> LogicalResult {
+        Value x = im.tensorArg(n, 0);
+        if (!x)
+          return failure();
+        im.setConst(n, 0, fact(typeOf(x)));
+        return success();
+      };
     };
-    CONVERT("aten::numel") {
-      Value x = im.tensorArg(n, 0);
-      if (!x)
-        return failure();
-      im.setConst(n, 0, c10::IValue(typeOf(x).getNumElements()));
-      return success();
-    };
-    CONVERT("prim::dtype") {
-      Value x = im.tensorArg(n, 0);
-      if (!x)
-        return failure();
-      im.setConst(
-          n, 0,
-          c10::IValue((int64_t)*scalarTypeOf(typeOf(x).getElementType())));
-      return success();
-    };
+    table["aten::dim"] =
+        fromType([](RankedTensorType t) { return c10::IValue(t.getRank()); });
+    table["aten::numel"] = fromType(
+        [](RankedTensorType t) { return c10::IValue(t.getNumElements()); });
+    table["prim::dtype"] = fromType([](RankedTensorType t) {
+      return c10::IValue((int64_t)*scalarTypeOf(t.getElementType()));
+    });
     CONVERT("prim::device") {
       im.setConst(n, 0, c10::IValue(c10::Device(c10::kCPU)));
       return success();
@@ -2575,6 +2569,32 @@ Importer::converters() {
         v.push_back(v[0]);
       return v;
     };
+    // Pooling windows: kernel_size, stride (empty means the kernel),
+    // padding and, for max pooling, dilation, as operands 1 to 4.
+    struct Window {
+      DenseI64ArrayAttr kernel, stride, padding, dilation;
+    };
+    auto window = [pair](Importer &im, jit::Node *n,
+                         bool withDilation) -> FailureOr<Window> {
+      auto kernel = im.intsArg(n, 1, "kernel_size");
+      TRY(kernel);
+      auto stride = im.intsArg(n, 2, "stride");
+      TRY(stride);
+      auto padding = im.intsArg(n, 3, "padding");
+      TRY(padding);
+      if (stride->empty())
+        *stride = *kernel;
+      Window w{im.b.getDenseI64ArrayAttr(pair(*kernel)),
+               im.b.getDenseI64ArrayAttr(pair(*stride)),
+               im.b.getDenseI64ArrayAttr(pair(*padding)),
+               {}};
+      if (withDilation) {
+        auto dilation = im.intsArg(n, 4, "dilation");
+        TRY(dilation);
+        w.dilation = im.b.getDenseI64ArrayAttr(pair(*dilation));
+      }
+      return w;
+    };
     auto conv = [pair](Importer &im, jit::Node *n) -> LogicalResult {
       std::string k = n->kind().toQualString();
       Value x = im.tensorArg(n, 0), w = im.tensorArg(n, 1);
@@ -2612,54 +2632,35 @@ Importer::converters() {
     };
     table["aten::conv2d"] = table["aten::_convolution"] =
         table["aten::convolution"] = conv;
-    table["aten::max_pool2d"] = [pair](Importer &im,
-                                       jit::Node *n) -> LogicalResult {
+    table["aten::max_pool2d"] = [window](Importer &im,
+                                         jit::Node *n) -> LogicalResult {
       Value x = im.tensorArg(n, 0);
       if (!x)
         return failure();
-      auto kernel = im.intsArg(n, 1, "kernel_size");
-      TRY(kernel);
-      auto stride = im.intsArg(n, 2, "stride");
-      TRY(stride);
-      auto padding = im.intsArg(n, 3, "padding");
-      TRY(padding);
-      auto dilation = im.intsArg(n, 4, "dilation");
-      TRY(dilation);
+      auto w = window(im, n, /*withDilation=*/true);
+      TRY(w);
       auto ceil = im.boolArg(n, 5, "ceil_mode");
       TRY(ceil);
-      if (stride->empty())
-        *stride = *kernel;
-      Value v = im.make1<MaxPool2dOp>(
-          x, im.b.getDenseI64ArrayAttr(pair(*kernel)),
-          im.b.getDenseI64ArrayAttr(pair(*stride)),
-          im.b.getDenseI64ArrayAttr(pair(*padding)),
-          im.b.getDenseI64ArrayAttr(pair(*dilation)), im.b.getBoolAttr(*ceil));
+      Value v = im.make1<MaxPool2dOp>(x, w->kernel, w->stride, w->padding,
+                                      w->dilation, im.b.getBoolAttr(*ceil));
       return im.bind(n, v);
     };
-    table["aten::avg_pool2d"] = [pair](Importer &im,
-                                       jit::Node *n) -> LogicalResult {
+    table["aten::avg_pool2d"] = [window](Importer &im,
+                                         jit::Node *n) -> LogicalResult {
       Value x = im.tensorArg(n, 0);
       if (!x)
         return failure();
-      auto kernel = im.intsArg(n, 1, "kernel_size");
-      TRY(kernel);
-      auto stride = im.intsArg(n, 2, "stride");
-      TRY(stride);
-      auto padding = im.intsArg(n, 3, "padding");
-      TRY(padding);
+      auto w = window(im, n, /*withDilation=*/false);
+      TRY(w);
       auto ceil = im.boolArg(n, 4, "ceil_mode");
       TRY(ceil);
       auto include = im.boolArg(n, 5, "count_include_pad");
       TRY(include);
       if (n->inputs().size() > 6 && !im.isNone(n, 6))
         return im.unsupported(n, "divisor_override");
-      if (stride->empty())
-        *stride = *kernel;
-      Value v = im.make1<AvgPool2dOp>(
-          x, im.b.getDenseI64ArrayAttr(pair(*kernel)),
-          im.b.getDenseI64ArrayAttr(pair(*stride)),
-          im.b.getDenseI64ArrayAttr(pair(*padding)), im.b.getBoolAttr(*ceil),
-          im.b.getBoolAttr(*include));
+      Value v = im.make1<AvgPool2dOp>(x, w->kernel, w->stride, w->padding,
+                                      im.b.getBoolAttr(*ceil),
+                                      im.b.getBoolAttr(*include));
       return im.bind(n, v);
     };
     table["aten::adaptive_avg_pool2d"] = [pair](Importer &im,

@@ -273,11 +273,25 @@ GRADIENT(ClampOp) {
   return success();
 }
 
+/// A training dropout that draws a mask becomes `x * dropout_mask(x)`, so
+/// that backward multiplies by the same mask.
+bool DropoutOp::expandForDifferentiation(OpBuilder &b) {
+  if (!getTraining() || getP().convertToDouble() <= 0.0)
+    return false;
+  b.setInsertionPoint(*this);
+  Value mask =
+      b.create<DropoutMaskOp>(getLoc(), getType(), getInput(), getPAttr());
+  Value y = b.create<MulOp>(getLoc(), getInput(), mask);
+  getResult().replaceAllUsesWith(y);
+  erase();
+  return true;
+}
+
 GRADIENT(DropoutOp) {
   SETUP();
   if (getTraining() && getP().convertToDouble() > 0.0)
-    return emitOpError("with p > 0 in training mode must be rewritten into a "
-                       "mask first (--merak-autodiff does this)");
+    return emitOpError("with p > 0 in training mode has no gradient of its "
+                       "own; expandForDifferentiation turns it into a mask");
   operandGrads[0] = g;
   return success();
 }

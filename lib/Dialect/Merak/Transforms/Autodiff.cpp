@@ -102,20 +102,12 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     Value loss = ret.getOperand(*lossIndex);
     OpBuilder b(ctx);
 
-    // Dropout that draws a mask becomes x * mask: backward reuses the mask.
-    SmallVector<DropoutOp> dropouts;
-    func.walk([&](DropoutOp op) {
-      if (op.getTraining() && op.getP().convertToDouble() > 0.0)
-        dropouts.push_back(op);
-    });
-    for (DropoutOp op : dropouts) {
-      b.setInsertionPoint(op);
-      Value mask = b.create<DropoutMaskOp>(op.getLoc(), op.getInput().getType(),
-                                           op.getInput(), op.getPAttr());
-      Value y = b.create<MulOp>(op.getLoc(), op.getInput(), mask);
-      op.getResult().replaceAllUsesWith(y);
-      op.erase();
-    }
+    // Ops whose backward needs values they do not return (dropout's mask)
+    // expand first; the rule of each lives with the op.
+    SmallVector<GradientOpInterface> expandable;
+    func.walk([&](GradientOpInterface op) { expandable.push_back(op); });
+    for (GradientOpInterface op : expandable)
+      (void)op.expandForDifferentiation(b);
 
     // Values that depend on a parameter through floating values.
     llvm::DenseSet<Value> needsGrad;

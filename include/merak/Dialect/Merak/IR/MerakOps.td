@@ -201,7 +201,9 @@ def Merak_CastOp : Merak_Op<"cast",
   let hasVerifier = 1;
 }
 
-def Merak_DropoutOp : Merak_InferOp<"dropout", [SameOperandsAndResultType]> {
+def Merak_DropoutOp : Merak_InferOp<"dropout", [SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<GradientOpInterface,
+                              ["expandForDifferentiation"]>]> {
   let summary = "dropout with probability p, active only when training";
   let arguments = (ins Merak_FloatTensor:$input, F64Attr:$p, BoolAttr:$training);
   let results = (outs Merak_FloatTensor:$result);
