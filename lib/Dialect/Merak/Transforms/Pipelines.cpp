@@ -2,6 +2,8 @@
 
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -74,9 +76,62 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   pm.addPass(createCSEPass());
 }
 
+struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
+  Option<int> dp{*this, "dp", llvm::cl::desc("data-parallel degree"),
+                 llvm::cl::init(1)};
+  Option<int> tp{*this, "tp", llvm::cl::desc("tensor-parallel degree"),
+                 llvm::cl::init(1)};
+  Option<std::string> sp{
+      *this, "sp",
+      llvm::cl::desc("sequence parallelism: none, megatron (over tp) or "
+                     "ulysses (over its own axis of size sp-size)"),
+      llvm::cl::init("none")};
+  Option<int> spSize{*this, "sp-size",
+                     llvm::cl::desc("Ulysses sequence-parallel degree"),
+                     llvm::cl::init(2)};
+  Option<int> zero{*this, "zero", llvm::cl::desc("ZeRO stage 0..3"),
+                   llvm::cl::init(0)};
+};
+
+LogicalResult buildParallelizePipeline(OpPassManager &pm,
+                                       const ParallelizeOptions &o) {
+  if (o.sp != "none" && o.sp != "megatron" && o.sp != "ulysses") {
+    llvm::errs() << "merak-parallelize: sp must be none, megatron or "
+                    "ulysses, got '"
+                 << o.sp << "'\n";
+    return failure();
+  }
+  merak::MeshOptions mesh;
+  mesh.dp = o.dp;
+  mesh.tp = o.tp;
+  mesh.sp = o.sp == "ulysses" ? int(o.spSize) : 1;
+  pm.addPass(merak::createMesh(mesh));
+  pm.addPass(merak::createTensorParallel());
+  merak::DataParallelOptions data;
+  data.zero = o.zero;
+  pm.addPass(merak::createDataParallel(data));
+  merak::SequenceParallelOptions seq;
+  seq.megatron = o.sp == "megatron";
+  seq.ulysses = o.sp == "ulysses";
+  pm.addPass(merak::createSequenceParallel(seq));
+  pm.addNestedPass<func::FuncOp>(mesh::createShardingPropagation());
+  pm.addPass(merak::createSpmdize());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  return success();
+}
+
 } // namespace
 
 void merak::registerMerakPipelines() {
+  PassPipelineRegistration<ParallelizeOptions>(
+      "merak-parallelize",
+      "Partition the training step: --merak-mesh, --merak-tensor-parallel, "
+      "--merak-data-parallel, --merak-sequence-parallel, "
+      "--sharding-propagation, --merak-spmdize",
+      [](OpPassManager &pm, const ParallelizeOptions &o) {
+        return buildParallelizePipeline(pm, o);
+      });
   PassPipelineRegistration<TrainPipelineOptions>(
       "merak-train",
       "Build the training step: clean-ups, --merak-autodiff, "

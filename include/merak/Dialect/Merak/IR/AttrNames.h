@@ -36,6 +36,12 @@ inline constexpr llvm::StringLiteral kIdAttr = "merak.id";
 inline constexpr llvm::StringLiteral kGradOfAttr = "merak.grad_of";
 inline constexpr llvm::StringLiteral kMicrobatchAttr = "merak.microbatch";
 
+/// Sharding of a partitioned function's argument or result
+/// (a `#mesh.shard`); absent when replicated.
+inline constexpr llvm::StringLiteral kShardingAttr = "merak.sharding";
+/// Names of the mesh axes, on `mesh.mesh`.
+inline constexpr llvm::StringLiteral kMeshAxesAttr = "merak.axes";
+
 } // namespace merak
 
 #endif // MERAK_DIALECT_MERAK_IR_ATTRNAMES_H

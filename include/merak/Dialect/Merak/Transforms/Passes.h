@@ -2,6 +2,7 @@
 #ifndef MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H
 #define MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H
 
+#include "mlir/Dialect/Mesh/IR/MeshDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

@@ -117,4 +117,118 @@ def Optimizer : Pass<"merak-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Partitioning over a device mesh
+//===----------------------------------------------------------------------===//
+
+def Mesh : Pass<"merak-mesh", "mlir::ModuleOp"> {
+  let summary = "Declare the device mesh the training step is partitioned on";
+  let description = [{
+    Adds `mesh.mesh @mesh` with one axis per degree greater than one, in the
+    order `dp`, `sp`, `tp` (tensor-parallel peers are neighbouring ranks),
+    and names them in the mesh's `merak.axes` attribute. A module that has a
+    mesh already must declare the same axes. With every degree 1 the mesh
+    is a single axis of size 1.
+  }];
+  let options = [
+    Option<"dp", "dp", "int", /*default=*/"1", "Data-parallel degree">,
+    Option<"sp", "sp", "int", /*default=*/"1",
+           "Ulysses sequence-parallel degree (its own mesh axis)">,
+    Option<"tp", "tp", "int", /*default=*/"1", "Tensor-parallel degree">
+  ];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
+def DataParallel : Pass<"merak-data-parallel", "mlir::ModuleOp"> {
+  let summary = "Split the batch over the data-parallel axis; ZeRO stages";
+  let description = [{
+    Annotates `@train_step` for data parallelism over mesh axis `dp`
+    (created when the module has no mesh): every model input is split along
+    its first dimension, and the gradients become partial sums that the
+    partitioner reduces before the optimizer. Every other argument that no
+    earlier pass annotated is replicated.
+
+    `zero` selects DeepSpeed's stages: `1` splits optimizer state over `dp`
+    and runs each update on its shard (gradients are all-reduced, then each
+    rank updates its slice and the new parameters are all-gathered); `2`
+    also keeps gradients sharded (one reduce-scatter instead of the
+    all-reduce); `3` also splits the parameters, which are all-gathered
+    just before each use and released after it. A tensor is split along its
+    first dimension whose local size the `dp` degree divides; one with no
+    such dimension stays replicated.
+  }];
+  let options = [
+    Option<"dp", "dp", "int", /*default=*/"0",
+           "Data-parallel degree (0: the size of the mesh's dp axis)">,
+    Option<"zero", "zero", "int", /*default=*/"0", "ZeRO stage: 0, 1, 2 or 3">
+  ];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
+def TensorParallel : Pass<"merak-tensor-parallel", "mlir::ModuleOp"> {
+  let summary = "Megatron tensor parallelism, found in the graph structure";
+  let description = [{
+    Splits the weights of the layers it recognises by their structure in
+    the forward ops of `@train_step` over mesh axis `tp` (created when the
+    module has no mesh):
+
+    - MLP: `linear` followed by an elementwise chain (activation, dropout,
+      a gating product) that reaches one other `linear`: the first linears
+      are split by output features (column), the last by input features
+      (row); SwiGLU's gate and up projections are both column-split;
+    - attention: a projection whose result is reshaped into heads is split
+      by heads (column), and the projection of the merged heads by rows;
+    - vocabulary: the embedding looked up by a model input is split by
+      rows (vocabulary-parallel embedding) and the linear whose logits feed
+      `cross_entropy` by classes, so the loss is a parallel cross-entropy
+      and the full logits are never gathered.
+
+    A dimension that `tp` does not divide (heads, vocabulary, features) is
+    an error naming the parameter and the dimension. Propagation and
+    `--merak-spmdize` derive the collectives of forward and backward.
+  }];
+  let options = [
+    Option<"tp", "tp", "int", /*default=*/"0",
+           "Tensor-parallel degree (0: the size of the mesh's tp axis)">
+  ];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
+def SequenceParallel : Pass<"merak-sequence-parallel", "mlir::ModuleOp"> {
+  let summary = "Sequence parallelism: Megatron's or Ulysses'";
+  let description = [{
+    `megatron`: with tensor parallelism, the activations between the
+    tensor-parallel regions (norms, dropouts, residual adds) are split along
+    the sequence over `tp`, so the all-reduce after a row-parallel linear
+    becomes a reduce-scatter and the input of a column-parallel linear an
+    all-gather. `ulysses`: the model inputs are split along the sequence
+    over mesh axis `sp`, and attention runs split by heads, with an
+    all-to-all on each side of it.
+  }];
+  let options = [
+    Option<"megatron", "megatron", "bool", /*default=*/"false",
+           "Megatron sequence parallelism over tp">,
+    Option<"ulysses", "ulysses", "bool", /*default=*/"false",
+           "Ulysses sequence parallelism over sp">
+  ];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
+def Spmdize : Pass<"merak-spmdize", "mlir::ModuleOp"> {
+  let summary = "Partition annotated functions into the program of one rank";
+  let description = [{
+    Every function with `mesh.shard` annotations (as completed by
+    `--sharding-propagation`) becomes the program one rank runs: tensor
+    types are local shards, each op is rebuilt by its `ShardingInterface`
+    `spmdize`, and collectives are inserted where a value's sharding differs
+    from what its user expects. Unlike upstream `--mesh-spmdization` it
+    handles meshes of any rank, and a partial sum that its user wants split
+    along the same axes becomes one `mesh.reduce_scatter` (half the bytes of
+    all-reduce then slice). Arguments and results keep their sharding as
+    `merak.sharding`; an updated argument's result is returned in the
+    argument's sharding, every other result replicated.
+  }];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
 #endif // MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_TD

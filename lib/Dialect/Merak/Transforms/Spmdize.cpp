@@ -1,0 +1,254 @@
+//===- Spmdize.cpp - one rank's program from an annotated function --------===//
+//
+// Rewrites every function that carries `mesh.shard` annotations into the
+// program of one rank: local shard types, each op replaced by what its
+// ShardingInterface::spmdize builds, and collectives (Resharding.cpp)
+// wherever a value's sharding differs from what its user expects. Arguments
+// and results record their sharding as `merak.sharding`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/Transforms/Passes.h"
+#include "merak/Dialect/Merak/Transforms/Resharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
+#include "mlir/Dialect/Mesh/Interfaces/ShardingInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace merak {
+#define GEN_PASS_DEF_SPMDIZE
+#include "merak/Dialect/Merak/Transforms/Passes.h.inc"
+} // namespace merak
+
+using namespace mlir;
+using namespace mlir::mesh;
+using namespace merak;
+
+namespace {
+
+int64_t rankOf(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
+
+/// The sharding a value is defined with: its result annotation, if any.
+FailureOr<MeshShardingAttr> definedSharding(Value v) {
+  MeshShardingAttr found;
+  for (Operation *user : v.getUsers()) {
+    auto shard = dyn_cast<ShardOp>(user);
+    if (!shard || shard.getAnnotateForUsers())
+      continue;
+    if (found && !sameSharding(found, shard.getShard(), rankOf(v))) {
+      shard.emitError("value is annotated with two shardings: ")
+          << found << " and " << shard.getShard();
+      return failure();
+    }
+    found = shard.getShard();
+  }
+  return found;
+}
+
+struct FunctionPartitioner {
+  func::FuncOp func;
+  MeshOp mesh;
+  FlatSymbolRefAttr meshRef;
+  SymbolTableCollection &symbols;
+  IRMapping map;
+  DenseMap<Value, MeshShardingAttr> current;
+
+  MeshShardingAttr repl() { return replicated(func.getContext(), meshRef); }
+
+  MeshShardingAttr shardingOf(Value v) {
+    auto it = current.find(v);
+    return it == current.end() || !it->second ? repl() : it->second;
+  }
+
+  FailureOr<Value> resharded(OpBuilder &b, Location loc, Value v,
+                             MeshShardingAttr target) {
+    return reshard(b, loc, mesh, map.lookup(v), rankOf(v), shardingOf(v),
+                   target);
+  }
+
+  LogicalResult run() {
+    MLIRContext *ctx = func.getContext();
+    Block &oldBlock = func.getBody().front();
+    auto newBlock = std::make_unique<Block>();
+    OpBuilder b(ctx);
+    b.setInsertionPointToStart(newBlock.get());
+
+    // Arguments: their local shard types.
+    SmallVector<MeshShardingAttr> argShardings;
+    for (BlockArgument arg : oldBlock.getArguments()) {
+      FailureOr<MeshShardingAttr> s = definedSharding(arg);
+      if (failed(s))
+        return failure();
+      MeshShardingAttr sharding = *s ? normalize(*s, rankOf(arg)) : repl();
+      if (!sharding.getPartialAxes().empty())
+        return func.emitError("argument ")
+               << arg.getArgNumber() << " cannot be a partial sum";
+      FailureOr<RankedTensorType> type =
+          localType(cast<RankedTensorType>(arg.getType()), mesh, sharding,
+                    [&] { return func.emitError("argument ") << arg.getArgNumber() << ": "; });
+      if (failed(type))
+        return failure();
+      BlockArgument local = newBlock->addArgument(*type, arg.getLoc());
+      map.map(arg, local);
+      current[arg] = sharding;
+      argShardings.push_back(sharding);
+    }
+
+    for (Operation &op : oldBlock.without_terminator()) {
+      if (auto shard = dyn_cast<ShardOp>(op)) {
+        Value src = shard.getSrc();
+        MeshShardingAttr target = normalize(shard.getShard(), rankOf(src));
+        FailureOr<Value> v = resharded(b, op.getLoc(), src, target);
+        if (failed(v))
+          return failure();
+        map.map(shard.getResult(), *v);
+        current[shard.getResult()] = target;
+        continue;
+      }
+      if (failed(partitionOp(b, op)))
+        return failure();
+    }
+
+    // Results: an updated argument keeps the argument's sharding; every
+    // other result (the loss, norms) is replicated.
+    auto ret = cast<func::ReturnOp>(oldBlock.getTerminator());
+    SmallVector<Value> results;
+    SmallVector<MeshShardingAttr> resultShardings;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      MeshShardingAttr target = repl();
+      if (auto idx = func.getResultAttrOfType<IntegerAttr>(i, kUpdateArgAttr))
+        target = argShardings[idx.getInt()];
+      FailureOr<Value> local = resharded(b, ret.getLoc(), v, target);
+      if (failed(local))
+        return failure();
+      results.push_back(*local);
+      resultShardings.push_back(target);
+    }
+    b.create<func::ReturnOp>(ret.getLoc(), results);
+
+    // Swap the bodies.
+    Region &body = func.getBody();
+    oldBlock.dropAllDefinedValueUses();
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(oldBlock)))
+      op.erase();
+    body.getBlocks().clear();
+    body.push_back(newBlock.release());
+    Block &nb = body.front();
+    func.setFunctionType(FunctionType::get(
+        ctx, nb.getArgumentTypes(), nb.getTerminator()->getOperandTypes()));
+    for (auto [i, s] : llvm::enumerate(argShardings))
+      if (!isReplicated(s))
+        func.setArgAttr(i, kShardingAttr, s);
+    for (auto [i, s] : llvm::enumerate(resultShardings))
+      if (!isReplicated(s))
+        func.setResultAttr(i, kShardingAttr, s);
+    return success();
+  }
+
+  static bool isReplicated(MeshShardingAttr s) {
+    return !s || (s.getPartialAxes().empty() &&
+                  llvm::all_of(s.getSplitAxes(),
+                               [](MeshAxesAttr a) { return a.empty(); }));
+  }
+
+  LogicalResult partitionOp(OpBuilder &b, Operation &op) {
+    auto iface = dyn_cast<ShardingInterface>(&op);
+    if (!iface)
+      return op.emitOpError("has no sharding rule (ShardingInterface)");
+
+    // What the op was annotated with; an op propagation left alone runs
+    // replicated.
+    SmallVector<MeshShardingAttr> resultShardings;
+    bool annotated = false;
+    for (OpResult r : op.getResults()) {
+      FailureOr<MeshShardingAttr> s = definedSharding(r);
+      if (failed(s))
+        return failure();
+      annotated |= static_cast<bool>(*s);
+      resultShardings.push_back(*s ? normalize(*s, rankOf(r)) : repl());
+    }
+    SmallVector<MeshShardingAttr> operandShardings;
+    for (Value operand : op.getOperands())
+      operandShardings.push_back(annotated ? shardingOf(operand) : repl());
+    if (annotated) {
+      // Operands that propagation did not annotate follow the op's option.
+      FailureOr<ShardingOption> option =
+          iface.getShardingOption(operandShardings, resultShardings);
+      if (succeeded(option) && !option->empty) {
+        FailureOr<SmallVector<MeshShardingAttr>> all =
+            iface.getShardingAnnotations(*option);
+        if (succeeded(all) &&
+            all->size() == op.getNumOperands() + op.getNumResults()) {
+          for (auto [i, operand] : llvm::enumerate(op.getOperands()))
+            if (!operand.getDefiningOp<ShardOp>() && (*all)[i])
+              operandShardings[i] = normalize((*all)[i], rankOf(operand));
+        }
+      }
+    }
+
+    SmallVector<Value> locals;
+    for (auto [operand, s] : llvm::zip(op.getOperands(), operandShardings)) {
+      FailureOr<Value> v = resharded(b, op.getLoc(), operand, s);
+      if (failed(v))
+        return failure();
+      locals.push_back(*v);
+    }
+    if (failed(iface.spmdize(locals, operandShardings, resultShardings, map,
+                             symbols, b)))
+      return op.emitOpError("cannot be partitioned with operands ")
+             << operandShardings.size() << " sharded as given";
+    for (auto [r, s] : llvm::zip(op.getResults(), resultShardings)) {
+      if (!map.contains(r))
+        return op.emitOpError("sharding rule produced no value for result ")
+               << r.getResultNumber();
+      current[r] = s;
+    }
+    return success();
+  }
+};
+
+struct SpmdizePass : public merak::impl::SpmdizeBase<SpmdizePass> {
+  using SpmdizeBase::SpmdizeBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SymbolTableCollection symbols;
+    for (auto func : llvm::to_vector(module.getOps<func::FuncOp>())) {
+      ShardOp first;
+      func.walk([&](ShardOp s) {
+        if (!first)
+          first = s;
+      });
+      if (!first)
+        continue;
+      if (!func.getBody().hasOneBlock()) {
+        func.emitError("only single-block functions can be partitioned");
+        return signalPassFailure();
+      }
+      FlatSymbolRefAttr meshRef = first.getShard().getMesh();
+      auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(func, meshRef);
+      if (!mesh) {
+        first.emitError("no mesh named ") << meshRef;
+        return signalPassFailure();
+      }
+      bool oneMesh = true;
+      func.walk([&](ShardOp s) {
+        if (s.getShard().getMesh() != meshRef) {
+          s.emitError("a function can be partitioned over one mesh only");
+          oneMesh = false;
+        }
+      });
+      if (!oneMesh)
+        return signalPassFailure();
+      FunctionPartitioner p{func, mesh, meshRef, symbols, {}, {}};
+      if (failed(p.run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

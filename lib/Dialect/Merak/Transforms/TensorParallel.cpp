@@ -1,0 +1,505 @@
+//===- TensorParallel.cpp - Megatron layers found in the graph ------------===//
+//
+// Finds tensor-parallel layers by the structure of the forward ops of
+// @train_step, not by parameter names, and annotates their weights on the
+// `tp` mesh axis:
+//   - MLP: linear -> elementwise chain (activation, gating product) ->
+//     linear: the first ones column-split, the last row-split (SwiGLU has
+//     two column-split linears feeding one product);
+//   - attention: projections whose result is reshaped into heads are
+//     column-split (by heads), the projection of the merged heads row-split;
+//   - vocabulary: the embedding looked up by model inputs is split by rows,
+//     and the linear whose logits feed a cross-entropy is split by classes
+//     (a parallel cross-entropy; full logits are never gathered).
+// Propagation and --merak-spmdize place the collectives of forward and
+// backward from these seeds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Dialect/Merak/Transforms/Passes.h"
+#include "merak/Dialect/Merak/Transforms/Resharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace merak {
+#define GEN_PASS_DEF_TENSORPARALLEL
+#define GEN_PASS_DEF_SEQUENCEPARALLEL
+#include "merak/Dialect/Merak/Transforms/Passes.h.inc"
+} // namespace merak
+
+using namespace mlir;
+using namespace mlir::mesh;
+using namespace merak;
+
+namespace {
+
+Value stripShard(Value v) {
+  while (auto s = v.getDefiningOp<ShardOp>())
+    v = s.getSrc();
+  return v;
+}
+
+/// Users of `v`, looking through sharding annotations.
+SmallVector<OpOperand *> usesOf(Value v) {
+  SmallVector<OpOperand *> uses;
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (OpOperand &use : cur.getUses()) {
+      if (auto s = dyn_cast<ShardOp>(use.getOwner()))
+        work.push_back(s.getResult());
+      else
+        uses.push_back(&use);
+    }
+  }
+  return uses;
+}
+
+bool isForward(Operation *op) { return op->hasAttr(kIdAttr); }
+
+/// Elementwise ops an MLP's hidden activation flows through.
+bool isHiddenElementwise(Operation *op) {
+  return isa<GeluOp, ReluOp, SiluOp, SigmoidOp, TanhOp, MulOp, DropoutOp>(op);
+}
+
+int64_t lastDim(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return t.getRank() ? t.getDimSize(t.getRank() - 1) : 1;
+}
+
+/// A reshape that splits the last dimension into [heads, head_dim].
+std::optional<int64_t> headsOf(ReshapeOp r) {
+  auto in = cast<RankedTensorType>(r.getInput().getType());
+  auto out = cast<RankedTensorType>(r.getType());
+  if (out.getRank() != in.getRank() + 1 || in.getRank() < 1)
+    return std::nullopt;
+  for (int64_t d = 0; d + 1 < in.getRank(); ++d)
+    if (in.getDimSize(d) != out.getDimSize(d))
+      return std::nullopt;
+  int64_t heads = out.getDimSize(out.getRank() - 2);
+  if (heads * out.getDimSize(out.getRank() - 1) != in.getDimSize(in.getRank() - 1))
+    return std::nullopt;
+  return heads;
+}
+
+/// A reshape that merges [heads, head_dim] back into the last dimension.
+bool mergesHeads(ReshapeOp r) {
+  auto in = cast<RankedTensorType>(r.getInput().getType());
+  auto out = cast<RankedTensorType>(r.getType());
+  if (in.getRank() != out.getRank() + 1 || out.getRank() < 1)
+    return false;
+  for (int64_t d = 0; d + 1 < out.getRank(); ++d)
+    if (in.getDimSize(d) != out.getDimSize(d))
+      return false;
+  return true;
+}
+
+/// A sharding for an activation of `type`: dimension 0 (the batch) split
+/// over dp when the mesh has that axis, plus the given splits.
+MeshShardingAttr activationSharding(
+    MeshOp mesh, RankedTensorType type,
+    ArrayRef<std::pair<int64_t, MeshAxis>> splits) {
+  SplitAxes split(type.getRank());
+  int64_t dpIdx = meshAxisIndex(mesh, "dp");
+  if (dpIdx >= 0 && type.getRank() > 0 && mesh.getShape()[dpIdx] > 1 &&
+      type.getDimSize(0) % mesh.getShape()[dpIdx] == 0)
+    split[0].push_back(static_cast<MeshAxis>(dpIdx));
+  for (auto [dim, axis] : splits)
+    split[dim].push_back(axis);
+  return makeSharding(mesh.getContext(),
+                      FlatSymbolRefAttr::get(mesh.getSymNameAttr()), split);
+}
+
+/// Whether `v` can be split along `dim` over mesh axis `axis`, given the
+/// batch split `activationSharding` adds.
+bool splittable(MeshOp mesh, Value v, int64_t dim, MeshAxis axis) {
+  auto type = cast<RankedTensorType>(v.getType());
+  return dim < type.getRank() &&
+         type.getDimSize(dim) % mesh.getShape()[axis] == 0;
+}
+
+struct TensorParallelPass
+    : public merak::impl::TensorParallelBase<TensorParallelPass> {
+  using TensorParallelBase::TensorParallelBase;
+
+  func::FuncOp func;
+  MeshOp mesh;
+  FlatSymbolRefAttr meshRef;
+  MeshAxis axis = 0;
+  int64_t size = 1;
+  bool failed = false;
+
+  enum class Split { Column, Row, Vocab };
+  llvm::MapVector<LinearOp, Split> linears;
+  SmallVector<EmbeddingOp> embeddings;
+  /// Head reshapes of a fused projection (one linear whose result is
+  /// sliced into q, k and v): split by heads after the slice.
+  SmallVector<ReshapeOp> fusedHeads;
+
+  StringRef paramName(Value v) {
+    auto arg = dyn_cast<BlockArgument>(stripShard(v));
+    if (!arg)
+      return "";
+    if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      kParamAttr))
+      return name.getValue();
+    return "";
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
+    if (!func) {
+      module.emitError("no @") << kTrainStepName
+                               << "; run --merak-train first";
+      return signalPassFailure();
+    }
+    mesh = lookupMesh(module);
+    if (!mesh)
+      mesh = createMesh(module, {{"tp", tp > 0 ? int64_t(tp) : 1}});
+    int64_t idx = meshAxisIndex(mesh, "tp");
+    size = idx < 0 ? 1 : mesh.getShape()[idx];
+    if (tp > 0 && tp != size && !(tp == 1 && idx < 0)) {
+      mesh.emitError("tp=") << int(tp) << " but the mesh's tp axis has size "
+                            << size;
+      return signalPassFailure();
+    }
+    if (size == 1)
+      return;
+    axis = static_cast<MeshAxis>(idx);
+    meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+
+    findMlps();
+    findAttention();
+    findVocabulary();
+    if (failed)
+      return signalPassFailure();
+    for (auto [linear, split] : linears)
+      annotateLinear(linear, split);
+    for (EmbeddingOp e : embeddings)
+      splitParam(e.getWeight(), 0, "vocabulary-parallel embedding", e);
+    for (ReshapeOp r : fusedHeads)
+      annotateActivation(r.getResult(), r.getType().getRank() - 2);
+    if (failed)
+      return signalPassFailure();
+    stateFollowsParam();
+  }
+
+  /// Splits an activation along `dim` over tp; its batch dimension 0 stays
+  /// split over dp when the mesh has that axis.
+  void annotateActivation(Value v, int64_t dim) {
+    annotateResult(cast<OpResult>(v),
+                   activationSharding(
+                       mesh, cast<RankedTensorType>(v.getType()), {{dim, axis}}));
+  }
+
+  /// Optimizer state takes the sharding of its parameter.
+  void stateFollowsParam() {
+    func.walk([&](Operation *op) {
+      if (!isa<AdamwUpdateOp, SgdUpdateOp>(op))
+        return;
+      auto param = dyn_cast<BlockArgument>(stripShard(op->getOperand(0)));
+      ShardOp s = param ? argAnnotation(param) : ShardOp();
+      if (!s)
+        return;
+      for (Value operand : op->getOperands().drop_front(2)) {
+        auto state = dyn_cast<BlockArgument>(stripShard(operand));
+        if (state && func.getArgAttr(state.getArgNumber(), kOptStateAttr) &&
+            state.getType() == param.getType())
+          annotateArg(state, s.getShard());
+      }
+    });
+  }
+
+  /// linear -> elementwise* -> linear.
+  void findMlps() {
+    func.walk([&](LinearOp first) {
+      if (!isForward(first) || linears.count(first))
+        return;
+      int64_t hidden = lastDim(first.getResult());
+      SmallVector<Value> work{first.getResult()};
+      llvm::SmallPtrSet<Operation *, 8> seen;
+      SmallVector<LinearOp> sinks;
+      bool chain = true;
+      while (!work.empty() && chain) {
+        Value v = work.pop_back_val();
+        for (OpOperand *use : usesOf(v)) {
+          Operation *user = use->getOwner();
+          if (!isForward(user))
+            continue;
+          if (auto next = dyn_cast<LinearOp>(user);
+              next && use->getOperandNumber() == 0) {
+            sinks.push_back(next);
+            continue;
+          }
+          if (isHiddenElementwise(user) && user->getNumResults() == 1 &&
+              lastDim(user->getResult(0)) == hidden) {
+            if (seen.insert(user).second)
+              work.push_back(user->getResult(0));
+            continue;
+          }
+          chain = false;
+        }
+      }
+      if (!chain || sinks.size() != 1 || seen.empty())
+        return;
+      LinearOp last = sinks.front();
+      // Every linear feeding the chain is column-split (SwiGLU's gate and
+      // up projections).
+      SmallVector<LinearOp> firsts{first};
+      for (Operation *op : seen)
+        for (Value operand : op->getOperands())
+          if (auto other = stripShard(operand).getDefiningOp<LinearOp>();
+              other && other != first && isForward(other))
+            firsts.push_back(other);
+      for (LinearOp l : firsts)
+        linears[l] = Split::Column;
+      linears[last] = Split::Row;
+    });
+  }
+
+  void findAttention() {
+    func.walk([&](ReshapeOp r) {
+      if (!isForward(r))
+        return;
+      if (std::optional<int64_t> heads = headsOf(r)) {
+        Value in = stripShard(r.getInput());
+        if (auto slice = in.getDefiningOp<SliceOp>();
+            slice && isForward(slice) &&
+            stripShard(slice.getInput()).getDefiningOp<LinearOp>()) {
+          if (*heads % size != 0) {
+            r.emitError("fused attention projection: ")
+                << *heads << " heads are not divisible by tp=" << size;
+            failed = true;
+            return;
+          }
+          fusedHeads.push_back(r);
+          return;
+        }
+        auto proj = in.getDefiningOp<LinearOp>();
+        if (!proj || !isForward(proj) || linears.count(proj))
+          return;
+        if (*heads % size != 0) {
+          proj.emitError("attention projection ")
+              << paramName(proj.getWeight()) << ": " << *heads
+              << " heads (dimension 0 of the weight, " << *heads
+              << " x " << lastDim(r.getResult()) << ") are not divisible by tp="
+              << size;
+          failed = true;
+          return;
+        }
+        linears[proj] = Split::Column;
+        return;
+      }
+      if (!mergesHeads(r))
+        return;
+      for (OpOperand *use : usesOf(r.getResult()))
+        if (auto out = dyn_cast<LinearOp>(use->getOwner());
+            out && isForward(out) && use->getOperandNumber() == 0 &&
+            !linears.count(out))
+          linears[out] = Split::Row;
+    });
+  }
+
+  void findVocabulary() {
+    func.walk([&](EmbeddingOp e) {
+      if (!isForward(e))
+        return;
+      auto idx = dyn_cast<BlockArgument>(stripShard(e.getIndices()));
+      if (!idx || !func.getArgAttr(idx.getArgNumber(), kInputAttr))
+        return;
+      embeddings.push_back(e);
+    });
+    func.walk([&](CrossEntropyOp ce) {
+      if (!isForward(ce))
+        return;
+      Value logits = stripShard(ce.getLogits());
+      while (auto r = logits.getDefiningOp<ReshapeOp>())
+        logits = stripShard(r.getInput());
+      if (auto head = logits.getDefiningOp<LinearOp>(); head && isForward(head))
+        linears[head] = Split::Vocab;
+    });
+  }
+
+  /// Splits the parameter behind `v` along `dim` over tp.
+  void splitParam(Value v, int64_t dim, StringRef what, Operation *at) {
+    auto arg = dyn_cast<BlockArgument>(stripShard(v));
+    if (!arg || !func.getArgAttr(arg.getArgNumber(), kParamAttr)) {
+      // A weight computed in the graph: propagation decides.
+      return;
+    }
+    auto type = cast<RankedTensorType>(arg.getType());
+    ShardOp existing = argAnnotation(arg);
+    SplitAxes split =
+        splitAxesOf(existing ? existing.getShard() : MeshShardingAttr(),
+                    type.getRank());
+    if (llvm::is_contained(split[dim], axis))
+      return;
+    for (auto &axes : split)
+      if (llvm::is_contained(axes, axis)) {
+        at->emitError() << what << ": parameter " << paramName(arg)
+                        << " is split on tp along another dimension already";
+        failed = true;
+        return;
+      }
+    int64_t local = type.getDimSize(dim) / groupSize(mesh, split[dim]);
+    if (local % size != 0) {
+      at->emitError() << what << ": dimension " << dim << " of parameter "
+                      << paramName(arg) << " (" << type
+                      << ") is not divisible by tp=" << size;
+      failed = true;
+      return;
+    }
+    split[dim].push_back(axis);
+    annotateArg(arg, makeSharding(func.getContext(), meshRef, split));
+  }
+
+  void annotateLinear(LinearOp l, Split split) {
+    switch (split) {
+    case Split::Column:
+    case Split::Vocab: {
+      StringRef what = split == Split::Column ? "column-parallel linear"
+                                              : "vocabulary-parallel head";
+      splitParam(l.getWeight(), 0, what, l);
+      if (l.getBias())
+        splitParam(l.getBias(), 0, what, l);
+      return;
+    }
+    case Split::Row:
+      splitParam(l.getWeight(), 1, "row-parallel linear", l);
+      return;
+    }
+  }
+};
+
+} // namespace
+
+namespace {
+
+struct SequenceParallelPass
+    : public merak::impl::SequenceParallelBase<SequenceParallelPass> {
+  using SequenceParallelBase::SequenceParallelBase;
+
+  func::FuncOp func;
+  MeshOp mesh;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (megatron && ulysses) {
+      module.emitError("choose one of megatron and ulysses");
+      return signalPassFailure();
+    }
+    if (!megatron && !ulysses)
+      return;
+    func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
+    mesh = lookupMesh(module);
+    StringRef axisName = megatron ? "tp" : "sp";
+    int64_t idx = mesh ? meshAxisIndex(mesh, axisName) : -1;
+    if (!func || idx < 0) {
+      module.emitError(megatron ? "Megatron sequence parallelism needs a "
+                                  "tp mesh axis; run --merak-tensor-parallel "
+                                  "first"
+                                : "Ulysses sequence parallelism needs an sp "
+                                  "mesh axis; run --merak-mesh=\"sp=N\" "
+                                  "first");
+      return signalPassFailure();
+    }
+    auto axis = static_cast<MeshAxis>(idx);
+    if (failed(megatron ? runMegatron(axis) : runUlysses(axis)))
+      signalPassFailure();
+  }
+
+  /// Norm inputs and outputs split along the sequence over tp; the input of
+  /// each column-parallel linear whole again.
+  LogicalResult runMegatron(MeshAxis axis) {
+    bool bad = false;
+    func.walk([&](Operation *op) {
+      if (!isForward(op) || !isa<LayerNormOp, RmsNormOp>(op))
+        return;
+      Value in = op->getOperand(0);
+      auto type = cast<RankedTensorType>(in.getType());
+      if (type.getRank() != 3)
+        return;
+      if (!splittable(mesh, in, 1, axis)) {
+        op->emitError("sequence length ")
+            << type.getDimSize(1) << " is not divisible by tp="
+            << mesh.getShape()[axis];
+        bad = true;
+        return;
+      }
+      MeshShardingAttr seq = activationSharding(mesh, type, {{1, axis}});
+      if (auto r = dyn_cast<OpResult>(stripShard(in)))
+        annotateResult(r, seq);
+      annotateResult(op->getResult(0), seq);
+      // The consumers that need the whole sequence: linears split on tp.
+      MeshShardingAttr whole = activationSharding(mesh, type, {});
+      for (OpOperand *use : usesOf(op->getResult(0))) {
+        auto linear = dyn_cast<LinearOp>(use->getOwner());
+        if (!linear || use->getOperandNumber() != 0)
+          continue;
+        OpBuilder b(linear);
+        auto full = b.create<ShardOp>(linear.getLoc(), use->get(), whole,
+                                      /*annotate_for_users=*/true);
+        use->set(full);
+      }
+    });
+    return failure(bad);
+  }
+
+  /// Inputs split along the sequence over sp; attention split by heads.
+  LogicalResult runUlysses(MeshAxis axis) {
+    int64_t n = mesh.getShape()[axis];
+    for (BlockArgument arg : func.getArguments()) {
+      if (!func.getArgAttr(arg.getArgNumber(), kInputAttr))
+        continue;
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getRank() < 2)
+        continue;
+      if (type.getDimSize(1) % n != 0)
+        return func.emitError("input ")
+               << func.getArgAttr(arg.getArgNumber(), kInputAttr)
+               << ": sequence dimension 1 of " << type
+               << " is not divisible by sp=" << n;
+      ShardOp existing = argAnnotation(arg);
+      SplitAxes split = splitAxesOf(
+          existing ? existing.getShard() : MeshShardingAttr(), type.getRank());
+      split[1].push_back(axis);
+      annotateArg(arg, makeSharding(func.getContext(),
+                                    FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                    split));
+    }
+    bool bad = false;
+    func.walk([&](ReshapeOp r) {
+      if (!isForward(r))
+        return;
+      auto out = cast<RankedTensorType>(r.getType());
+      if (std::optional<int64_t> heads = headsOf(r)) {
+        if (*heads % n != 0) {
+          r.emitError("Ulysses attention: ")
+              << *heads << " heads are not divisible by sp=" << n;
+          bad = true;
+          return;
+        }
+        annotateResult(cast<OpResult>(r.getResult()),
+                       activationSharding(mesh, out, {{out.getRank() - 2, axis}}));
+        return;
+      }
+      if (mergesHeads(r) && splittable(mesh, r.getInput(), 1, axis)) {
+        auto in = cast<RankedTensorType>(r.getInput().getType());
+        OpBuilder b(r);
+        auto seq = b.create<ShardOp>(r.getLoc(), r.getInput(),
+                                     activationSharding(mesh, in, {{1, axis}}),
+                                     /*annotate_for_users=*/true);
+        r.getInputMutable().assign(seq);
+      }
+    });
+    return failure(bad);
+  }
+};
+
+} // namespace
