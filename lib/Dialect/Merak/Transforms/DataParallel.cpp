@@ -80,6 +80,26 @@ struct DataParallelPass
     : public merak::impl::DataParallelBase<DataParallelPass> {
   using DataParallelBase::DataParallelBase;
 
+  /// ZeRO-3: every use of a parameter but its optimizer update reads it
+  /// whole (as `whole`), so it is gathered just before that use and
+  /// released after it.
+  static void gatherBeforeUse(BlockArgument arg, MeshShardingAttr whole) {
+    SmallVector<OpOperand *> uses;
+    SmallVector<Value> values{arg};
+    if (ShardOp s = argAnnotation(arg))
+      values.push_back(s.getResult());
+    for (Value v : values)
+      for (OpOperand &use : v.getUses())
+        if (!isa<ShardOp, AdamwUpdateOp, SgdUpdateOp>(use.getOwner()))
+          uses.push_back(&use);
+    for (OpOperand *use : uses) {
+      OpBuilder b(use->getOwner());
+      auto gathered = b.create<ShardOp>(use->getOwner()->getLoc(), use->get(),
+                                        whole, /*annotate_for_users=*/true);
+      use->set(gathered.getResult());
+    }
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = module.getContext();
@@ -131,6 +151,8 @@ struct DataParallelPass
       } else if (size > 1 && ((zero >= 1 && func.getArgAttr(i, kOptStateAttr)) ||
                               (zero == 3 && func.getArgAttr(i, kParamAttr)))) {
         if (std::optional<int64_t> d = divisibleDim(type, mesh, split, size)) {
+          if (zero == 3 && func.getArgAttr(i, kParamAttr))
+            gatherBeforeUse(arg, makeSharding(ctx, meshRef, split));
           split[*d].push_back(dpAxis);
           zeroSplit[i] = *d;
         }

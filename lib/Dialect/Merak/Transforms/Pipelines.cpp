@@ -91,6 +91,10 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
                      llvm::cl::init(2)};
   Option<int> zero{*this, "zero", llvm::cl::desc("ZeRO stage 0..3"),
                    llvm::cl::init(0)};
+  Option<double> bucketMb{
+      *this, "bucket-mb",
+      llvm::cl::desc("data-parallel gradient bucket size in megabytes"),
+      llvm::cl::init(25.0)};
 };
 
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
@@ -114,10 +118,14 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   seq.megatron = o.sp == "megatron";
   seq.ulysses = o.sp == "ulysses";
   pm.addPass(merak::createSequenceParallel(seq));
-  pm.addNestedPass<func::FuncOp>(mesh::createShardingPropagation());
+  pm.addPass(merak::createShardingPropagation());
   pm.addPass(merak::createSpmdize());
+  merak::GradBucketsOptions buckets;
+  buckets.bucketMb = o.bucketMb;
+  pm.addPass(merak::createGradBuckets(buckets));
+  // No CSE here: it would merge ZeRO-3's per-use parameter gathers into one
+  // that stays alive for the whole step.
   pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
   return success();
 }
 
@@ -128,7 +136,7 @@ void merak::registerMerakPipelines() {
       "merak-parallelize",
       "Partition the training step: --merak-mesh, --merak-tensor-parallel, "
       "--merak-data-parallel, --merak-sequence-parallel, "
-      "--sharding-propagation, --merak-spmdize",
+      "--merak-sharding-propagation, --merak-spmdize, --merak-grad-buckets",
       [](OpPassManager &pm, const ParallelizeOptions &o) {
         return buildParallelizePipeline(pm, o);
       });

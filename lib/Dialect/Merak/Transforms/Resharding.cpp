@@ -38,9 +38,14 @@ MeshShardingAttr makeSharding(MLIRContext *ctx, FlatSymbolRefAttr mesh,
                               const SplitAxes &split,
                               ArrayRef<MeshAxis> partial,
                               ReductionKind kind) {
+  // Trailing unsplit dimensions are dropped, but one entry stays: the
+  // mesh dialect prints a replicated sharding as `[[]]` and cannot parse
+  // `[]`.
   SplitAxes trimmed(split);
-  while (!trimmed.empty() && trimmed.back().empty())
+  while (trimmed.size() > 1 && trimmed.back().empty())
     trimmed.pop_back();
+  if (trimmed.empty())
+    trimmed.emplace_back();
   return MeshShardingAttr::get(ctx, mesh, trimmed, partial, kind);
 }
 

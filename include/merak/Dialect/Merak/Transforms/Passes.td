@@ -214,6 +214,22 @@ def SequenceParallel : Pass<"merak-sequence-parallel", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
+def ShardingPropagation : Pass<"merak-sharding-propagation", "mlir::ModuleOp"> {
+  let summary = "Complete sharding annotations over a training step";
+  let description = [{
+    Upstream `--sharding-propagation` driven through the same
+    `ShardingInterface` rules, extended for training steps: the sweeps run
+    forward first (then backward, then forward), so the batch split of the
+    inputs reaches each weight-gradient contraction before the parameter's
+    sharding reaches it from the optimizer, and the gradient becomes one
+    partial sum instead of gathered operands; and among the options an op
+    admits (from every subset of its operands' and users' shardings) the
+    one that moves the fewest bytes is taken. A value's own annotation is
+    binding; what its users ask for is a hint.
+  }];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
 def Spmdize : Pass<"merak-spmdize", "mlir::ModuleOp"> {
   let summary = "Partition annotated functions into the program of one rank";
   let description = [{
@@ -229,6 +245,23 @@ def Spmdize : Pass<"merak-spmdize", "mlir::ModuleOp"> {
     argument's sharding, every other result replicated.
   }];
   let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
+def GradBuckets : Pass<"merak-grad-buckets", "mlir::ModuleOp"> {
+  let summary = "Data-parallel gradient reductions early and in buckets";
+  let description = [{
+    Runs after `--merak-spmdize`. Every all-reduce over the `dp` mesh axis
+    of a gradient (a value computed by a backward op) moves to just after
+    the gradient is computed, and neighbouring ones of the same element
+    type are packed into flat buckets of about `bucket-mb` megabytes (one
+    `mesh.all_reduce` of the concatenated gradients, then slices), so the
+    reductions overlap the rest of backward as DDP's do. `bucket-mb=0`
+    only moves them.
+  }];
+  let options = [
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
+           "Bucket size in megabytes (0: no packing)">
+  ];
 }
 
 #endif // MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_TD
