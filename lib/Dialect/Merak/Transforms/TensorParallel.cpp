@@ -76,7 +76,8 @@ int64_t lastDim(Value v) {
 std::optional<int64_t> headsOf(ReshapeOp r) {
   auto in = cast<RankedTensorType>(r.getInput().getType());
   auto out = cast<RankedTensorType>(r.getType());
-  if (out.getRank() != in.getRank() + 1 || in.getRank() < 1)
+  // Activations are [batch, sequence, hidden] (or more leading dims).
+  if (out.getRank() != in.getRank() + 1 || in.getRank() < 3)
     return std::nullopt;
   for (int64_t d = 0; d + 1 < in.getRank(); ++d)
     if (in.getDimSize(d) != out.getDimSize(d))
@@ -91,7 +92,7 @@ std::optional<int64_t> headsOf(ReshapeOp r) {
 bool mergesHeads(ReshapeOp r) {
   auto in = cast<RankedTensorType>(r.getInput().getType());
   auto out = cast<RankedTensorType>(r.getType());
-  if (in.getRank() != out.getRank() + 1 || out.getRank() < 1)
+  if (in.getRank() != out.getRank() + 1 || out.getRank() < 3)
     return false;
   for (int64_t d = 0; d + 1 < out.getRank(); ++d)
     if (in.getDimSize(d) != out.getDimSize(d))
@@ -414,41 +415,88 @@ struct SequenceParallelPass
       signalPassFailure();
   }
 
-  /// Norm inputs and outputs split along the sequence over tp; the input of
-  /// each column-parallel linear whole again.
+  /// The tensor-parallel axis of a parameter's split: the dimension of
+  /// `v`'s parameter split over `axis`, or -1.
+  int64_t splitDim(Value v, MeshAxis axis) {
+    auto arg = dyn_cast<BlockArgument>(stripShard(v));
+    ShardOp s = arg ? argAnnotation(arg) : ShardOp();
+    if (!s)
+      return -1;
+    for (auto [d, axes] : llvm::enumerate(s.getShard().getSplitAxes()))
+      if (llvm::is_contained(axes.asArrayRef(), axis))
+        return d;
+    return -1;
+  }
+
+  /// Everything between a row-parallel output and the next column-parallel
+  /// input is split along the sequence over tp: the partial sums of row-
+  /// parallel linears and of the vocabulary-parallel embedding are
+  /// reduce-scattered into sequence shards (norms, dropouts and residual
+  /// adds then run on a shard), and column-parallel linears all-gather
+  /// their input.
   LogicalResult runMegatron(MeshAxis axis) {
+    int64_t n = mesh.getShape()[axis];
     bool bad = false;
-    func.walk([&](Operation *op) {
-      if (!isForward(op) || !isa<LayerNormOp, RmsNormOp>(op))
-        return;
-      Value in = op->getOperand(0);
-      auto type = cast<RankedTensorType>(in.getType());
+    auto seqSplit = [&](Value v, Operation *at) -> MeshShardingAttr {
+      auto type = cast<RankedTensorType>(v.getType());
       if (type.getRank() != 3)
-        return;
-      if (!splittable(mesh, in, 1, axis)) {
-        op->emitError("sequence length ")
-            << type.getDimSize(1) << " is not divisible by tp="
-            << mesh.getShape()[axis];
+        return nullptr;
+      if (type.getDimSize(1) % n != 0) {
+        at->emitError("sequence length ")
+            << type.getDimSize(1) << " is not divisible by tp=" << n;
         bad = true;
-        return;
+        return nullptr;
       }
-      MeshShardingAttr seq = activationSharding(mesh, type, {{1, axis}});
-      if (auto r = dyn_cast<OpResult>(stripShard(in)))
-        annotateResult(r, seq);
-      annotateResult(op->getResult(0), seq);
-      // The consumers that need the whole sequence: linears split on tp.
-      MeshShardingAttr whole = activationSharding(mesh, type, {});
-      for (OpOperand *use : usesOf(op->getResult(0))) {
-        auto linear = dyn_cast<LinearOp>(use->getOwner());
-        if (!linear || use->getOperandNumber() != 0)
-          continue;
-        OpBuilder b(linear);
-        auto full = b.create<ShardOp>(linear.getLoc(), use->get(), whole,
-                                      /*annotate_for_users=*/true);
-        use->set(full);
+      return activationSharding(mesh, type, {{1, axis}});
+    };
+    auto annotateUses = [&](Value v, MeshShardingAttr s) {
+      for (OpOperand *use : usesOf(v)) {
+        OpBuilder b(use->getOwner());
+        auto shard = b.create<ShardOp>(use->getOwner()->getLoc(), use->get(),
+                                       s, /*annotate_for_users=*/true);
+        use->set(shard);
+      }
+    };
+    SmallVector<std::pair<Value, MeshShardingAttr>> scatter, gather;
+    func.walk([&](Operation *op) {
+      if (!isForward(op))
+        return;
+      if (auto linear = dyn_cast<LinearOp>(op)) {
+        int64_t d = splitDim(linear.getWeight(), axis);
+        if (d == 1) {
+          if (MeshShardingAttr s = seqSplit(linear.getResult(), op))
+            scatter.push_back({linear.getResult(), s});
+        } else if (d == 0) {
+          auto type = cast<RankedTensorType>(linear.getInput().getType());
+          if (type.getRank() == 3)
+            gather.push_back({linear.getInput(),
+                              activationSharding(mesh, type, {})});
+        }
+      } else if (auto emb = dyn_cast<EmbeddingOp>(op)) {
+        if (splitDim(emb.getWeight(), axis) == 0)
+          if (MeshShardingAttr s = seqSplit(emb.getResult(), op))
+            scatter.push_back({emb.getResult(), s});
       }
     });
-    return failure(bad);
+    if (bad)
+      return failure();
+    for (auto [v, s] : scatter)
+      annotateUses(v, s);
+    for (auto [v, s] : gather) {
+      // Only the column-parallel linears' operand: other users of the
+      // value keep the sequence shard.
+      for (OpOperand *use : usesOf(v)) {
+        auto linear = dyn_cast<LinearOp>(use->getOwner());
+        if (!linear || use->getOperandNumber() != 0 ||
+            splitDim(linear.getWeight(), axis) != 0)
+          continue;
+        OpBuilder b(linear);
+        auto whole = b.create<ShardOp>(linear.getLoc(), use->get(), s,
+                                       /*annotate_for_users=*/true);
+        use->set(whole);
+      }
+    }
+    return success();
   }
 
   /// Inputs split along the sequence over sp; attention split by heads.
