@@ -91,6 +91,10 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
                      llvm::cl::init(2)};
   Option<int> zero{*this, "zero", llvm::cl::desc("ZeRO stage 0..3"),
                    llvm::cl::init(0)};
+  Option<bool> vocabParallel{
+      *this, "vocab-parallel",
+      llvm::cl::desc("split the embedding and the head by vocabulary"),
+      llvm::cl::init(true)};
   Option<double> bucketMb{
       *this, "bucket-mb",
       llvm::cl::desc("data-parallel gradient bucket size in megabytes"),
@@ -110,7 +114,9 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   mesh.tp = o.tp;
   mesh.sp = o.sp == "ulysses" ? int(o.spSize) : 1;
   pm.addPass(merak::createMesh(mesh));
-  pm.addPass(merak::createTensorParallel());
+  merak::TensorParallelOptions tensor;
+  tensor.vocabParallel = o.vocabParallel;
+  pm.addPass(merak::createTensorParallel(tensor));
   merak::DataParallelOptions data;
   data.zero = o.zero;
   pm.addPass(merak::createDataParallel(data));

@@ -177,7 +177,8 @@ struct TensorParallelPass
 
     findMlps();
     findAttention();
-    findVocabulary();
+    if (vocabParallel)
+      findVocabulary();
     if (failed)
       return signalPassFailure();
     for (auto [linear, split] : linears)
@@ -350,9 +351,12 @@ struct TensorParallelPass
       }
     int64_t local = type.getDimSize(dim) / groupSize(mesh, split[dim]);
     if (local % size != 0) {
-      at->emitError() << what << ": dimension " << dim << " of parameter "
-                      << paramName(arg) << " (" << type
-                      << ") is not divisible by tp=" << size;
+      InFlightDiagnostic diag = at->emitError()
+                                << what << ": dimension " << dim
+                                << " of parameter " << paramName(arg) << " ("
+                                << type << ") is not divisible by tp=" << size;
+      if (what.starts_with("vocabulary"))
+        diag << " (vocab-parallel=false keeps it whole)";
       failed = true;
       return;
     }

@@ -184,12 +184,17 @@ def TensorParallel : Pass<"merak-tensor-parallel", "mlir::ModuleOp"> {
       and the full logits are never gathered.
 
     A dimension that `tp` does not divide (heads, vocabulary, features) is
-    an error naming the parameter and the dimension. Propagation and
+    an error naming the parameter and the dimension; `vocab-parallel=false`
+    keeps the embedding and the head whole (for a vocabulary or class count
+    that `tp` does not divide). Propagation and
     `--merak-spmdize` derive the collectives of forward and backward.
   }];
   let options = [
     Option<"tp", "tp", "int", /*default=*/"0",
-           "Tensor-parallel degree (0: the size of the mesh's tp axis)">
+           "Tensor-parallel degree (0: the size of the mesh's tp axis)">,
+    Option<"vocabParallel", "vocab-parallel", "bool", /*default=*/"true",
+           "Split the token embedding and the classifier/LM head by "
+           "vocabulary (false: keep them whole)">
   ];
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
