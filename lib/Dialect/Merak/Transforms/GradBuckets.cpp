@@ -125,8 +125,11 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
     SmallVector<Value> flat;
     for (AllReduceOp op : bucket) {
       auto t = cast<RankedTensorType>(op.getInput().getType());
-      flat.push_back(b.create<ReshapeOp>(
-          loc, op.getInput(), b.getDenseI64ArrayAttr({t.getNumElements()})));
+      flat.push_back(t.getRank() == 1
+                         ? op.getInput()
+                         : b.create<ReshapeOp>(loc, op.getInput(),
+                                               b.getDenseI64ArrayAttr(
+                                                   {t.getNumElements()})));
     }
     Value packed = b.create<ConcatOp>(loc, flat, b.getI64IntegerAttr(0));
     Value reduced = b.create<AllReduceOp>(
@@ -140,8 +143,10 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
           b.getI64IntegerAttr(offset + t.getNumElements()),
           b.getI64IntegerAttr(1));
       offset += t.getNumElements();
-      Value shaped =
-          b.create<ReshapeOp>(loc, part, b.getDenseI64ArrayAttr(t.getShape()));
+      Value shaped = t.getRank() == 1
+                         ? part
+                         : b.create<ReshapeOp>(
+                               loc, part, b.getDenseI64ArrayAttr(t.getShape()));
       op.getResult().replaceAllUsesWith(shaped);
     }
     for (AllReduceOp op : bucket)

@@ -77,6 +77,16 @@ double reshardBytes(MeshOp mesh, RankedTensorType type, MeshShardingAttr from,
   return bytes;
 }
 
+/// Weight of bytes that move a function argument (a parameter, optimizer
+/// state): the plan split those to save memory.
+constexpr double kArgumentPenalty = 16;
+
+Value stripShards(Value v) {
+  while (auto s = v.getDefiningOp<ShardOp>())
+    v = s.getSrc();
+  return v;
+}
+
 struct Propagator {
   func::FuncOp func;
   MeshOp mesh;
@@ -178,9 +188,15 @@ struct Propagator {
       if (!consistent)
         continue;
       double cost = 0;
-      for (auto [i, v] : llvm::enumerate(op->getOperands()))
-        cost += reshardBytes(mesh, cast<RankedTensorType>(v.getType()),
-                             operandHints[i], (*ann)[i]);
+      for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+        double bytes = reshardBytes(mesh, cast<RankedTensorType>(v.getType()),
+                                    operandHints[i], (*ann)[i]);
+        // Parameters and optimizer state are split to save memory; moving
+        // them is a last resort.
+        if (isa<BlockArgument>(stripShards(v)))
+          bytes *= kArgumentPenalty;
+        cost += bytes;
+      }
       for (auto [i, r] : llvm::enumerate(op->getResults()))
         if (resultHints[i])
           cost += reshardBytes(mesh, cast<RankedTensorType>(r.getType()),

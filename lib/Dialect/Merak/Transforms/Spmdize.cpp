@@ -64,10 +64,25 @@ struct FunctionPartitioner {
     return it == current.end() || !it->second ? repl() : it->second;
   }
 
+  /// Values already moved to a sharding: one collective serves every user
+  /// that wants the same sharding (the body is one block built in order,
+  /// so an earlier result dominates later uses).
+  DenseMap<std::pair<Value, Attribute>, Value> cache;
+
   FailureOr<Value> resharded(OpBuilder &b, Location loc, Value v,
                              MeshShardingAttr target) {
-    return reshard(b, loc, mesh, map.lookup(v), rankOf(v), shardingOf(v),
-                   target);
+    Value local = map.lookup(v);
+    MeshShardingAttr source = shardingOf(v);
+    if (sameSharding(source, target, rankOf(v)))
+      return local;
+    auto key = std::make_pair(local, Attribute(normalize(target, rankOf(v))));
+    if (Value cached = cache.lookup(key))
+      return cached;
+    FailureOr<Value> moved =
+        reshard(b, loc, mesh, local, rankOf(v), source, target);
+    if (succeeded(moved))
+      cache[key] = *moved;
+    return moved;
   }
 
   LogicalResult run() {
@@ -244,7 +259,7 @@ struct SpmdizePass : public merak::impl::SpmdizeBase<SpmdizePass> {
       });
       if (!oneMesh)
         return signalPassFailure();
-      FunctionPartitioner p{func, mesh, meshRef, symbols, {}, {}};
+      FunctionPartitioner p{func, mesh, meshRef, symbols, {}, {}, {}};
       if (failed(p.run()))
         return signalPassFailure();
     }

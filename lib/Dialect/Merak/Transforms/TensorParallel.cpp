@@ -461,7 +461,8 @@ struct SequenceParallelPass
         use->set(shard);
       }
     };
-    SmallVector<std::pair<Value, MeshShardingAttr>> scatter, gather;
+    SmallVector<std::pair<Value, MeshShardingAttr>> scatter;
+    llvm::MapVector<Value, MeshShardingAttr> gather;
     func.walk([&](Operation *op) {
       if (!isForward(op))
         return;
@@ -473,8 +474,8 @@ struct SequenceParallelPass
         } else if (d == 0) {
           auto type = cast<RankedTensorType>(linear.getInput().getType());
           if (type.getRank() == 3)
-            gather.push_back({linear.getInput(),
-                              activationSharding(mesh, type, {})});
+            gather[stripShard(linear.getInput())] =
+                activationSharding(mesh, type, {});
         }
       } else if (auto emb = dyn_cast<EmbeddingOp>(op)) {
         if (splitDim(emb.getWeight(), axis) == 0)
