@@ -8,6 +8,7 @@
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/Support/ErrorHandling.h"
 
 using namespace mlir;
 
@@ -104,10 +105,11 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {
   if (o.sp != "none" && o.sp != "megatron" && o.sp != "ulysses") {
-    llvm::errs() << "merak-parallelize: sp must be none, megatron or "
-                    "ulysses, got '"
-                 << o.sp << "'\n";
-    return failure();
+    // A failed pipeline build is not an error to every driver; make it one.
+    llvm::report_fatal_error(llvm::Twine("merak-parallelize: sp must be "
+                                         "none, megatron or ulysses, got '") +
+                                 o.sp + "'",
+                             /*gen_crash_diag=*/false);
   }
   merak::MeshOptions mesh;
   mesh.dp = o.dp;
