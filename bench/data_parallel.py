@@ -1,0 +1,230 @@
+"""Benchmark: data and tensor parallelism on local ranks.
+
+In one invocation, on a GPT-2-style model traced for the run:
+  * dp=2 on 2 ranks: merak-exec (--merak-parallelize="dp=2", Gloo) against
+    PyTorch DistributedDataParallel with the Gloo backend on 2 processes,
+    same weights, same global batches, same threads per rank, AdamW;
+    median step time of each and their ratio;
+  * tp=2: the bytes each rank sends per step in the partitioned program,
+    counted from the collectives of the plan (ring algorithms: all-reduce
+    2(n-1)/n of the tensor, all-gather and reduce-scatter (n-1)/n of the
+    whole, all-to-all (n-1)/n), against Megatron's analytical figure for the
+    same model: (4 L + 2) all-reduces of the [B, T, H] activation (two per
+    layer forward, two backward, the vocabulary-parallel embedding forward
+    and the head's input gradient backward) plus 3 of one value per token
+    (the parallel cross-entropy).
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "test", "fixtures"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from train_step import blas_name, make_config  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_child(args, work, rank, world, port):
+    """One DDP rank: trains on its slice of every global batch."""
+    import time
+    import torch
+    import torch.distributed as dist
+    import models
+    import merak_safetensors
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world)
+    traced = torch.jit.load(os.path.join(work, "gpt2.pt"))
+    model = models.GPT2(make_config(args)).train()
+    model.load_state_dict(dict(traced.state_dict()))
+    # Gloo cannot broadcast the boolean attention-mask buffers; they are
+    # constants anyway.
+    model._ddp_params_and_buffers_to_ignore = [
+        name for name, buf in model.named_buffers() if buf.dtype == torch.bool]
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, broadcast_buffers=False)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.1,
+                            foreach=False)
+    batches, _ = merak_safetensors.load(
+        os.path.join(work, "batches.safetensors"))
+    local = args.batch // world
+    times, losses = [], []
+    for i in range(args.steps):
+        idx = batches["idx"][i][rank * local:(rank + 1) * local]
+        tgt = batches["targets"][i][rank * local:(rank + 1) * local]
+        dist.barrier()
+        t0 = time.perf_counter()
+        _, loss = ddp(idx, tgt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append((time.perf_counter() - t0) * 1e3)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean.item() / world)
+    if rank == 0:
+        print(json.dumps({"ms": times, "loss": losses}))
+    dist.destroy_process_group()
+
+
+TENSOR = re.compile(r"tensor<((?:\d+x)*)(f32|f16|bf16|i64|i32)>")
+WIDTH = {"f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4}
+
+
+def collective_bytes(plan, axis, size):
+    """Bytes one rank sends per step in the collectives over mesh `axis`."""
+    total = 0.0
+    counts = {}
+    for line in open(plan):
+        m = re.search(r"mesh\.(all_reduce|all_gather|reduce_scatter|all_to_all)"
+                      r" .* mesh_axes = \[([0-9, ]*)\]", line)
+        if not m or m.group(2).strip() != str(axis):
+            continue
+        kind = m.group(1)
+        types = TENSOR.findall(line.split(":")[-1])
+        if len(types) < 2:
+            continue
+        def nbytes(t):
+            n = 1
+            for d in t[0].split("x"):
+                if d:
+                    n *= int(d)
+            return n * WIDTH[t[1]]
+        src, dst = nbytes(types[0]), nbytes(types[1])
+        frac = (size - 1) / size
+        total += {"all_reduce": 2 * frac * src,
+                  "all_gather": frac * dst,
+                  "reduce_scatter": frac * src,
+                  "all_to_all": frac * src}[kind]
+        counts[kind] = counts.get(kind, 0) + 1
+    return total, counts
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", required=True, help="Merak build directory")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads per rank")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--embd", type=int, default=256)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=8, help="global batch")
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--ddp-child", nargs=4, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.ddp_child:
+        work, rank, world, port = args.ddp_child
+        return ddp_child(args, work, int(rank), int(world), int(port))
+
+    import torch
+    import models
+    import merak_safetensors
+    import merak_trace
+
+    work = tempfile.mkdtemp(prefix="merak-bench-dp-")
+    torch.manual_seed(0)
+    model = models.GPT2(make_config(args)).train()
+    params = sum(q.numel() for q in model.parameters())
+    gen = torch.Generator().manual_seed(0)
+    shape = (args.steps, args.batch, args.seq)
+    idx = torch.randint(0, args.vocab, shape, generator=gen)
+    tgt = torch.randint(0, args.vocab, shape, generator=gen)
+    merak_trace.save(model, (idx[0], tgt[0]), os.path.join(work, "gpt2.pt"))
+    merak_safetensors.save({"idx": idx, "targets": tgt},
+                           os.path.join(work, "batches.safetensors"))
+    bin_dir = os.path.join(args.build, "bin")
+
+    def plan(parallel, name):
+        out = os.path.join(work, name)
+        subprocess.run([os.path.join(bin_dir, "merak-opt"),
+                        os.path.join(work, "gpt2.pt"),
+                        "--merak-train=optimizer=adamw lr=1e-3 weight-decay=0.1",
+                        f"--merak-parallelize={parallel}", "-o", out],
+                       check=True)
+        return out
+
+    # PyTorch DDP, 2 processes.
+    port = free_port()
+    common = [f"--{k}={getattr(args, k)}" for k in
+              ("threads", "steps", "layers", "embd", "heads", "vocab", "seq",
+               "batch")]
+    procs = [subprocess.Popen(
+        [sys.executable, __file__, "--build", args.build, "--ddp-child", work,
+         str(r), "2", str(port)] + common,
+        stdout=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [pr.communicate()[0] for pr in procs]
+    if any(pr.returncode for pr in procs):
+        sys.exit("DDP run failed")
+    ddp = json.loads(outs[0].strip().splitlines()[-1])
+
+    # merak-exec, dp=2 on 2 ranks.
+    dp_plan = plan("dp=2", "dp2.mlir")
+    log = os.path.join(work, "dp2.jsonl")
+    subprocess.run([os.path.join(bin_dir, "merak-exec"), dp_plan,
+                    "--nproc", "2", "--init", os.path.join(work, "gpt2.pt"),
+                    "--data", os.path.join(work, "batches.safetensors"),
+                    "--steps", str(args.steps), "--threads", str(args.threads),
+                    "--log-jsonl", log], check=True, stdout=subprocess.DEVNULL)
+    with open(log) as f:
+        merak = [json.loads(line) for line in f]
+
+    w = args.warmup
+    merak_ms = statistics.median(r["ms"] for r in merak[w:])
+    ddp_ms = statistics.median(ddp["ms"][w:])
+    max_diff = max(abs(a["loss"] - b) / abs(b)
+                   for a, b in zip(merak, ddp["loss"]))
+
+    # tp=2 communication volume.
+    tp_plan = plan("tp=2", "tp2.mlir")
+    measured, counts = collective_bytes(tp_plan, 0, 2)
+    b, t, h, n = args.batch, args.seq, args.embd, 2
+    ring = 2 * (n - 1) / n
+    megatron = ((4 * args.layers + 2) * ring * b * t * h * 4
+                + 3 * ring * b * t * 4)
+
+    result = {
+        "blas": blas_name(), "threads_per_rank": args.threads,
+        "params": params, "global_batch": args.batch, "seq": args.seq,
+        "ddp_step_ms": ddp_ms, "merak_dp2_step_ms": merak_ms,
+        "dp2_step_time_ratio": merak_ms / ddp_ms,
+        "dp2_max_rel_loss_diff": max_diff,
+        "tp2_bytes_per_rank": measured, "tp2_collectives": counts,
+        "megatron_bytes_per_rank": megatron,
+        "tp2_volume_ratio": measured / megatron,
+    }
+    print(f"BLAS: {result['blas']}, {args.threads} thread(s) per rank, "
+          f"model: {params / 1e6:.1f} M parameters, global batch "
+          f"{args.batch} x {args.seq} tokens")
+    print(f"dp=2  PyTorch DDP (Gloo):  {ddp_ms:8.1f} ms per step")
+    print(f"dp=2  merak-exec (Gloo):   {merak_ms:8.1f} ms per step  "
+          f"(losses agree within {max_diff:.1e} relative)")
+    print(f"dp=2  step-time ratio merak/DDP: {result['dp2_step_time_ratio']:.3f}")
+    print(f"tp=2  bytes sent per rank per step: {measured / 2**20:.2f} MiB "
+          f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
+    print(f"tp=2  Megatron analytical:          {megatron / 2**20:.2f} MiB  "
+          f"(ratio {result['tp2_volume_ratio']:.2f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
