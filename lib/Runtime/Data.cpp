@@ -244,4 +244,78 @@ syntheticBatches(const std::vector<InputSpec> &inputs, uint64_t seed) {
   return std::make_unique<Synthetic>(inputs, seed);
 }
 
+std::vector<InputSpec> globalInputs(const std::vector<ShardedInput> &inputs,
+                                    const std::vector<int64_t> &meshShape) {
+  std::vector<InputSpec> result;
+  for (const ShardedInput &in : inputs)
+    result.push_back(
+        {in.local.name,
+         {in.local.type.dtype,
+          globalShape(in.local.type.shape, in.sharding, meshShape)}});
+  return result;
+}
+
+namespace {
+
+class ShardedBatches final : public BatchSource {
+public:
+  ShardedBatches(std::unique_ptr<BatchSource> global,
+                 std::vector<ShardedInput> inputs,
+                 std::vector<int64_t> meshShape, int64_t rank)
+      : global(std::move(global)), inputs(std::move(inputs)),
+        meshShape(std::move(meshShape)), rank(rank) {}
+
+  absl::StatusOr<std::vector<HostTensor>> batch(int64_t step) override {
+    absl::StatusOr<std::vector<HostTensor>> whole = global->batch(step);
+    if (!whole.ok())
+      return whole.status();
+    std::vector<HostTensor> result;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const HostTensor &all = (*whole)[k];
+      const ShardedInput &in = inputs[k];
+      absl::StatusOr<HostTensor> shard =
+          cutShard(all, in.sharding, meshShape, rank);
+      std::string where =
+          absl::StrCat("input '", in.local.name, "': the global batch is ",
+                       all.type.str(), " and sharding ", in.sharding.str(),
+                       " on mesh ", absl::StrJoin(meshShape, "x"));
+      if (!shard.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " cannot cut it for rank ", rank, ": ",
+                         shard.status().message()));
+      if (shard->type != in.local.type)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " gives rank ", rank, " ", shard->type.str(),
+                         ", but the program expects ", in.local.type.str()));
+      result.push_back(*std::move(shard));
+    }
+    return result;
+  }
+
+  std::string describe() const override {
+    return absl::StrCat(global->describe(), ", rank ", rank, "'s shards");
+  }
+
+private:
+  std::unique_ptr<BatchSource> global;
+  std::vector<ShardedInput> inputs;
+  std::vector<int64_t> meshShape;
+  int64_t rank;
+};
+
+} // namespace
+
+std::unique_ptr<BatchSource> shardBatches(std::unique_ptr<BatchSource> global,
+                                          std::vector<ShardedInput> inputs,
+                                          std::vector<int64_t> meshShape,
+                                          int64_t rank) {
+  bool replicated = true;
+  for (const ShardedInput &in : inputs)
+    replicated &= in.sharding.isReplicated();
+  if (replicated)
+    return global;
+  return std::make_unique<ShardedBatches>(std::move(global), std::move(inputs),
+                                          std::move(meshShape), rank);
+}
+
 } // namespace merak::runtime

@@ -11,6 +11,7 @@ namespace merak::runtime {
 
 DeviceTensor::~DeviceTensor() = default;
 Backend::~Backend() = default;
+Communicator::~Communicator() = default;
 
 namespace {
 
@@ -36,8 +37,24 @@ std::string formatLoss(double loss) {
 } // namespace
 
 absl::StatusOr<std::unique_ptr<Executor>>
-Executor::create(const Program &program, Backend &backend) {
-  std::unique_ptr<Executor> executor(new Executor(program, backend));
+Executor::create(const Program &program, Backend &backend,
+                 Communicator *communicator) {
+  for (const Instruction &inst : program.instructions)
+    if (isCollective(inst.kind) && !inst.attrs.identity) {
+      if (inst.attrs.group < 0)
+        return absl::FailedPreconditionError(
+            absl::StrCat("'", opFullName(inst.kind),
+                         "' has no process group: bind the program to a "
+                         "rank first"));
+      if (!communicator)
+        return absl::FailedPreconditionError(
+            absl::StrCat("@", program.function, " communicates between ",
+                         program.worldSize(),
+                         " processes, but runs without a "
+                         "communicator"));
+    }
+  std::unique_ptr<Executor> executor(
+      new Executor(program, backend, communicator));
   executor->constants.resize(program.values.size());
   for (const ProgramConstant &c : program.constants) {
     if (program.values[c.value].lastUse < 0)
@@ -200,21 +217,29 @@ Executor::runStep(const StepContext &step,
       if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
         call.inPlace[r] = call.operands[inst.storage[r].operand];
     call.results.clear();
-    auto started = std::chrono::steady_clock::now();
-    absl::Status status = backend.execute(call);
-    if (profile) {
-      OpProfile::Entry &e = profile->byKind[inst.kind];
-      ++e.calls;
-      e.seconds += std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - started)
-                       .count();
+    if (isCollective(inst.kind) && inst.attrs.identity) {
+      // A group of this rank alone: the result is the operand (planned as
+      // a view of it).
+      call.results.push_back(live[inst.operands[0]]);
+    } else {
+      auto started = std::chrono::steady_clock::now();
+      absl::Status status = isCollective(inst.kind)
+                                ? communicator->execute(call)
+                                : backend.execute(call);
+      if (profile) {
+        OpProfile::Entry &e = profile->byKind[inst.kind];
+        ++e.calls;
+        e.seconds += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - started)
+                         .count();
+      }
+      if (absl::Status s = std::move(status); !s.ok())
+        return absl::Status(
+            s.code(),
+            absl::StrCat(inst.location.empty() ? "" : inst.location,
+                         inst.location.empty() ? "" : ": ", "'",
+                         opFullName(inst.kind), "' failed: ", s.message()));
     }
-    if (absl::Status s = std::move(status); !s.ok())
-      return absl::Status(
-          s.code(),
-          absl::StrCat(inst.location.empty() ? "" : inst.location,
-                       inst.location.empty() ? "" : ": ", "'merak.",
-                       opKindName(inst.kind), "' failed: ", s.message()));
     for (size_t r = 0; r < inst.results.size(); ++r)
       live[inst.results[r]] = std::move(call.results[r]);
 

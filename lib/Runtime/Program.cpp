@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 #include <algorithm>
 #include <sstream>
@@ -18,6 +19,41 @@ const char *opKindName(OpKind kind) {
     return Mnemonic;
     MERAK_RUNTIME_OPS(MERAK_OP_NAME)
 #undef MERAK_OP_NAME
+  }
+  return "?";
+}
+
+bool isCollective(OpKind kind) {
+  switch (kind) {
+  case OpKind::AllReduce:
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::AllToAll:
+  case OpKind::AllSlice:
+  case OpKind::Broadcast:
+    return true;
+  default:
+    return false;
+  }
+}
+
+std::string opFullName(OpKind kind) {
+  return absl::StrCat(isCollective(kind) ? "mesh." : "merak.",
+                      opKindName(kind));
+}
+
+const char *collectiveReductionName(CollectiveReduction r) {
+  switch (r) {
+  case CollectiveReduction::Sum:
+    return "sum";
+  case CollectiveReduction::Max:
+    return "max";
+  case CollectiveReduction::Min:
+    return "min";
+  case CollectiveReduction::Product:
+    return "product";
+  case CollectiveReduction::Average:
+    return "average";
   }
   return "?";
 }
@@ -52,6 +88,9 @@ namespace {
 /// The operand a result is a view of, or -1. These kernels return views
 /// (as PyTorch's eager ops do), or the operand itself for identities.
 int viewOperand(const Program &program, const Instruction &inst, size_t r) {
+  // A collective within a group of one passes its operand through.
+  if (isCollective(inst.kind) && inst.attrs.identity)
+    return 0;
   switch (inst.kind) {
   case OpKind::Reshape:
   case OpKind::Permute:
@@ -118,6 +157,9 @@ std::vector<std::pair<int, int>> inPlaceCandidates(const Instruction &inst) {
     return {{0, 0}, {1, 2}};
   case OpKind::AdamwUpdate:
     return {{0, 0}, {1, 2}, {2, 3}};
+  case OpKind::AllReduce: // Gloo reduces in place
+  case OpKind::Broadcast:
+    return {{0, 0}};
   default:
     return {};
   }
@@ -143,7 +185,96 @@ std::string formatBytes(int64_t bytes) {
   return absl::StrFormat("%.1f MiB", bytes / (1024.0 * 1024.0));
 }
 
+/// `{sum over mesh axes [0] (dp): ranks 0, 2}` for --print-program.
+std::string describeCollective(const Program &program,
+                               const Instruction &inst) {
+  const OpAttrs &a = inst.attrs;
+  std::string text = "{";
+  switch (inst.kind) {
+  case OpKind::AllReduce:
+    absl::StrAppend(&text, collectiveReductionName(a.collectiveReduction));
+    break;
+  case OpKind::ReduceScatter:
+    absl::StrAppend(&text, collectiveReductionName(a.collectiveReduction),
+                    ", scatter dim ", a.dim);
+    break;
+  case OpKind::AllGather:
+    absl::StrAppend(&text, "gather dim ", a.dim);
+    break;
+  case OpKind::AllToAll:
+    absl::StrAppend(&text, "split dim ", a.dim, ", concat dim ", a.concatDim);
+    break;
+  case OpKind::AllSlice:
+    absl::StrAppend(&text, "slice dim ", a.dim);
+    break;
+  case OpKind::Broadcast:
+    absl::StrAppend(&text, "root [", absl::StrJoin(a.root, ", "), "]");
+    break;
+  default:
+    break;
+  }
+  std::vector<std::string> names;
+  for (int64_t axis : a.meshAxes)
+    names.push_back(program.mesh ? program.mesh->axisName(axis)
+                                 : absl::StrCat(axis));
+  absl::StrAppend(&text, " over mesh axes [", absl::StrJoin(a.meshAxes, ", "),
+                  "]");
+  if (program.mesh && !program.mesh->axisNames.empty())
+    absl::StrAppend(&text, " (", absl::StrJoin(names, ", "), ")");
+  if (a.identity)
+    absl::StrAppend(&text, ": this rank alone");
+  else if (a.group >= 0 && size_t(a.group) < program.groups.size())
+    absl::StrAppend(&text, ": group ", a.group, " = ranks ",
+                    absl::StrJoin(program.groups[a.group].members.ranks, ", "));
+  return text + "}";
+}
+
 } // namespace
+
+absl::Status bindToRank(Program &program, int64_t rank) {
+  int64_t world = program.worldSize();
+  if (rank < 0 || rank >= world)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is outside the program's ", world, " processes"));
+  program.rank = rank;
+  program.groups.clear();
+  std::vector<int64_t> meshShape =
+      program.mesh ? program.mesh->shape : std::vector<int64_t>();
+  for (Instruction &inst : program.instructions) {
+    if (!isCollective(inst.kind))
+      continue;
+    OpAttrs &a = inst.attrs;
+    if (!program.mesh && !a.meshAxes.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", opFullName(inst.kind), "' at ", inst.location,
+                       " communicates over mesh axes, but the program has "
+                       "no mesh"));
+    GroupMembership members = processGroup(meshShape, rank, a.meshAxes);
+    int64_t n = int64_t(members.ranks.size());
+    if (inst.kind == OpKind::AllSlice) {
+      // A local slice: this rank's block along the slice axis.
+      const TensorType &out = program.values[inst.results[0]].type;
+      int64_t size = out.shape[a.dim];
+      inst.kind = OpKind::Slice;
+      a.start = members.index * size;
+      a.end = a.start + size;
+      a.step = 1;
+      continue;
+    }
+    a.identity = n == 1;
+    a.group = -1;
+    if (a.identity)
+      continue;
+    for (size_t g = 0; g < program.groups.size(); ++g)
+      if (program.groups[g].meshAxes == a.meshAxes)
+        a.group = int(g);
+    if (a.group < 0) {
+      a.group = int(program.groups.size());
+      program.groups.push_back({a.meshAxes, std::move(members)});
+    }
+  }
+  return planProgram(program);
+}
 
 absl::Status planProgram(Program &program) {
   auto &values = program.values;
@@ -344,6 +475,8 @@ std::string printProgram(const Program &program) {
     os << " :";
     for (size_t r = 0; r < inst.results.size(); ++r)
       os << (r ? ", " : " ") << program.values[inst.results[r]].type.str();
+    if (isCollective(inst.kind))
+      os << " " << describeCollective(program, inst);
     for (size_t r = 0; r < inst.storage.size(); ++r) {
       const ResultStorage &s = inst.storage[r];
       if (s.kind == ResultStorage::Kind::Fresh)

@@ -11,6 +11,7 @@
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/DenseMap.h"
@@ -127,6 +128,29 @@ ComparePredicate predicate(merak::ComparePredicate p) {
     return ComparePredicate::Ge;
   }
   return ComparePredicate::Eq;
+}
+
+CollectiveReduction collectiveReduction(mesh::ReductionKind r, bool &ok) {
+  switch (r) {
+  case mesh::ReductionKind::Sum:
+    return CollectiveReduction::Sum;
+  case mesh::ReductionKind::Max:
+    return CollectiveReduction::Max;
+  case mesh::ReductionKind::Min:
+    return CollectiveReduction::Min;
+  case mesh::ReductionKind::Product:
+    return CollectiveReduction::Product;
+  case mesh::ReductionKind::Average:
+    return CollectiveReduction::Average;
+  default:
+    ok = false;
+    return CollectiveReduction::Sum;
+  }
+}
+
+template <typename Op> void collectiveAttrs(Op op, OpAttrs &a) {
+  for (mesh::MeshAxis axis : op.getMeshAxes())
+    a.meshAxes.push_back(axis);
 }
 
 template <typename Op> void reductionAttrs(Op op, OpAttrs &a) {
@@ -412,6 +436,39 @@ public:
           a.eps = f64(o.getEps());
           a.weightDecay = f64(o.getWeightDecay());
         })
+        .Case([&](mesh::AllReduceOp o) {
+          kind(OpKind::AllReduce), plain(), collectiveAttrs(o, a);
+          a.collectiveReduction = collectiveReduction(o.getReduction(), known);
+        })
+        .Case([&](mesh::AllGatherOp o) {
+          kind(OpKind::AllGather), plain(), collectiveAttrs(o, a);
+          a.dim = o.getGatherAxis().getSExtValue();
+        })
+        .Case([&](mesh::ReduceScatterOp o) {
+          kind(OpKind::ReduceScatter), plain(), collectiveAttrs(o, a);
+          a.collectiveReduction = collectiveReduction(o.getReduction(), known);
+          a.dim = o.getScatterAxis().getSExtValue();
+        })
+        .Case([&](mesh::AllToAllOp o) {
+          kind(OpKind::AllToAll), plain(), collectiveAttrs(o, a);
+          a.dim = o.getSplitAxis().getSExtValue();
+          a.concatDim = o.getConcatAxis().getSExtValue();
+        })
+        .Case([&](mesh::AllSliceOp o) {
+          kind(OpKind::AllSlice), plain(), collectiveAttrs(o, a);
+          a.dim = o.getSliceAxis().getSExtValue();
+        })
+        .Case([&](mesh::BroadcastOp o) {
+          // A root given by SSA values is not static; it has no kernel.
+          if (!o.getRootDynamic().empty()) {
+            known = false;
+            return;
+          }
+          kind(OpKind::Broadcast);
+          inst.operands.push_back(id(o.getInput()));
+          collectiveAttrs(o, a);
+          a.root = vec(o.getRoot());
+        })
         .Default([&](Operation *) { known = false; });
     return success(known);
   }
@@ -455,6 +512,139 @@ LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
                              "merak.step";
 }
 
+/// Checks a collective against the mesh: it names the module's mesh, its
+/// axes exist, and its shapes fit its group's size.
+LogicalResult checkCollective(Operation *op, const Instruction &inst,
+                              const Program &program) {
+  auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
+  if (!program.mesh || !meshName || meshName.getValue() != program.mesh->name)
+    return op->emitError() << "merak-exec runs collectives on the module's "
+                              "one mesh.mesh, which this op does not name";
+  const OpAttrs &a = inst.attrs;
+  const std::vector<int64_t> &shape = program.mesh->shape;
+  std::vector<bool> seen(shape.size(), false);
+  for (int64_t axis : a.meshAxes) {
+    if (axis < 0 || size_t(axis) >= shape.size() || seen[axis])
+      return op->emitError()
+             << "mesh axis " << axis << " is not a distinct axis of @"
+             << program.mesh->name;
+    seen[axis] = true;
+  }
+  int64_t n = groupSize(shape, a.meshAxes);
+  const TensorType &in = program.values[inst.operands[0]].type;
+  const TensorType &out = program.values[inst.results[0]].type;
+  auto axisOk = [&](int64_t d) {
+    return d >= 0 && size_t(d) < in.shape.size();
+  };
+  auto expect = [&](bool good) -> LogicalResult {
+    if (good)
+      return success();
+    return op->emitError() << "shapes do not fit a group of " << n
+                           << " processes: " << in.str() << " -> " << out.str();
+  };
+  switch (inst.kind) {
+  case OpKind::AllReduce:
+    if (in.dtype != out.dtype)
+      return op->emitError() << "merak-exec reduces in the operand's element "
+                                "type; convert with merak.cast first";
+    return expect(in.shape == out.shape);
+  case OpKind::Broadcast:
+    if (a.root.size() != a.meshAxes.size())
+      return op->emitError() << "the root must have one coordinate per mesh "
+                                "axis";
+    for (size_t k = 0; k < a.root.size(); ++k)
+      if (a.root[k] < 0 || a.root[k] >= shape[a.meshAxes[k]])
+        return op->emitError() << "root coordinate " << a.root[k]
+                               << " is outside mesh axis " << a.meshAxes[k];
+    return expect(in == out);
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::AllSlice: {
+    if (!axisOk(a.dim))
+      return op->emitError() << "tensor axis " << a.dim << " out of range";
+    std::vector<int64_t> expected = in.shape;
+    if (inst.kind == OpKind::AllGather)
+      expected[a.dim] *= n;
+    else if (expected[a.dim] % n == 0)
+      expected[a.dim] /= n;
+    else
+      return expect(false);
+    return expect(expected == out.shape && in.dtype == out.dtype);
+  }
+  case OpKind::AllToAll: {
+    if (!axisOk(a.dim) || !axisOk(a.concatDim))
+      return op->emitError() << "tensor axis out of range";
+    std::vector<int64_t> expected = in.shape;
+    if (expected[a.dim] % n != 0)
+      return expect(false);
+    expected[a.dim] /= n;
+    expected[a.concatDim] *= n;
+    return expect(expected == out.shape && in.dtype == out.dtype);
+  }
+  default:
+    return success();
+  }
+}
+
+/// Reads a `merak.sharding` attribute (absent: replicated) and checks that
+/// it is on `mesh`, not partial, and fits `type`.
+LogicalResult readSharding(func::FuncOp func, Attribute attr,
+                           const std::string &what, const TensorType &type,
+                           const std::optional<MeshLayout> &mesh,
+                           Sharding &sharding) {
+  if (!attr)
+    return success();
+  auto shard = dyn_cast<mesh::MeshShardingAttr>(attr);
+  if (!shard)
+    return func.emitError() << what << " has a " << kShardingAttr
+                            << " that is not a #mesh.shard: " << attr;
+  if (!mesh || shard.getMesh().getValue() != mesh->name)
+    return func.emitError()
+           << what << " is sharded on @" << shard.getMesh().getValue()
+           << ", which is not the module's mesh";
+  if (!shard.getPartialAxes().empty())
+    return func.emitError() << what << " is a partial value (" << attr
+                            << "); arguments and results must be reduced";
+  for (mesh::MeshAxesAttr axes : shard.getSplitAxes())
+    sharding.splitAxes.push_back(std::vector<int64_t>(axes.asArrayRef().begin(),
+                                                      axes.asArrayRef().end()));
+  if (absl::Status s = verifySharding(sharding, type.shape.size(), mesh->shape);
+      !s.ok())
+    return func.emitError() << what << ": " << std::string(s.message());
+  return success();
+}
+
+/// The module's mesh, if the function's module has one; more than one is
+/// an error (every collective and sharding must name the same mesh).
+LogicalResult readMesh(func::FuncOp func, std::optional<MeshLayout> &layout) {
+  auto module = func->getParentOfType<ModuleOp>();
+  if (!module)
+    return success();
+  mesh::MeshOp found;
+  for (auto meshOp : module.getOps<mesh::MeshOp>()) {
+    if (found)
+      return meshOp.emitError() << "merak-exec runs programs on one mesh; @"
+                                << found.getSymName() << " is already defined";
+    found = meshOp;
+  }
+  if (!found)
+    return success();
+  MeshLayout mesh;
+  mesh.name = found.getSymName().str();
+  for (int64_t size : found.getShape()) {
+    if (ShapedType::isDynamic(size) || size < 1)
+      return found.emitError()
+             << "merak-exec needs a mesh of static, positive sizes";
+    mesh.shape.push_back(size);
+  }
+  if (auto names = found->getAttrOfType<ArrayAttr>(kMeshAxesAttr))
+    for (Attribute name : names)
+      if (auto text = dyn_cast<StringAttr>(name))
+        mesh.axisNames.push_back(text.str());
+  layout = std::move(mesh);
+  return success();
+}
+
 } // namespace
 
 FailureOr<Program> lowerToProgram(func::FuncOp func) {
@@ -462,6 +652,9 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
   program.function = func.getSymName().str();
   if (!func.getBody().hasOneBlock())
     return func.emitError() << "merak-exec runs functions with one block";
+
+  if (failed(readMesh(func, program.mesh)))
+    return failure();
 
   llvm::DenseMap<Value, ValueId> ids;
   bool ok = true;
@@ -512,6 +705,11 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
       if (auto config = func->getAttrOfType<DictionaryAttr>(kOptimizerAttr))
         if (auto lr = config.getAs<FloatAttr>("lr"))
           arg.defaultLearningRate = lr.getValueAsDouble();
+    if (failed(readSharding(func,
+                            func.getArgAttr(barg.getArgNumber(), kShardingAttr),
+                            "argument #" + std::to_string(barg.getArgNumber()),
+                            type, program.mesh, arg.sharding)))
+      ok = false;
     program.arguments.push_back(std::move(arg));
   }
 
@@ -545,6 +743,8 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
     for (Value result : op.getResults())
       inst.results.push_back(define(result));
     inst.location = locationString(op.getLoc());
+    if (isCollective(inst.kind) && failed(checkCollective(&op, inst, program)))
+      ok = false;
     program.instructions.push_back(std::move(inst));
   }
 
@@ -559,6 +759,11 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
       continue;
     }
     res.isLoss = bool(func.getResultAttr(index, kLossAttr));
+    if (failed(readSharding(func, func.getResultAttr(index, kShardingAttr),
+                            "result #" + std::to_string(index),
+                            program.values[res.value].type, program.mesh,
+                            res.sharding)))
+      ok = false;
     if (func.getResultAttr(index, kGradNormAttr))
       program.gradNormResult = int(program.results.size());
     if (auto update =
@@ -618,7 +823,8 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
   if (!ok)
     return failure();
   if (absl::Status s = planProgram(program); !s.ok())
-    return func.emitError() << "cannot plan the program: " << s.message();
+    return func.emitError()
+           << "cannot plan the program: " << std::string(s.message());
   return program;
 }
 

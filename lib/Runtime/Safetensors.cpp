@@ -201,6 +201,20 @@ writeSafetensors(const std::string &path,
   // Padding to 8 keeps the data aligned for readers that map the file.
   text.append((8 - text.size() % 8) % 8, ' ');
 
+  uint8_t lengthBytes[8];
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i)
+    lengthBytes[i] = uint8_t(length >> (8 * i));
+  std::vector<std::pair<const void *, size_t>> pieces = {
+      {lengthBytes, 8}, {text.data(), text.size()}};
+  for (const auto &[name, t] : tensors)
+    pieces.push_back({t.data, t.byteSize()});
+  return writeFileAtomically(path, pieces);
+}
+
+absl::Status writeFileAtomically(
+    const std::string &path,
+    const std::vector<std::pair<const void *, size_t>> &pieces) {
   std::string dir = ".";
   std::string base = path;
   if (size_t slash = path.rfind('/'); slash != std::string::npos) {
@@ -229,13 +243,9 @@ writeSafetensors(const std::string &path,
     }
     return true;
   };
-  uint8_t lengthBytes[8];
-  uint64_t length = text.size();
-  for (int i = 0; i < 8; ++i)
-    lengthBytes[i] = uint8_t(length >> (8 * i));
-  bool ok = writeAll(lengthBytes, 8) && writeAll(text.data(), text.size());
-  for (auto it = tensors.begin(); ok && it != tensors.end(); ++it)
-    ok = writeAll(it->second.data, it->second.byteSize());
+  bool ok = true;
+  for (auto it = pieces.begin(); ok && it != pieces.end(); ++it)
+    ok = writeAll(it->first, it->second);
   ok = ok && fsync(fd) == 0;
   std::string err = ok ? "" : errnoText();
   // mkstemp creates the file 0600; give it the usual permissions.

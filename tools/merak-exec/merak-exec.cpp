@@ -4,11 +4,18 @@
 // and runs it for a number of steps: initial weights from a TorchScript
 // archive or a checkpoint, inputs from a batch file, a token file or
 // synthetic data, one line per step, JSONL logs and atomic checkpoints.
+// An SPMD program (one with a mesh.mesh) runs as one rank of many: started
+// by --nproc, torchrun, srun or mpirun, joined through a TCPStore, with
+// collectives through Gloo; each rank keeps its shard of the global state
+// and batches, and rank 0 reports.
 //
 //===----------------------------------------------------------------------===//
 
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
+#include "merak/Runtime/Checkpoint.h"
+#include "merak/Runtime/Comm/Distributed.h"
+#include "merak/Runtime/Comm/Launch.h"
 #include "merak/Runtime/Data.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/LearningRate.h"
@@ -29,9 +36,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <sys/resource.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace mlir;
@@ -122,6 +132,17 @@ static cl::opt<bool>
                cl::desc("Print kernel time per op kind at the end (steps "
                         "after the first)"),
                cl::cat(category));
+static cl::opt<int>
+    nproc("nproc",
+          cl::desc("Start this many local ranks of an SPMD program (the "
+                   "mesh size) and wait for them"),
+          cl::init(0), cl::cat(category));
+static cl::opt<double>
+    commTimeout("comm-timeout",
+                cl::desc("Seconds after which a rank that stopped answering "
+                         "(or a collective, the rendezvous, a barrier) ends "
+                         "the run on every rank"),
+                cl::init(60.0), cl::cat(category));
 static cl::opt<bool>
     printProgramOnly("print-program",
                      cl::desc("Print the rank program and its memory plan, "
@@ -130,16 +151,105 @@ static cl::opt<bool>
 
 namespace {
 
-constexpr const char *kCheckpointFormat = "merak-checkpoint-v1";
+/// "rank K: " on every line a rank of a multi-process run writes to stderr.
+std::string rankPrefix;
+/// This rank's membership in a multi-process run, once joined.
+DistributedJob *job = nullptr;
 
+/// Prints an error; after the rendezvous, also tells the other ranks (so
+/// they stop at once, naming this one) and leaves without running
+/// destructors that could wait on peers.
 int fail(const std::string &message) {
   std::fflush(stdout);
-  llvm::errs() << "merak-exec: error: " << message << "\n";
+  llvm::errs() << rankPrefix << "merak-exec: error: " << message << "\n";
+  llvm::errs().flush();
+  if (job) {
+    job->abort(absl::StrCat("rank ", job->rank(), " failed: ", message));
+    std::fflush(stderr);
+    _exit(1);
+  }
   return 1;
 }
 
 int fail(const absl::Status &status) {
   return fail(std::string(status.message()));
+}
+
+void note(const std::string &message) {
+  llvm::errs() << rankPrefix << "merak-exec: note: " << message << "\n";
+}
+
+/// Writes to stderr with `rankPrefix` at the start of every line (MLIR's
+/// diagnostics of one rank among many).
+class PrefixedErrs final : public llvm::raw_ostream {
+public:
+  PrefixedErrs() { SetUnbuffered(); }
+  ~PrefixedErrs() override { flush(); }
+
+private:
+  void write_impl(const char *ptr, size_t size) override {
+    for (size_t i = 0; i < size; ++i) {
+      if (atLineStart)
+        llvm::errs() << rankPrefix;
+      llvm::errs() << ptr[i];
+      atLineStart = ptr[i] == '\n';
+    }
+    position += size;
+  }
+  uint64_t current_pos() const override { return position; }
+
+  bool atLineStart = true;
+  uint64_t position = 0;
+};
+
+/// MERAK_EXEC_FAULT=RANK:STEP:ACTION (tests only): at the start of step
+/// STEP, rank RANK kills itself (`kill`, SIGKILL), exits silently (`exit`,
+/// status 3), stops without dying (`hang`, SIGSTOP), keeps its process
+/// alive but its main thread idle forever (`stall`), or fails with an error
+/// message like any other (`error`).
+struct Fault {
+  int64_t rank = -1, step = -1;
+  std::string action;
+
+  static std::optional<Fault> fromEnvironment() {
+    const char *text = std::getenv("MERAK_EXEC_FAULT");
+    if (!text || !*text)
+      return std::nullopt;
+    Fault f;
+    char action[16] = {};
+    long long rank, step;
+    if (std::sscanf(text, "%lld:%lld:%15s", &rank, &step, action) != 3)
+      return std::nullopt;
+    f.rank = rank, f.step = step, f.action = action;
+    return f;
+  }
+
+  /// Acts at the fault's step; true when the caller should fail (`error`).
+  bool trigger(int64_t myRank, int64_t atStep) const {
+    if (myRank != rank || atStep != step)
+      return false;
+    if (action == "error")
+      return true;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (action == "kill")
+      std::raise(SIGKILL);
+    else if (action == "hang")
+      std::raise(SIGSTOP);
+    else if (action == "stall")
+      while (true)
+        std::this_thread::sleep_for(std::chrono::hours(1));
+    else
+      _exit(3);
+    return false;
+  }
+};
+
+std::string checkpointId() {
+  std::random_device device;
+  char text[32];
+  std::snprintf(text, sizeof(text), "%08x%08x", device(), device());
+  return text;
 }
 
 bool isTorchScriptArchive(const std::string &path) {
@@ -154,10 +264,11 @@ bool fileExists(const std::string &path) {
   return ::access(path.c_str(), R_OK) == 0;
 }
 
-std::optional<int64_t> metadataInt(const SafetensorsFile &file,
-                                   const std::string &key) {
-  auto it = file.metadata.find(key);
-  if (it == file.metadata.end())
+std::optional<int64_t>
+metadataInt(const std::map<std::string, std::string> &metadata,
+            const std::string &key) {
+  auto it = metadata.find(key);
+  if (it == metadata.end())
     return std::nullopt;
   try {
     return std::stoll(it->second);
@@ -195,7 +306,7 @@ void printProfile(const OpProfile &profile, double stepMs) {
               stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
   std::printf("  %-32s %8s %12s %7s\n", "op", "calls", "ms", "share");
   for (const auto &[kind, e] : rows)
-    std::printf("  merak.%-26s %8lld %12.2f %6.1f%%\n", opKindName(kind),
+    std::printf("  %-32s %8lld %12.2f %6.1f%%\n", opFullName(kind).c_str(),
                 (long long)e.calls, e.seconds * 1e3,
                 kernelMs > 0 ? 100.0 * e.seconds * 1e3 / kernelMs : 0.0);
 }
@@ -203,8 +314,8 @@ void printProfile(const OpProfile &profile, double stepMs) {
 /// The progress bar on stderr, drawn only when stdout is a terminal.
 class Progress {
 public:
-  Progress(int64_t first, int64_t last)
-      : enabled(isatty(STDOUT_FILENO)), first(first), last(last),
+  Progress(int64_t first, int64_t last, bool enabled = isatty(STDOUT_FILENO))
+      : enabled(enabled), first(first), last(last),
         start(std::chrono::steady_clock::now()) {}
 
   void clear() {
@@ -248,11 +359,34 @@ int main(int argc, char **argv) {
   }
   cl::opt<int> threads("threads",
                        cl::desc("CPU threads for kernels (default: ATen's "
-                                "choice)"),
+                                "choice, shared among local ranks)"),
                        cl::init(0), cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "merak-exec: runs a merak training step\n");
+
+  // Which rank this process is: --nproc starts the ranks (this process
+  // only launches); a launcher's variables make it one of them.
+  bool launchedByNproc = std::getenv("MERAK_NPROC_CHILD") != nullptr;
+  bool launching = nproc.getNumOccurrences() && !launchedByNproc;
+  if (launching && nproc < 1)
+    return fail("--nproc must be at least 1");
+  LaunchEnvironment env;
+  if (!launching) {
+    absl::StatusOr<std::optional<LaunchEnvironment>> found =
+        readLaunchEnvironment(
+            [](const char *name) { return std::getenv(name); });
+    if (!found.ok())
+      return fail(found.status());
+    if (*found)
+      env = **found;
+  }
+  if (env.worldSize > 1)
+    rankPrefix = "rank " + std::to_string(env.rank) + ": ";
+  const bool reporter = env.rank == 0; // prints steps, logs, notes
+  if (commTimeout <= 0)
+    return fail("--comm-timeout must be positive");
+  auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
 
   // Parse the module; MLIR diagnostics print as file:line:col: error.
   DialectRegistry registry;
@@ -260,7 +394,11 @@ int main(int argc, char **argv) {
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
   llvm::SourceMgr sourceMgr;
-  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  PrefixedErrs prefixedErrs;
+  SourceMgrDiagnosticHandler diagnostics(
+      sourceMgr, &context,
+      rankPrefix.empty() ? llvm::errs()
+                         : static_cast<llvm::raw_ostream &>(prefixedErrs));
   auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(inputFile);
   if (!buffer)
     return fail("cannot open " + inputFile + ": " +
@@ -287,11 +425,45 @@ int main(int argc, char **argv) {
   FailureOr<Program> lowered = lowerToProgram(func);
   if (failed(lowered))
     return 1;
-  const Program &program = *lowered;
+  Program &program = *lowered;
+
+  // The mesh decides how many processes run the program.
+  const int64_t meshSize = program.worldSize();
   if (printProgramOnly) {
-    std::fputs(printProgram(program).c_str(), stdout);
+    // Without the ranks running, rank 0's program.
+    int64_t rank = env.worldSize == meshSize ? env.rank : 0;
+    if (absl::Status s = bindToRank(program, rank); !s.ok())
+      return fail(s);
+    if (rank == 0)
+      std::fputs(printProgram(program).c_str(), stdout);
     return 0;
   }
+  std::string meshText =
+      program.mesh ? "@" + program.mesh->name + " " + program.mesh->str()
+                   : std::string();
+  if (launching && nproc != meshSize)
+    return fail(meshSize > 1
+                    ? "--nproc " + std::to_string(nproc) +
+                          " does not match the program's mesh " + meshText +
+                          " of " + std::to_string(meshSize) + " processes"
+                    : "--nproc " + std::to_string(nproc) + " given, but @" +
+                          program.function +
+                          " runs on one process (its module has no mesh "
+                          "larger than 1)");
+  if (!launching && env.worldSize != meshSize) {
+    if (env.worldSize == 1)
+      return fail("@" + program.function + " runs on a mesh of " +
+                  std::to_string(meshSize) + " processes (" + meshText +
+                  "): start it with --nproc " + std::to_string(meshSize) +
+                  " or with " + std::to_string(meshSize) +
+                  " ranks of torchrun, srun or mpirun");
+    return fail("the world size is " + std::to_string(env.worldSize) +
+                " (from " + env.launcher + "), but the program's mesh " +
+                (meshText.empty() ? std::string("(none)") : meshText) +
+                " has " + std::to_string(meshSize) + " processes");
+  }
+  if (absl::Status s = bindToRank(program, env.rank); !s.ok())
+    return fail(s);
 
   // Options that depend on the program.
   if (steps < 1)
@@ -322,59 +494,112 @@ int main(int argc, char **argv) {
       return fail("@" + program.function +
                   " takes a learning rate (merak.lr): pass --lr");
   }
+  std::string stateSource = !resumeFile.empty() ? resumeFile : initFile;
+  if (!stateSource.empty() && !fileExists(stateSource) &&
+      !fileExists(shardIndexPath(stateSource)))
+    return fail("cannot open " + stateSource);
+
+  if (launching) {
+    LocalLaunch launch;
+    launch.nproc = nproc;
+    launch.argv.assign(argv, argv + argc);
+    launch.env.push_back({"MERAK_NPROC_CHILD", "1"});
+    launch.grace = std::min<std::chrono::milliseconds>(
+        timeout, std::chrono::milliseconds(5000));
+    return runLocalRanks(launch);
+  }
+
+  // Local ranks share the machine's cores unless told otherwise.
+  int kernelThreads = threads;
+  if (!threads.getNumOccurrences() && env.localWorldSize > 1)
+    kernelThreads = std::max<int>(
+        1, int(std::thread::hardware_concurrency() / env.localWorldSize));
+
+  std::unique_ptr<DistributedJob> joined;
+  std::unique_ptr<Communicator> communicator;
+  if (env.worldSize > 1) {
+    RendezvousOptions rendezvous;
+    rendezvous.rank = env.rank;
+    rendezvous.worldSize = env.worldSize;
+    rendezvous.masterAddr = env.masterAddr;
+    rendezvous.port = env.port;
+    if (const char *ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+      rendezvous.interface = ifname;
+    rendezvous.timeout = timeout;
+    absl::StatusOr<std::unique_ptr<DistributedJob>> made =
+        DistributedJob::join(rendezvous, [](const std::string &message) {
+          std::fflush(stdout);
+          llvm::errs() << rankPrefix << "merak-exec: error: " << message
+                       << "\n";
+          llvm::errs().flush();
+        });
+    if (!made.ok())
+      return fail(made.status());
+    joined = *std::move(made);
+    job = joined.get();
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        job->createGlooCommunicator(program);
+    if (!comm.ok())
+      return fail(comm.status());
+    communicator = *std::move(comm);
+  }
 
   std::unique_ptr<Backend> backend =
-      createCpuBackend(CpuBackendOptions{threads});
+      createCpuBackend(CpuBackendOptions{kernelThreads});
   absl::StatusOr<std::unique_ptr<Executor>> created =
-      Executor::create(program, *backend);
+      Executor::create(program, *backend, communicator.get());
   if (!created.ok())
     return fail(created.status());
   Executor &executor = **created;
 
-  // Initial state.
+  // Initial state: every rank reads the global tensors and keeps its shard.
   int64_t doneSteps = 0, doneUpdates = 0;
   uint64_t runSeed = seed;
   bool hasState = false;
   for (const Argument &arg : program.arguments)
     hasState |= arg.isState();
-  std::string stateSource = !resumeFile.empty() ? resumeFile : initFile;
-  if (!stateSource.empty() && !fileExists(stateSource))
-    return fail("cannot open " + stateSource);
-  if (!stateSource.empty() && resumeFile.empty() &&
-      isTorchScriptArchive(stateSource)) {
-    absl::StatusOr<std::map<std::string, HostTensor>> weights =
-        loadTorchScriptState(stateSource);
-    if (!weights.ok())
-      return fail(weights.status());
-    if (absl::Status s = executor.loadState(*weights, stateSource,
-                                            /*requireOptimizerState=*/false);
-        !s.ok())
-      return fail(s);
-  } else if (!stateSource.empty()) {
-    absl::StatusOr<SafetensorsFile> ckpt = readSafetensors(stateSource);
-    if (!ckpt.ok())
-      return fail(ckpt.status());
+  if (!stateSource.empty()) {
     bool resuming = !resumeFile.empty();
-    if (resuming) {
-      auto format = ckpt->metadata.find("format");
-      if (format == ckpt->metadata.end() || format->second != kCheckpointFormat)
-        return fail(stateSource + " is not a checkpoint written by "
-                                  "merak-exec --save (use --init to load "
-                                  "its weights)");
+    std::unique_ptr<GlobalState> global;
+    if (!resuming && isTorchScriptArchive(stateSource)) {
+      absl::StatusOr<std::map<std::string, HostTensor>> weights =
+          loadTorchScriptState(stateSource);
+      if (!weights.ok())
+        return fail(weights.status());
+      global = wholeTensors(*std::move(weights), stateSource);
+    } else {
+      absl::StatusOr<std::unique_ptr<GlobalState>> opened =
+          openCheckpoint(stateSource);
+      if (!opened.ok())
+        return fail(opened.status());
+      global = *std::move(opened);
+      if (resuming) {
+        auto format = global->metadata().find("format");
+        if (format == global->metadata().end() ||
+            format->second != kCheckpointFormat)
+          return fail(stateSource + " is not a checkpoint written by "
+                                    "merak-exec --save (use --init to load "
+                                    "its weights)");
+      }
     }
-    if (absl::Status s = executor.loadState(ckpt->tensors, stateSource,
+    absl::StatusOr<std::map<std::string, HostTensor>> shards =
+        shardState(program, *global);
+    if (!shards.ok())
+      return fail(shards.status());
+    if (absl::Status s = executor.loadState(*shards, global->name(),
                                             /*requireOptimizerState=*/resuming);
         !s.ok())
       return fail(s);
-    doneSteps = metadataInt(*ckpt, "step").value_or(0);
-    doneUpdates = metadataInt(*ckpt, "optimizer_step").value_or(doneSteps);
-    if (std::optional<int64_t> saved = metadataInt(*ckpt, "seed")) {
+    const std::map<std::string, std::string> &metadata = global->metadata();
+    doneSteps = metadataInt(metadata, "step").value_or(0);
+    doneUpdates = metadataInt(metadata, "optimizer_step").value_or(doneSteps);
+    if (std::optional<int64_t> saved = metadataInt(metadata, "seed")) {
       if (!seed.getNumOccurrences())
         runSeed = uint64_t(*saved);
-      else if (uint64_t(*saved) != runSeed)
-        llvm::errs() << "merak-exec: note: --seed " << runSeed
-                     << " differs from the checkpoint's seed " << *saved
-                     << "; data and dropout follow --seed\n";
+      else if (uint64_t(*saved) != runSeed && reporter)
+        note("--seed " + std::to_string(runSeed) +
+             " differs from the checkpoint's seed " + std::to_string(*saved) +
+             "; data and dropout follow --seed");
     }
   } else if (hasState) {
     for (const Argument &arg : program.arguments)
@@ -387,10 +612,14 @@ int main(int argc, char **argv) {
       return fail(s);
   }
 
-  // Inputs.
-  std::vector<InputSpec> inputs;
+  // Inputs: sources produce global batches; each rank keeps its shard.
+  std::vector<ShardedInput> shardedInputs;
   for (const Argument *arg : executor.inputArguments())
-    inputs.push_back({arg->name, program.values[arg->value].type});
+    shardedInputs.push_back(
+        {{arg->name, program.values[arg->value].type}, arg->sharding});
+  std::vector<int64_t> meshShape =
+      program.mesh ? program.mesh->shape : std::vector<int64_t>();
+  std::vector<InputSpec> inputs = globalInputs(shardedInputs, meshShape);
   std::unique_ptr<BatchSource> source;
   if (!dataFile.empty()) {
     absl::StatusOr<std::unique_ptr<BatchSource>> opened =
@@ -424,8 +653,11 @@ int main(int argc, char **argv) {
   } else {
     source = syntheticBatches(inputs, runSeed);
   }
+  source =
+      shardBatches(std::move(source), shardedInputs, meshShape, program.rank);
 
-  // Throughput unit: tokens when an input holds token ids.
+  // Throughput unit: tokens when an input holds token ids (of the global
+  // batch: the whole run's rate).
   int64_t perStep = 1;
   const char *unit = "samples/s";
   for (const InputSpec &in : inputs)
@@ -439,21 +671,29 @@ int main(int argc, char **argv) {
     perStep = inputs.front().type.shape[0];
 
   std::ofstream jsonl;
-  if (!logJsonl.empty()) {
+  if (!logJsonl.empty() && reporter) {
     jsonl.open(logJsonl, std::ios::app);
     if (!jsonl)
       return fail("cannot open " + logJsonl + " for writing");
   }
 
+  std::optional<Fault> fault = Fault::fromEnvironment();
   bool trains = program.trains();
   int64_t first = doneSteps + 1;
-  if (first > steps)
-    llvm::errs() << "merak-exec: note: the checkpoint is at step " << doneSteps
-                 << "; nothing to run up to --steps " << steps << "\n";
+  if (first > steps && reporter)
+    note("the checkpoint is at step " + std::to_string(doneSteps) +
+         "; nothing to run up to --steps " + std::to_string(steps));
   Progress progress(first, steps);
+  if (!reporter)
+    progress = Progress(first, steps, /*enabled=*/false);
   OpProfile profile;
   double profiledMs = 0;
   for (int64_t step = first; step <= steps; ++step) {
+    if (job)
+      job->setProgress(step, -1);
+    if (fault && fault->trigger(program.rank, step))
+      return fail("injected failure at step " + std::to_string(step) +
+                  " (MERAK_EXEC_FAULT)");
     // The first step warms caches and allocators; profile the others.
     if (profileOps && step == first + 1)
       executor.setProfile(&profile);
@@ -481,6 +721,8 @@ int main(int argc, char **argv) {
       ++doneUpdates;
     if (profileOps && step > first)
       profiledMs += ms;
+    if (!reporter)
+      continue;
     MemoryStats memory = backend->memoryStats();
     double rate = perStep / (ms / 1000.0);
 
@@ -529,7 +771,7 @@ int main(int argc, char **argv) {
     }
   }
   progress.clear();
-  if (profileOps)
+  if (profileOps && reporter)
     printProfile(profile, profiledMs);
 
   if (!saveFile.empty()) {
@@ -543,8 +785,40 @@ int main(int argc, char **argv) {
         {"step", std::to_string(std::max(doneSteps, int64_t(steps)))},
         {"optimizer_step", std::to_string(doneUpdates)},
         {"seed", std::to_string(runSeed)}};
-    if (absl::Status s = writeSafetensors(saveFile, *state, metadata); !s.ok())
+    if (!job) {
+      if (absl::Status s = writeSafetensors(saveFile, *state, metadata);
+          !s.ok())
+        return fail(s);
+      removeStaleCheckpoint(saveFile, /*sharded=*/false);
+    } else {
+      // Every rank writes its blocks; once all are in place, rank 0 writes
+      // the index that makes them one checkpoint.
+      absl::StatusOr<std::string> id =
+          job->shareFromRank0("checkpoint_id", checkpointId());
+      if (!id.ok())
+        return fail(id.status());
+      metadata["checkpoint_id"] = *id;
+      if (absl::Status s =
+              writeCheckpointShard(saveFile, program, *state, metadata);
+          !s.ok())
+        return fail(s);
+      if (absl::Status s = job->barrier("save"); !s.ok())
+        return fail(s);
+      if (program.rank == 0) {
+        if (absl::Status s = writeCheckpointIndex(saveFile, program, metadata);
+            !s.ok())
+          return fail(s);
+        removeStaleCheckpoint(saveFile, /*sharded=*/true);
+      }
+    }
+  }
+  if (job) {
+    if (absl::Status s = job->finish(); !s.ok())
       return fail(s);
+    // Gloo's groups close their connections as the process ends.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(0);
   }
   return 0;
 }

@@ -292,4 +292,152 @@ func.func @forward(%x: tensor<4x10xf32> {merak.input = "x"},
   EXPECT_DOUBLE_EQ(ce.labelSmoothing, 0.1);
 }
 
+//===----------------------------------------------------------------------===//
+// SPMD programs: the mesh, shardings, collectives and binding to a rank
+//===----------------------------------------------------------------------===//
+
+constexpr const char *kSpmd = R"mlir(
+mesh.mesh @mesh(shape = 2x2) {merak.axes = ["dp", "tp"]}
+func.func @forward(%w: tensor<4x3xf32> {merak.param = "w", merak.sharding = #mesh.shard<@mesh, [[1]]>},
+                   %x: tensor<2x8xf32> {merak.input = "x", merak.sharding = #mesh.shard<@mesh, [[0], [1]]>})
+    -> (tensor<f32>, tensor<4x8xf32> {merak.sharding = #mesh.shard<@mesh, [[0]]>}) {
+  %a = mesh.all_to_all %x on @mesh mesh_axes = [1] split_axis = 0 concat_axis = 1 : tensor<2x8xf32> -> tensor<1x16xf32>
+  %g = mesh.all_gather %x on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2x8xf32> -> tensor<4x8xf32>
+  %r = mesh.reduce_scatter %g on @mesh mesh_axes = [1, 0] reduction = <max> scatter_axis = 1 : tensor<4x8xf32> -> tensor<4x2xf32>
+  %s = mesh.all_slice %g on @mesh mesh_axes = [1] slice_axis = 1 : tensor<4x8xf32> -> tensor<4x4xf32>
+  %b = mesh.broadcast %w on @mesh mesh_axes = [0] root = [1] : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  %m = merak.reduce_sum %s {dims = array<i64>} : (tensor<4x4xf32>) -> tensor<f32>
+  %l = mesh.all_reduce %m on @mesh mesh_axes = [0, 1] reduction = <average> : tensor<f32> -> tensor<f32>
+  return %l, %g : tensor<f32>, tensor<4x8xf32>
+}
+)mlir";
+
+TEST_F(ProgramLoweringTest, ReadsTheMeshShardingsAndCollectives) {
+  FailureOr<Program> p = lower(kSpmd);
+  ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
+  ASSERT_TRUE(p->mesh);
+  EXPECT_EQ(p->mesh->shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(p->mesh->axisNames, (std::vector<std::string>{"dp", "tp"}));
+  EXPECT_EQ(p->worldSize(), 4);
+  EXPECT_EQ(p->arguments[0].sharding.str(), "[[1]]");
+  EXPECT_EQ(p->arguments[1].sharding.str(), "[[0], [1]]");
+  EXPECT_TRUE(p->results[0].sharding.isReplicated());
+  EXPECT_EQ(p->results[1].sharding.str(), "[[0]]");
+
+  const OpAttrs &a2a = find(*p, OpKind::AllToAll).attrs;
+  EXPECT_EQ(a2a.meshAxes, (std::vector<int64_t>{1}));
+  EXPECT_EQ(a2a.dim, 0);
+  EXPECT_EQ(a2a.concatDim, 1);
+  EXPECT_EQ(find(*p, OpKind::AllGather).attrs.dim, 0);
+  const OpAttrs &rs = find(*p, OpKind::ReduceScatter).attrs;
+  EXPECT_EQ(rs.meshAxes, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(rs.collectiveReduction, CollectiveReduction::Max);
+  EXPECT_EQ(rs.dim, 1);
+  EXPECT_EQ(find(*p, OpKind::AllSlice).attrs.dim, 1);
+  EXPECT_EQ(find(*p, OpKind::Broadcast).attrs.root, (std::vector<int64_t>{1}));
+  EXPECT_EQ(find(*p, OpKind::AllReduce).attrs.collectiveReduction,
+            CollectiveReduction::Average);
+  EXPECT_EQ(opFullName(OpKind::AllReduce), "mesh.all_reduce");
+  EXPECT_EQ(opFullName(OpKind::Linear), "merak.linear");
+}
+
+TEST_F(ProgramLoweringTest, BindingToARankMakesItsGroups) {
+  FailureOr<Program> p = lower(kSpmd);
+  ASSERT_TRUE(succeeded(p));
+  // Rank 2 is (dp 1, tp 0).
+  ASSERT_TRUE(bindToRank(*p, 2).ok());
+  EXPECT_EQ(p->rank, 2);
+  // One group per distinct axis list, in order of first use.
+  ASSERT_EQ(p->groups.size(), 4u);
+  EXPECT_EQ(p->groups[0].meshAxes, (std::vector<int64_t>{1}));
+  EXPECT_EQ(p->groups[0].members.ranks, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(p->groups[1].members.ranks, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(p->groups[1].members.index, 1);
+  EXPECT_EQ(p->groups[2].members.ranks,
+            (std::vector<int64_t>{0, 2, 1, 3})); // over [1, 0]
+  EXPECT_EQ(find(*p, OpKind::AllToAll).attrs.group, 0);
+  EXPECT_EQ(find(*p, OpKind::AllGather).attrs.group, 1);
+  // all_slice became a slice of this rank's block: tp 0 of 2 along dim 1.
+  const Instruction &slice = find(*p, OpKind::Slice);
+  EXPECT_EQ(slice.attrs.dim, 1);
+  EXPECT_EQ(slice.attrs.start, 0);
+  EXPECT_EQ(slice.attrs.end, 4);
+  EXPECT_EQ(slice.storage[0].kind, ResultStorage::Kind::View);
+  // all_reduce may reduce into its dying operand.
+  EXPECT_EQ(find(*p, OpKind::AllReduce).storage[0].kind,
+            ResultStorage::Kind::InPlace);
+  std::string listing = printProgram(*p);
+  EXPECT_NE(listing.find("all_gather %1 : 4x8xf32 {gather dim 0 over mesh "
+                         "axes [0] (dp): group 1 = ranks 0, 2}"),
+            std::string::npos)
+      << listing;
+
+  // Rank 3 (tp 1) slices the second half.
+  FailureOr<Program> q = lower(kSpmd);
+  ASSERT_TRUE(succeeded(q));
+  ASSERT_TRUE(bindToRank(*q, 3).ok());
+  EXPECT_EQ(find(*q, OpKind::Slice).attrs.start, 4);
+  EXPECT_FALSE(bindToRank(*q, 4).ok());
+}
+
+TEST_F(ProgramLoweringTest, CollectivesOverAnAxisOfOneAreIdentities) {
+  FailureOr<Program> p = lower(R"mlir(
+mesh.mesh @mesh(shape = 1x2)
+func.func @forward(%x: tensor<4xf32> {merak.input = "x"}) -> tensor<4xf32> {
+  %r = mesh.all_reduce %x on @mesh mesh_axes = [0] : tensor<4xf32> -> tensor<4xf32>
+  %s = mesh.all_reduce %r on @mesh mesh_axes = [1] : tensor<4xf32> -> tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
+  ASSERT_TRUE(bindToRank(*p, 1).ok());
+  const Instruction &first = find(*p, OpKind::AllReduce, 0);
+  const Instruction &second = find(*p, OpKind::AllReduce, 1);
+  EXPECT_TRUE(first.attrs.identity);
+  EXPECT_EQ(first.storage[0].kind, ResultStorage::Kind::View);
+  EXPECT_FALSE(second.attrs.identity);
+  ASSERT_EQ(p->groups.size(), 1u);
+  EXPECT_EQ(p->groups[0].members.ranks, (std::vector<int64_t>{0, 1}));
+}
+
+TEST_F(ProgramLoweringTest, SpmdErrorsNameTheProblem) {
+  auto firstError = [&](const char *text) {
+    errors.clear();
+    EXPECT_TRUE(failed(lower(text)));
+    return errors.empty() ? std::string() : errors.front();
+  };
+  EXPECT_EQ(firstError(R"mlir(
+mesh.mesh @mesh(shape = 2)
+func.func @forward(%x: tensor<4xf32> {merak.input = "x", merak.sharding = #mesh.shard<@mesh, [[]], partial = sum[0]>}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+)mlir"),
+            "argument #0 is a partial value (#mesh.shard<@mesh, [[]], "
+            "partial = sum[0]>); arguments and results must be reduced");
+  EXPECT_EQ(firstError(R"mlir(
+mesh.mesh @mesh(shape = 2)
+func.func @forward(%x: tensor<4xf32> {merak.input = "x", merak.sharding = #mesh.shard<@mesh, [[], [0]]>}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+)mlir"),
+            "argument #0: sharding [[], [0]] splits dimension 1 of a rank-1 "
+            "tensor");
+  EXPECT_EQ(firstError(R"mlir(
+mesh.mesh @mesh(shape = 2)
+func.func @forward(%x: tensor<4xf32> {merak.input = "x"}) -> (tensor<4xf32> {merak.sharding = #mesh.shard<@elsewhere, [[0]]>}) {
+  return %x : tensor<4xf32>
+}
+)mlir"),
+            "result #0 is sharded on @elsewhere, which is not the module's "
+            "mesh");
+  EXPECT_EQ(firstError(R"mlir(
+mesh.mesh @a(shape = 2)
+mesh.mesh @b(shape = 2)
+func.func @forward(%x: tensor<4xf32> {merak.input = "x"}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+)mlir"),
+            "merak-exec runs programs on one mesh; @a is already defined");
+}
+
 } // namespace

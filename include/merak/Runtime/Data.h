@@ -10,6 +10,7 @@
 #ifndef MERAK_RUNTIME_DATA_H
 #define MERAK_RUNTIME_DATA_H
 
+#include "merak/Runtime/Mesh.h"
 #include "merak/Runtime/Tensor.h"
 
 #include "absl/status/statusor.h"
@@ -59,6 +60,26 @@ openTokenFile(const std::string &path, TokenDType dtype,
 /// `torch.randn`, integers and booleans `torch.randint(0, 2)`.
 std::unique_ptr<BatchSource>
 syntheticBatches(const std::vector<InputSpec> &inputs, uint64_t seed);
+
+/// An input of an SPMD program: its rank-local spec and how the global
+/// batch is split.
+struct ShardedInput {
+  InputSpec local;
+  Sharding sharding;
+};
+
+/// The global specs of `inputs` (what a batch source must produce when
+/// every rank reads the whole batch and keeps its shard).
+std::vector<InputSpec> globalInputs(const std::vector<ShardedInput> &inputs,
+                                    const std::vector<int64_t> &meshShape);
+
+/// Batches of `global` (of the global shapes) cut to `rank`'s shards. A
+/// shard that does not have the input's local type is an error naming the
+/// input, the global shape, the sharding and the rank.
+std::unique_ptr<BatchSource> shardBatches(std::unique_ptr<BatchSource> global,
+                                          std::vector<ShardedInput> inputs,
+                                          std::vector<int64_t> meshShape,
+                                          int64_t rank);
 
 } // namespace merak::runtime
 

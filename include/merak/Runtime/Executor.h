@@ -11,6 +11,7 @@
 #define MERAK_RUNTIME_EXECUTOR_H
 
 #include "merak/Runtime/Backend.h"
+#include "merak/Runtime/Communicator.h"
 #include "merak/Runtime/Program.h"
 
 #include "absl/status/status.h"
@@ -44,9 +45,11 @@ struct OpProfile {
 class Executor {
 public:
   /// Uploads the program's constants. `program` must be planned and must
-  /// outlive the executor.
+  /// outlive the executor. A program whose collectives communicate (bound
+  /// to a rank of more than one) needs a `communicator` for its groups.
   static absl::StatusOr<std::unique_ptr<Executor>>
-  create(const Program &program, Backend &backend);
+  create(const Program &program, Backend &backend,
+         Communicator *communicator = nullptr);
 
   /// Sets the state arguments from `tensors` by name. Parameters and
   /// buffers must be present; optimizer state that is absent starts at
@@ -76,11 +79,12 @@ public:
   void setProfile(OpProfile *p) { profile = p; }
 
 private:
-  Executor(const Program &program, Backend &backend)
-      : program(program), backend(backend) {}
+  Executor(const Program &program, Backend &backend, Communicator *communicator)
+      : program(program), backend(backend), communicator(communicator) {}
 
   const Program &program;
   Backend &backend;
+  Communicator *communicator;
   /// Per argument index: the current value of a state argument.
   std::vector<TensorHandle> state;
   /// Per value id: uploaded constants (kept for the whole run).

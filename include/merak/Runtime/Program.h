@@ -11,6 +11,7 @@
 #ifndef MERAK_RUNTIME_PROGRAM_H
 #define MERAK_RUNTIME_PROGRAM_H
 
+#include "merak/Runtime/Mesh.h"
 #include "merak/Runtime/Tensor.h"
 
 #include "absl/status/status.h"
@@ -95,7 +96,13 @@ namespace merak::runtime {
   X(CrossEntropyBackward, "cross_entropy_backward")                            \
   X(DropoutMask, "dropout_mask")                                               \
   X(SgdUpdate, "sgd_update")                                                   \
-  X(AdamwUpdate, "adamw_update")
+  X(AdamwUpdate, "adamw_update")                                               \
+  X(AllReduce, "all_reduce")                                                   \
+  X(AllGather, "all_gather")                                                   \
+  X(ReduceScatter, "reduce_scatter")                                           \
+  X(AllToAll, "all_to_all")                                                    \
+  X(AllSlice, "all_slice")                                                     \
+  X(Broadcast, "broadcast")
 
 enum class OpKind : uint16_t {
 #define MERAK_OP_ENUM(Name, Mnemonic) Name,
@@ -110,9 +117,17 @@ constexpr size_t kNumOpKinds = 0
 
 /// The mnemonic without the dialect prefix, e.g. "layer_norm".
 const char *opKindName(OpKind kind);
+/// The `mesh` collectives (all_reduce ... broadcast); the others are
+/// `merak` ops.
+bool isCollective(OpKind kind);
+/// The op's name with its dialect, e.g. "merak.layer_norm", "mesh.all_reduce".
+std::string opFullName(OpKind kind);
 
 enum class ComparePredicate : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 enum class LossReduction : uint8_t { None, Mean, Sum };
+/// The reduction of a mesh collective (`#mesh.partial`).
+enum class CollectiveReduction : uint8_t { Sum, Max, Min, Product, Average };
+const char *collectiveReductionName(CollectiveReduction r);
 
 /// The attributes of one op, decoded from MLIR once. Each op reads the
 /// fields its definition in MerakOps.td names; the others keep defaults.
@@ -140,6 +155,17 @@ struct OpAttrs {
   std::vector<int64_t> dims, permutation, shifts; // reductions, permute, roll
   std::vector<int64_t> kernel, stride, padding, dilation, outputSize;
   std::vector<int64_t> low, high; // pad
+
+  // Mesh collectives: the mesh axes of the group; `dim` is the gather,
+  // scatter, slice or split axis, `concatDim` all_to_all's concat axis.
+  std::vector<int64_t> meshAxes;
+  CollectiveReduction collectiveReduction = CollectiveReduction::Sum;
+  int64_t concatDim = 0;
+  std::vector<int64_t> root; // broadcast: in-group multi-index
+  /// Filled by `bindToRank`: index into `Program::groups`, and whether the
+  /// group holds this rank alone (the result is then the operand itself).
+  int group = -1;
+  bool identity = false;
 };
 
 using ValueId = int32_t;
@@ -192,6 +218,9 @@ struct Argument {
   /// The learning rate the IR records: `merak.lr = 1.0e-3 : f64` on the
   /// argument, or `lr` in the function's `merak.optimizer` configuration.
   std::optional<double> defaultLearningRate;
+  /// `merak.sharding`: how the global value is split over the mesh; this
+  /// rank holds the block it gives (replicated when absent).
+  Sharding sharding;
 
   bool isState() const {
     return role == ArgumentRole::Param || role == ArgumentRole::Buffer ||
@@ -204,6 +233,14 @@ struct ResultInfo {
   bool isLoss = false;
   /// Index into `Program::arguments` this result replaces, or -1.
   int updatesArgument = -1;
+  Sharding sharding; // merak.sharding
+};
+
+/// A process group this rank belongs to (one per distinct list of mesh
+/// axes the program's collectives use).
+struct ProcessGroupSpec {
+  std::vector<int64_t> meshAxes;
+  GroupMembership members; // global ranks in group order, this rank's index
 };
 
 struct ValueInfo {
@@ -237,12 +274,21 @@ struct Program {
   /// returned when gradients are clipped), or -1.
   int gradNormResult = -1;
 
+  /// The mesh of an SPMD program (`mesh.mesh`), absent for a program of
+  /// one process.
+  std::optional<MeshLayout> mesh;
+  /// Filled by `bindToRank`: the rank the program runs as and its groups.
+  int64_t rank = 0;
+  std::vector<ProcessGroupSpec> groups;
+
   /// Filled by `planProgram`.
   int lossInstruction = -1; // defines the loss; -1 when none does
   int64_t plannedPeakBytes = 0;
 
   const Argument *findArgument(ArgumentRole role) const;
   bool trains() const { return findArgument(ArgumentRole::LearningRate); }
+  /// Processes the program runs on: the mesh size, 1 without a mesh.
+  int64_t worldSize() const { return mesh ? mesh->size() : 1; }
 };
 
 /// Computes last uses, release points, views and in-place reuse, and the
@@ -252,6 +298,13 @@ struct Program {
 /// only when the step replaces that argument and only after the loss is
 /// known, so a step dropped for a non-finite loss leaves the state intact.
 absl::Status planProgram(Program &program);
+
+/// Specializes an SPMD program for `rank`: records its process groups (one
+/// per distinct list of mesh axes, in order of first use), turns each
+/// `all_slice` into a `slice` of the rank's block, marks collectives over a
+/// group of one as identities, and plans the program again. A program
+/// without a mesh takes rank 0 only.
+absl::Status bindToRank(Program &program, int64_t rank);
 
 /// A readable listing of the program and its plan (for --print-program and
 /// tests).

@@ -17,6 +17,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace merak::runtime {
 
@@ -36,6 +38,12 @@ absl::Status
 writeSafetensors(const std::string &path,
                  const std::map<std::string, HostTensor> &tensors,
                  const std::map<std::string, std::string> &metadata);
+
+/// Writes `pieces` one after the other to `path` atomically: a temporary
+/// file in the same directory, fsync'ed, then renamed over `path`.
+absl::Status
+writeFileAtomically(const std::string &path,
+                    const std::vector<std::pair<const void *, size_t>> &pieces);
 
 } // namespace merak::runtime
 

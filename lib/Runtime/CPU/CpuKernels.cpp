@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../AtenDTypes.h"
+#include "CpuTensor.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Random.h"
 
@@ -24,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 namespace merak::runtime {
 namespace {
@@ -78,16 +80,6 @@ private:
 //===----------------------------------------------------------------------===//
 // Tensors
 //===----------------------------------------------------------------------===//
-
-class CpuTensor final : public DeviceTensor {
-public:
-  explicit CpuTensor(at::Tensor t) : tensor(std::move(t)) {}
-  at::Tensor tensor;
-};
-
-const at::Tensor &unwrap(const DeviceTensor &t) {
-  return static_cast<const CpuTensor &>(t).tensor;
-}
 
 at::TensorOptions optionsFor(DType dtype) {
   return at::TensorOptions().dtype(toAten(dtype)).device(at::kCPU);
@@ -657,6 +649,16 @@ void runKernel(Ctx &c) {
     return sgdUpdate(c);
   case OpKind::AdamwUpdate:
     return adamwUpdate(c);
+
+  case OpKind::AllReduce:
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::AllToAll:
+  case OpKind::AllSlice:
+  case OpKind::Broadcast:
+    // The executor runs these through a communicator.
+    throw std::invalid_argument(
+        "a collective reached the CPU kernels; it needs a communicator");
   }
 }
 

@@ -1,0 +1,104 @@
+//===- Checkpoint.h - global state, shards and sharded checkpoints -*- C++ -*-//
+//
+// Every rank reads the *global* tensors of its state (a TorchScript
+// archive, a single-file checkpoint, or a sharded one) and keeps the block
+// its program's `merak.sharding` gives it, so a checkpoint saved under one
+// plan resumes under any other. Under more than one rank, `--save PATH`
+// writes `PATH.<id>.rank<R>` (the blocks rank R owns, each block once; `id`
+// names the save) and `PATH.index.json` (rank 0: global shapes, shardings,
+// the mesh, and which file holds which block), whose rename commits the
+// save. See docs/runtime.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_RUNTIME_CHECKPOINT_H
+#define MERAK_RUNTIME_CHECKPOINT_H
+
+#include "merak/Runtime/Mesh.h"
+#include "merak/Runtime/Program.h"
+#include "merak/Runtime/Tensor.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace merak::runtime {
+
+/// The `format` of a checkpoint's metadata (single file and sharded).
+inline constexpr const char *kCheckpointFormat = "merak-checkpoint-v1";
+/// The `format` of a sharded checkpoint's index.
+inline constexpr const char *kShardedCheckpointFormat =
+    "merak-sharded-checkpoint-v1";
+
+/// Global tensors by name, read a block at a time.
+class GlobalState {
+public:
+  virtual ~GlobalState();
+  /// The file(s) it was read from, for messages.
+  virtual const std::string &name() const = 0;
+  /// The global type of `tensor`, or nullopt when it is absent.
+  virtual std::optional<TensorType> type(const std::string &tensor) const = 0;
+  /// The box `block` of `tensor` (which must be present).
+  virtual absl::StatusOr<HostTensor> read(const std::string &tensor,
+                                          const TensorBlock &block) = 0;
+  /// The checkpoint's `__metadata__` (step, seed, ...); empty for weights.
+  virtual const std::map<std::string, std::string> &metadata() const = 0;
+};
+
+/// Whole tensors held in memory (a TorchScript archive's weights).
+std::unique_ptr<GlobalState>
+wholeTensors(std::map<std::string, HostTensor> tensors, std::string name,
+             std::map<std::string, std::string> metadata = {});
+
+/// The index of a sharded checkpoint saved to `path`.
+std::string shardIndexPath(const std::string &path);
+/// The file rank `rank` writes for the sharded save `id` to `path`.
+std::string shardFilePath(const std::string &path, const std::string &id,
+                          int64_t rank);
+
+/// Opens the checkpoint `path`: a safetensors file, a sharded checkpoint's
+/// index (`X.index.json`), or `X` when only `X.index.json` exists. Shard
+/// files are mapped and checked against the index.
+absl::StatusOr<std::unique_ptr<GlobalState>>
+openCheckpoint(const std::string &path);
+
+/// This rank's block of every state argument (parameter, buffer, optimizer
+/// state) of `program` (bound to its rank) that `state` holds; absent ones
+/// are left for `Executor::loadState` to report. A replicated argument gets
+/// the whole tensor unchanged. A global tensor that the argument's
+/// sharding cannot cut into the argument's type is an error naming the
+/// argument, the global type, the sharding, the mesh and the rank.
+absl::StatusOr<std::map<std::string, HostTensor>>
+shardState(const Program &program, GlobalState &state);
+
+/// Writes the sharded checkpoint file of `program`'s rank: `tensors` (the
+/// rank's state by name, as `Executor::stateToHost` gives it), keeping the
+/// blocks this rank owns, with `metadata`, whose `checkpoint_id` (the same
+/// on every rank) names the save. Atomic (written, then renamed).
+absl::Status
+writeCheckpointShard(const std::string &path, const Program &program,
+                     const std::map<std::string, HostTensor> &tensors,
+                     const std::map<std::string, std::string> &metadata);
+
+/// Writes `shardIndexPath(path)` for `program` run on every rank of its
+/// mesh (rank 0 does this once every rank's file is in place). The blocks
+/// follow from the shardings, so no other rank's data is needed. The
+/// rename of the index commits the save: a crash before it leaves the
+/// previous checkpoint whole. Then the previous save's shard files go.
+absl::Status
+writeCheckpointIndex(const std::string &path, const Program &program,
+                     const std::map<std::string, std::string> &metadata);
+
+/// Removes what an earlier save to `path` in the other layout left, so
+/// `openCheckpoint(path)` finds the newest: the single file after a sharded
+/// save, the index and its shard files after a single-file save.
+void removeStaleCheckpoint(const std::string &path, bool sharded);
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_CHECKPOINT_H

@@ -1,0 +1,100 @@
+//===- Distributed.h - one rank of a multi-process run ---------*- C++ -*-===//
+//
+// A rank joins the run through a c10d TCPStore hosted by rank 0
+// (MASTER_ADDR:MASTER_PORT), keeps a heartbeat in it, and creates one Gloo
+// process group per group its program communicates in. A rank that fails
+// says so in the store; a rank that dies or stops answering is found by its
+// peers' heartbeat watch or by Gloo's time-out. Either way every other rank
+// stops within the time-out with a message naming the rank, never hangs.
+// The header does not include LibTorch.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_RUNTIME_COMM_DISTRIBUTED_H
+#define MERAK_RUNTIME_COMM_DISTRIBUTED_H
+
+#include "merak/Runtime/Communicator.h"
+#include "merak/Runtime/Program.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace merak::runtime {
+
+struct RendezvousOptions {
+  int64_t rank = 0;
+  int64_t worldSize = 1;
+  /// Where rank 0 hosts the store; Gloo listens on the loopback interface
+  /// when this is a loopback address, else on `interface` or the host's
+  /// default address.
+  std::string masterAddr = "127.0.0.1";
+  int port = 29500;
+  /// GLOO_SOCKET_IFNAME: the network interface Gloo uses (optional).
+  std::string interface;
+  /// Every wait (rendezvous, collectives, barriers) ends after this long,
+  /// and a peer whose heartbeat stops for this long is declared dead.
+  std::chrono::milliseconds timeout{60000};
+};
+
+class DistributedJob {
+public:
+  /// Called, on the heartbeat's thread, when another rank failed or
+  /// stopped answering; it should print `message` and end the process (a
+  /// collective may hold the main thread). If it returns, the process exits
+  /// with status 1.
+  using FailureHandler = std::function<void(const std::string &message)>;
+
+  /// Connects to the store (rank 0 creates it and waits for every rank) and
+  /// starts the heartbeat. Errors name the address and the time waited.
+  static absl::StatusOr<std::unique_ptr<DistributedJob>>
+  join(const RendezvousOptions &options, FailureHandler onPeerFailure);
+  virtual ~DistributedJob();
+
+  virtual int64_t rank() const = 0;
+  virtual int64_t worldSize() const = 0;
+
+  /// Creates the Gloo process groups of `program` (bound to this rank) and
+  /// a communicator for the CPU backend's tensors. Every rank calls it with
+  /// the same program, as the groups connect collectively.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>>
+  createGlooCommunicator(const Program &program) = 0;
+
+  /// Returns once every rank has called `barrier(name)`; an error after the
+  /// time-out.
+  virtual absl::Status barrier(const std::string &name) = 0;
+
+  /// Rank 0's `value` on every rank (under `key`).
+  virtual absl::StatusOr<std::string>
+  shareFromRank0(const std::string &key, const std::string &value) = 0;
+
+  /// Tells the other ranks that this rank stops with `message` (the first
+  /// failure reported wins), so they exit at once naming it. Rank 0, which
+  /// hosts the store, waits briefly for the others to read it.
+  virtual void abort(const std::string &message) = 0;
+
+  /// The clean end of a run: stops the heartbeat and waits (bounded) until
+  /// every rank got here, so rank 0 keeps the store up for the others.
+  virtual absl::Status finish() = 0;
+
+  /// Where this rank is (its step, and the instruction of its collective;
+  /// -1 between collectives): sent with the heartbeat, so a peer whose
+  /// collective times out can tell which rank never came.
+  virtual void setProgress(int64_t step, int64_t instruction) = 0;
+
+  /// After a failed collective among `ranks`: the failure another rank
+  /// reported, else the peers whose heartbeat stopped (watched for a few
+  /// beats), else the live peers still before this rank's position, else
+  /// an empty string.
+  virtual std::string diagnose(const std::vector<int64_t> &ranks) = 0;
+};
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_COMM_DISTRIBUTED_H

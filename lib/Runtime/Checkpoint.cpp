@@ -1,0 +1,449 @@
+//===- Checkpoint.cpp - cutting global state and sharded checkpoints ------===//
+
+#include "merak/Runtime/Checkpoint.h"
+#include "merak/Runtime/Safetensors.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace merak::runtime {
+
+GlobalState::~GlobalState() = default;
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const char *roleNoun(ArgumentRole role) {
+  switch (role) {
+  case ArgumentRole::Param:
+    return "parameter";
+  case ArgumentRole::Buffer:
+    return "buffer";
+  case ArgumentRole::OptState:
+    return "optimizer state";
+  default:
+    return argumentRoleName(role);
+  }
+}
+
+std::string directoryOf(const std::string &path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+std::string baseName(const std::string &path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool exists(const std::string &path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
+class WholeTensors final : public GlobalState {
+public:
+  WholeTensors(std::map<std::string, HostTensor> tensors, std::string name,
+               std::map<std::string, std::string> metadata)
+      : tensors(std::move(tensors)), label(std::move(name)),
+        meta(std::move(metadata)) {}
+
+  const std::string &name() const override { return label; }
+  std::optional<TensorType> type(const std::string &tensor) const override {
+    auto it = tensors.find(tensor);
+    if (it == tensors.end())
+      return std::nullopt;
+    return it->second.type;
+  }
+  absl::StatusOr<HostTensor> read(const std::string &tensor,
+                                  const TensorBlock &block) override {
+    return extractBlock(tensors.at(tensor), block);
+  }
+  const std::map<std::string, std::string> &metadata() const override {
+    return meta;
+  }
+
+private:
+  std::map<std::string, HostTensor> tensors;
+  std::string label;
+  std::map<std::string, std::string> meta;
+};
+
+/// A sharded checkpoint: the index and the mapped shard files.
+class ShardedCheckpoint final : public GlobalState {
+public:
+  struct SavedBlock {
+    TensorBlock block;
+    size_t file; // index into `files`
+  };
+  struct Entry {
+    TensorType type;
+    std::vector<SavedBlock> blocks;
+  };
+
+  const std::string &name() const override { return label; }
+  std::optional<TensorType> type(const std::string &tensor) const override {
+    auto it = entries.find(tensor);
+    if (it == entries.end())
+      return std::nullopt;
+    return it->second.type;
+  }
+
+  absl::StatusOr<HostTensor> read(const std::string &tensor,
+                                  const TensorBlock &block) override {
+    const Entry &entry = entries.at(tensor);
+    // The common case, resuming under the plan that saved: one saved block
+    // is exactly the one asked for, and its mapped bytes serve as they are.
+    for (const SavedBlock &saved : entry.blocks)
+      if (saved.block == block)
+        return files[saved.file].tensors.at(tensor);
+    HostTensor out = HostTensor::allocate({entry.type.dtype, block.sizes});
+    int64_t covered = 0;
+    for (const SavedBlock &saved : entry.blocks) {
+      std::optional<TensorBlock> common = intersect(saved.block, block);
+      if (!common)
+        continue;
+      TensorBlock inSaved = *common, inOut = *common;
+      for (size_t d = 0; d < common->offsets.size(); ++d) {
+        inSaved.offsets[d] -= saved.block.offsets[d];
+        inOut.offsets[d] -= block.offsets[d];
+      }
+      copyRegion(files[saved.file].tensors.at(tensor), inSaved, out,
+                 inOut.offsets);
+      covered += common->numElements();
+    }
+    if (covered != block.numElements())
+      return absl::DataLossError(absl::StrCat(
+          label, ": the blocks of '", tensor, "' do not cover the tensor"));
+    return out;
+  }
+
+  const std::map<std::string, std::string> &metadata() const override {
+    return meta;
+  }
+
+  static absl::StatusOr<std::unique_ptr<GlobalState>>
+  open(const std::string &indexPath) {
+    std::ifstream in(indexPath);
+    if (!in)
+      return absl::NotFoundError(absl::StrCat("cannot open ", indexPath));
+    auto bad = [&](const std::string &what) {
+      return absl::InvalidArgumentError(absl::StrCat(indexPath, ": ", what));
+    };
+    json index;
+    try {
+      index = json::parse(in);
+    } catch (const json::exception &e) {
+      return bad(absl::StrCat("not valid JSON: ", e.what()));
+    }
+    auto result = std::make_unique<ShardedCheckpoint>();
+    result->label = indexPath;
+    try {
+      if (index.value("format", "") != kShardedCheckpointFormat)
+        return bad(absl::StrCat("not a sharded merak checkpoint (format is not "
+                                "'",
+                                kShardedCheckpointFormat, "')"));
+      for (auto &[k, v] : index.at("metadata").items())
+        result->meta[k] = v.get<std::string>();
+      std::string id = result->meta["checkpoint_id"];
+      std::string dir = directoryOf(indexPath);
+      std::map<std::string, size_t> fileIndex;
+      for (const json &f : index.at("files")) {
+        std::string path = dir + f.get<std::string>();
+        absl::StatusOr<SafetensorsFile> file = readSafetensors(path);
+        if (!file.ok())
+          return file.status();
+        auto saved = file->metadata.find("checkpoint_id");
+        if (saved == file->metadata.end() || saved->second != id)
+          return absl::FailedPreconditionError(absl::StrCat(
+              path, " belongs to another save than ", indexPath,
+              " (an interrupted save?); resume from a complete checkpoint"));
+        fileIndex[f.get<std::string>()] = result->files.size();
+        result->files.push_back(*std::move(file));
+      }
+      for (auto &[name, t] : index.at("tensors").items()) {
+        Entry entry;
+        std::optional<DType> dtype =
+            parseSafetensorsDType(t.at("dtype").get<std::string>());
+        if (!dtype)
+          return bad(absl::StrCat("tensor '", name, "' has an unknown dtype"));
+        entry.type = {*dtype, t.at("shape").get<std::vector<int64_t>>()};
+        for (const json &b : t.at("blocks")) {
+          SavedBlock saved;
+          saved.block.offsets = b.at("offsets").get<std::vector<int64_t>>();
+          saved.block.sizes = b.at("shape").get<std::vector<int64_t>>();
+          auto f = fileIndex.find(b.at("file").get<std::string>());
+          if (f == fileIndex.end())
+            return bad(absl::StrCat("a block of '", name,
+                                    "' is in a file the index does not list"));
+          saved.file = f->second;
+          auto held = result->files[saved.file].tensors.find(name);
+          if (held == result->files[saved.file].tensors.end() ||
+              held->second.type !=
+                  TensorType{entry.type.dtype, saved.block.sizes})
+            return bad(absl::StrCat("'", name, "' in ",
+                                    b.at("file").get<std::string>(),
+                                    " is not the block the index lists"));
+          if (saved.block.offsets.size() != entry.type.shape.size())
+            return bad(absl::StrCat("a block of '", name,
+                                    "' has the wrong "
+                                    "rank"));
+          entry.blocks.push_back(std::move(saved));
+        }
+        result->entries[name] = std::move(entry);
+      }
+    } catch (const json::exception &e) {
+      return bad(absl::StrCat("malformed index: ", e.what()));
+    }
+    return std::unique_ptr<GlobalState>(std::move(result));
+  }
+
+private:
+  std::string label;
+  std::map<std::string, std::string> meta;
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, Entry> entries;
+};
+
+/// The state arguments of `program` with values to save.
+std::vector<const Argument *> stateArguments(const Program &program) {
+  std::vector<const Argument *> result;
+  for (const Argument &arg : program.arguments)
+    if (arg.isState())
+      result.push_back(&arg);
+  return result;
+}
+
+std::vector<int64_t> meshShapeOf(const Program &program) {
+  return program.mesh ? program.mesh->shape : std::vector<int64_t>();
+}
+
+/// The shard files (with their directory) an existing index lists; none
+/// when it is absent or unreadable.
+std::vector<std::string> indexedFiles(const std::string &indexPath) {
+  std::vector<std::string> result;
+  std::ifstream in(indexPath);
+  if (!in)
+    return result;
+  try {
+    json index = json::parse(in);
+    for (const json &f : index.at("files")) {
+      // Only files beside the index: never a path an edited index names.
+      std::string name = f.get<std::string>();
+      if (name.find('/') == std::string::npos && name != ".." && name != ".")
+        result.push_back(directoryOf(indexPath) + name);
+    }
+  } catch (const json::exception &) {
+    result.clear();
+  }
+  return result;
+}
+
+json shardingJson(const Sharding &sharding) {
+  json axes = json::array();
+  for (const auto &dim : sharding.splitAxes)
+    axes.push_back(dim);
+  return axes;
+}
+
+} // namespace
+
+std::unique_ptr<GlobalState>
+wholeTensors(std::map<std::string, HostTensor> tensors, std::string name,
+             std::map<std::string, std::string> metadata) {
+  return std::make_unique<WholeTensors>(std::move(tensors), std::move(name),
+                                        std::move(metadata));
+}
+
+std::string shardIndexPath(const std::string &path) {
+  return path + ".index.json";
+}
+
+std::string shardFilePath(const std::string &path, const std::string &id,
+                          int64_t rank) {
+  return absl::StrCat(path, ".", id, ".rank", rank);
+}
+
+absl::StatusOr<std::unique_ptr<GlobalState>>
+openCheckpoint(const std::string &path) {
+  if (endsWith(path, ".index.json"))
+    return ShardedCheckpoint::open(path);
+  if (!exists(path) && exists(shardIndexPath(path)))
+    return ShardedCheckpoint::open(shardIndexPath(path));
+  absl::StatusOr<SafetensorsFile> file = readSafetensors(path);
+  if (!file.ok())
+    return file.status();
+  return wholeTensors(std::move(file->tensors), path,
+                      std::move(file->metadata));
+}
+
+absl::StatusOr<std::map<std::string, HostTensor>>
+shardState(const Program &program, GlobalState &state) {
+  std::map<std::string, HostTensor> result;
+  std::vector<int64_t> meshShape = meshShapeOf(program);
+  for (const Argument *arg : stateArguments(program)) {
+    std::optional<TensorType> global = state.type(arg->name);
+    if (!global)
+      continue;
+    const TensorType &local = program.values[arg->value].type;
+    if (arg->sharding.isReplicated()) {
+      // The whole tensor; Executor::loadState checks its type.
+      absl::StatusOr<HostTensor> whole =
+          state.read(arg->name, {std::vector<int64_t>(global->shape.size(), 0),
+                                 global->shape});
+      if (!whole.ok())
+        return whole.status();
+      result[arg->name] = *std::move(whole);
+      continue;
+    }
+    std::string where = absl::StrCat(
+        roleNoun(arg->role), " '", arg->name, "' is ", global->str(), " in ",
+        state.name(), "; sharding ", arg->sharding.str(), " on mesh ",
+        program.mesh ? program.mesh->str() : std::string("1"));
+    absl::StatusOr<TensorBlock> block =
+        shardBlock(global->shape, arg->sharding, meshShape, program.rank);
+    if (!block.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " cannot cut it for rank ", program.rank, ": ",
+                       block.status().message()));
+    if (block->sizes != local.shape)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " gives rank ", program.rank, " a ",
+          TensorType{global->dtype, block->sizes}.str(),
+          " block, but the program expects ", local.str(), " (a global ",
+          TensorType{local.dtype,
+                     globalShape(local.shape, arg->sharding, meshShape)}
+              .str(),
+          ")"));
+    absl::StatusOr<HostTensor> shard = state.read(arg->name, *block);
+    if (!shard.ok())
+      return shard.status();
+    result[arg->name] = *std::move(shard);
+  }
+  return result;
+}
+
+absl::Status
+writeCheckpointShard(const std::string &path, const Program &program,
+                     const std::map<std::string, HostTensor> &tensors,
+                     const std::map<std::string, std::string> &metadata) {
+  std::vector<int64_t> meshShape = meshShapeOf(program);
+  std::map<std::string, HostTensor> owned;
+  for (const Argument *arg : stateArguments(program)) {
+    auto it = tensors.find(arg->name);
+    if (it != tensors.end() &&
+        ownsBlock(arg->sharding, meshShape, program.rank))
+      owned[arg->name] = it->second;
+  }
+  auto id = metadata.find("checkpoint_id");
+  if (id == metadata.end() || id->second.empty())
+    return absl::InvalidArgumentError("a sharded save needs a checkpoint_id");
+  std::map<std::string, std::string> meta = metadata;
+  meta["rank"] = std::to_string(program.rank);
+  return writeSafetensors(shardFilePath(path, id->second, program.rank), owned,
+                          meta);
+}
+
+absl::Status
+writeCheckpointIndex(const std::string &path, const Program &program,
+                     const std::map<std::string, std::string> &metadata) {
+  std::vector<int64_t> meshShape = meshShapeOf(program);
+  int64_t world = program.worldSize();
+  auto idIt = metadata.find("checkpoint_id");
+  if (idIt == metadata.end() || idIt->second.empty())
+    return absl::InvalidArgumentError("a sharded save needs a checkpoint_id");
+  const std::string &id = idIt->second;
+  json index;
+  index["format"] = kShardedCheckpointFormat;
+  index["metadata"] = metadata;
+  index["mesh"] = {{"shape", meshShape},
+                   {"axes", program.mesh ? program.mesh->axisNames
+                                         : std::vector<std::string>()}};
+  json files = json::array();
+  for (int64_t r = 0; r < world; ++r)
+    files.push_back(baseName(shardFilePath(path, id, r)));
+  index["files"] = files;
+  json entries = json::object();
+  for (const Argument *arg : stateArguments(program)) {
+    const TensorType &local = program.values[arg->value].type;
+    std::vector<int64_t> shape =
+        globalShape(local.shape, arg->sharding, meshShape);
+    json blocks = json::array();
+    for (int64_t r = 0; r < world; ++r) {
+      if (!ownsBlock(arg->sharding, meshShape, r))
+        continue;
+      absl::StatusOr<TensorBlock> block =
+          shardBlock(shape, arg->sharding, meshShape, r);
+      if (!block.ok())
+        return block.status();
+      blocks.push_back({{"file", baseName(shardFilePath(path, id, r))},
+                        {"offsets", block->offsets},
+                        {"shape", block->sizes}});
+    }
+    entries[arg->name] = {{"dtype", safetensorsDTypeName(local.dtype)},
+                          {"shape", shape},
+                          {"sharding", shardingJson(arg->sharding)},
+                          {"blocks", blocks}};
+  }
+  // One line per key and per tensor: readable, and diffable between saves.
+  std::string text = "{\n";
+  for (auto it = index.begin(); it != index.end(); ++it)
+    absl::StrAppend(&text, " ", json(it.key()).dump(), ": ", it.value().dump(),
+                    ",\n");
+  text += " \"tensors\": {";
+  bool first = true;
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    absl::StrAppend(&text, first ? "\n" : ",\n", "  ", json(it.key()).dump(),
+                    ": ", it.value().dump());
+    first = false;
+  }
+  text += "\n }\n}\n";
+  std::vector<std::string> previous = indexedFiles(shardIndexPath(path));
+  if (absl::Status s = writeFileAtomically(shardIndexPath(path),
+                                           {{text.data(), text.size()}});
+      !s.ok())
+    return s;
+  // The new index is in place: the previous save's files are garbage.
+  for (const std::string &file : previous)
+    if (std::find(files.begin(), files.end(), baseName(file)) == files.end())
+      std::remove(file.c_str());
+  return absl::OkStatus();
+}
+
+void removeStaleCheckpoint(const std::string &path, bool sharded) {
+  std::string stale = sharded ? path : shardIndexPath(path);
+  if (!exists(stale))
+    return;
+  if (!sharded) {
+    std::vector<std::string> files = indexedFiles(stale);
+    std::remove(stale.c_str());
+    for (const std::string &file : files)
+      std::remove(file.c_str());
+    return;
+  }
+  if (sharded) {
+    // Only a checkpoint of ours: never a file someone else put there.
+    absl::StatusOr<SafetensorsFile> file = readSafetensors(path);
+    if (!file.ok())
+      return;
+    auto format = file->metadata.find("format");
+    if (format == file->metadata.end() || format->second != kCheckpointFormat)
+      return;
+  }
+  std::remove(stale.c_str());
+}
+
+} // namespace merak::runtime

@@ -1,0 +1,684 @@
+//===- GlooCommunicator.cpp - rendezvous, heartbeat and Gloo collectives --===//
+//
+// The one translation unit with c10d: the TCPStore every rank joins, the
+// heartbeat that finds dead or stuck ranks, and a communicator that runs
+// the mesh collectives on the CPU backend's tensors with ProcessGroupGloo.
+// Gloo in c10d 1.13 has no reduce-scatter and no average: reduce_scatter is
+// an all-to-all of the blocks followed by a local reduction (the bytes a
+// ring moves), and average is a sum divided by the group size.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../CPU/CpuTensor.h"
+#include "merak/Runtime/Comm/Distributed.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <glog/logging.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unistd.h>
+
+namespace merak::runtime {
+
+DistributedJob::~DistributedJob() = default;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char *kAbortKey = "merak/abort";
+constexpr const char *kAbortSeenKey = "merak/abort_seen";
+constexpr const char *kFinishedKey = "merak/finished";
+
+std::string heartbeatKey(int64_t rank) {
+  return absl::StrCat("merak/hb/", rank);
+}
+std::string doneKey(int64_t rank) { return absl::StrCat("merak/done/", rank); }
+
+std::vector<uint8_t> toBytes(const std::string &s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+std::string toText(const std::vector<uint8_t> &v) {
+  return std::string(v.begin(), v.end());
+}
+
+/// The first line of a c10/Gloo message, without the C++ backtrace.
+std::string firstLine(const char *what) {
+  std::string text = what;
+  return text.substr(0, text.find('\n'));
+}
+std::string describe(const std::exception &e) {
+  if (auto *c10 = dynamic_cast<const c10::Error *>(&e))
+    return firstLine(c10->what_without_backtrace());
+  return firstLine(e.what());
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", ms.count() / 1000.0);
+  return text;
+}
+
+bool isLoopback(const std::string &addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+class GlooCommunicator;
+
+class Job final : public DistributedJob {
+public:
+  Job(RendezvousOptions options, FailureHandler onFailure)
+      : options(std::move(options)), onFailure(std::move(onFailure)) {
+    interval =
+        std::clamp(this->options.timeout / 10, std::chrono::milliseconds(100),
+                   std::chrono::milliseconds(500));
+  }
+
+  ~Job() override { stopThreads(); }
+
+  absl::Status connect() {
+    std::string where = absl::StrCat(options.masterAddr, ":", options.port);
+    auto open = [&](bool server, bool countWorker) {
+      c10d::TCPStoreOptions so;
+      so.port = uint16_t(options.port);
+      so.isServer = server;
+      so.timeout = options.timeout;
+      so.waitWorkers = countWorker;
+      if (countWorker)
+        so.numWorkers = size_t(options.worldSize);
+      return c10::make_intrusive<c10d::TCPStore>(options.masterAddr, so);
+    };
+    try {
+      store = open(options.rank == 0, /*countWorker=*/true);
+    } catch (const std::exception &e) {
+      if (options.rank == 0)
+        return absl::UnavailableError(absl::StrCat(
+            "rank 0 cannot host the rendezvous store on ", where,
+            " or not every rank of ", options.worldSize, " joined within ",
+            seconds(options.timeout), ": ", describe(e)));
+      return absl::UnavailableError(
+          absl::StrCat("cannot join the rendezvous store at ", where,
+                       " (hosted by rank 0) within ", seconds(options.timeout),
+                       ": ", describe(e)));
+    }
+    try {
+      beatStore = open(false, false);
+    } catch (const std::exception &e) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot open a second connection to the rendezvous store at ", where,
+          ": ", describe(e)));
+    }
+    lastBeat.store(Clock::now().time_since_epoch().count());
+    heartbeat = std::thread([this] { heartbeatLoop(); });
+    watchdog = std::thread([this] { watchdogLoop(); });
+    return absl::OkStatus();
+  }
+
+  int64_t rank() const override { return options.rank; }
+  int64_t worldSize() const override { return options.worldSize; }
+
+  absl::StatusOr<std::unique_ptr<Communicator>>
+  createGlooCommunicator(const Program &program) override;
+
+  absl::Status barrier(const std::string &name) override {
+    std::string key = absl::StrCat("merak/barrier/", barriers++, "/", name);
+    try {
+      if (store->add(key, 1) == options.worldSize)
+        store->set(key + "/done", toBytes("1"));
+      store->wait({key + "/done"}, options.timeout);
+    } catch (const std::exception &e) {
+      std::string why = diagnose(allRanks());
+      return absl::DeadlineExceededError(absl::StrCat(
+          "not every rank reached '", name, "' within ",
+          seconds(options.timeout), why.empty() ? "" : absl::StrCat(": ", why),
+          " (", describe(e), ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string>
+  shareFromRank0(const std::string &key, const std::string &value) override {
+    std::string full = absl::StrCat("merak/share/", key);
+    try {
+      if (options.rank == 0)
+        store->set(full, toBytes(value));
+      return toText(store->get(full));
+    } catch (const std::exception &e) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rank 0 did not share '", key, "' within ",
+                       seconds(options.timeout), ": ", describe(e)));
+    }
+  }
+
+  void abort(const std::string &message) override {
+    // This rank's own heartbeat must not report the message back to it.
+    failing.store(true);
+    try {
+      store->compareSet(kAbortKey, {}, toBytes(message));
+      if (options.rank != 0)
+        return;
+      // Rank 0 hosts the store: give the others a moment to read it (they
+      // poll every interval; a dead one never will).
+      auto deadline =
+          Clock::now() +
+          std::min<Clock::duration>(
+              options.timeout, 2 * interval + std::chrono::milliseconds(200));
+      while (Clock::now() < deadline &&
+             store->add(kAbortSeenKey, 0) < options.worldSize - 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } catch (const std::exception &) {
+      // The store is gone: the others find out by themselves.
+    }
+  }
+
+  absl::Status finish() override {
+    stopThreads();
+    try {
+      store->set(doneKey(options.rank), toBytes("1"));
+      store->add(kFinishedKey, 1);
+      if (options.rank != 0)
+        return absl::OkStatus();
+      auto deadline = Clock::now() + options.timeout;
+      while (store->add(kFinishedKey, 0) < options.worldSize) {
+        if (Clock::now() > deadline) {
+          std::vector<int64_t> missing;
+          for (int64_t r = 0; r < options.worldSize; ++r)
+            if (!store->check({doneKey(r)}))
+              missing.push_back(r);
+          return absl::DeadlineExceededError(absl::StrCat(
+              "rank", missing.size() == 1 ? " " : "s ",
+              absl::StrJoin(missing, ", "), " did not finish within ",
+              seconds(options.timeout)));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    } catch (const std::exception &e) {
+      return absl::UnavailableError(absl::StrCat(
+          "lost the rendezvous store while finishing: ", describe(e)));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string diagnose(const std::vector<int64_t> &ranks) override {
+    try {
+      return diagnoseOrThrow(ranks);
+    } catch (const std::exception &e) {
+      if (options.rank == 0)
+        return absl::StrCat("the rendezvous store failed: ", describe(e));
+      return absl::StrCat("rank 0, which hosts the rendezvous store, has "
+                          "stopped (",
+                          describe(e), ")");
+    }
+  }
+
+  void setProgress(int64_t step, int64_t instruction) override {
+    progressStep.store(step);
+    progressInstruction.store(instruction);
+  }
+
+  const RendezvousOptions &rendezvous() const { return options; }
+  c10::intrusive_ptr<c10d::Store> mainStore() const { return store; }
+
+private:
+  std::vector<int64_t> allRanks() const {
+    std::vector<int64_t> ranks;
+    for (int64_t r = 0; r < options.worldSize; ++r)
+      ranks.push_back(r);
+    return ranks;
+  }
+
+  std::string diagnoseOrThrow(const std::vector<int64_t> &ranks) {
+    auto reported = [&]() -> std::string {
+      if (!store->check({kAbortKey}))
+        return "";
+      return toText(store->get(kAbortKey));
+    };
+    if (std::string r = reported(); !r.empty())
+      return r;
+    std::map<int64_t, std::string> first;
+    std::set<int64_t> alive;
+    for (int64_t r : ranks)
+      if (r != options.rank)
+        first[r] = store->check({heartbeatKey(r)})
+                       ? toText(store->get(heartbeatKey(r)))
+                       : "";
+    // A live rank beats every interval; one that misses three is gone.
+    auto watch =
+        std::min<Clock::duration>(options.timeout, 3 * interval + interval / 2);
+    auto start = Clock::now();
+    while (Clock::now() - start < watch) {
+      std::this_thread::sleep_for(interval / 2);
+      if (std::string r = reported(); !r.empty())
+        return r;
+      for (auto &[r, value] : first) {
+        if (alive.count(r) || !store->check({heartbeatKey(r)}))
+          continue;
+        std::string now = toText(store->get(heartbeatKey(r)));
+        if (now != value)
+          alive.insert(r), value = now;
+      }
+      if (alive.size() == first.size())
+        return behind(first);
+    }
+    std::vector<int64_t> stopped;
+    for (auto &[r, value] : first)
+      if (!alive.count(r) && !store->check({doneKey(r)}))
+        stopped.push_back(r);
+    if (stopped.empty())
+      return "";
+    return absl::StrCat(
+        stopped.size() == 1 ? "rank " : "ranks ", absl::StrJoin(stopped, ", "),
+        stopped.size() == 1 ? " has" : " have", " stopped (no heartbeat)");
+  }
+
+  /// Of live peers (by their last heartbeat, `beat step instruction`), the
+  /// ones that have not reached this rank's position: alive but stuck
+  /// before the collective this rank waits in.
+  std::string behind(const std::map<int64_t, std::string> &beats) {
+    int64_t myStep = progressStep.load(), myInst = progressInstruction.load();
+    std::vector<std::string> late;
+    for (const auto &[r, value] : beats) {
+      long long beat, step, inst;
+      if (std::sscanf(value.c_str(), "%lld %lld %lld", &beat, &step, &inst) !=
+          3)
+        continue;
+      if (std::make_pair(int64_t(step), int64_t(inst)) <
+          std::make_pair(myStep, myInst))
+        late.push_back(absl::StrCat(
+            "rank ", r, " is alive but has not reached this collective (",
+            inst < 0 ? absl::StrCat("no collective yet in step ", step)
+                     : absl::StrCat("its last was #", inst, " of step ", step),
+            ")"));
+    }
+    if (late.empty())
+      return "";
+    return absl::StrCat(absl::StrJoin(late, "; "), "; this rank waits in #",
+                        myInst, " of step ", myStep);
+  }
+
+  /// Reports `message` once and ends the process.
+  void fail(const std::string &message) {
+    if (failing.exchange(true)) {
+      // Another thread is already reporting a failure and will exit.
+      while (true)
+        std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    if (onFailure)
+      onFailure(message);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(1);
+  }
+
+  void heartbeatLoop() {
+    // Each rank watches a few successors; whoever finds a dead one posts
+    // it under kAbortKey, which every rank polls.
+    std::vector<int64_t> watched;
+    for (int64_t k = 1; k <= std::min<int64_t>(8, options.worldSize - 1); ++k)
+      watched.push_back((options.rank + k) % options.worldSize);
+    std::map<int64_t, std::pair<std::string, Clock::time_point>> seen;
+    for (int64_t w : watched)
+      seen[w] = {"", Clock::now()};
+    std::set<int64_t> done;
+    int64_t beat = 0;
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping) {
+      lock.unlock();
+      try {
+        beatStore->set(heartbeatKey(options.rank),
+                       toBytes(absl::StrCat(++beat, " ", progressStep.load(),
+                                            " ", progressInstruction.load())));
+        if (!failing && beatStore->check({kAbortKey})) {
+          std::string message = toText(beatStore->get(kAbortKey));
+          beatStore->add(kAbortSeenKey, 1);
+          if (!failing)
+            fail(absl::StrCat("stopping: ", message));
+        }
+        for (int64_t w : watched) {
+          if (done.count(w))
+            continue;
+          std::string value = beatStore->check({heartbeatKey(w)})
+                                  ? toText(beatStore->get(heartbeatKey(w)))
+                                  : "";
+          auto now = Clock::now();
+          auto &[last, when] = seen[w];
+          if (value != last) {
+            last = value;
+            when = now;
+          } else if (now - when > options.timeout) {
+            if (beatStore->check({doneKey(w)})) {
+              done.insert(w);
+              continue;
+            }
+            std::string message = absl::StrCat(
+                "rank ", w, " stopped answering: no heartbeat for ",
+                seconds(options.timeout));
+            if (!failing) {
+              beatStore->compareSet(kAbortKey, {}, toBytes(message));
+              fail(message);
+            }
+          }
+        }
+      } catch (const std::exception &e) {
+        if (stopping || failing)
+          break;
+        fail(absl::StrCat("lost the rendezvous store at ", options.masterAddr,
+                          ":", options.port,
+                          options.rank == 0 ? "" : ", which rank 0 hosts",
+                          options.rank == 0 ? "" : " (rank 0 has stopped)",
+                          ": ", describe(e)));
+      }
+      lastBeat.store(Clock::now().time_since_epoch().count());
+      lock.lock();
+      wake.wait_for(lock, interval, [&] { return stopping; });
+    }
+  }
+
+  void watchdogLoop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping) {
+      wake.wait_for(lock, interval, [&] { return stopping; });
+      if (stopping)
+        break;
+      auto last = Clock::time_point(Clock::duration(lastBeat.load()));
+      if (Clock::now() - last > options.timeout + 2 * interval && !failing) {
+        lock.unlock();
+        fail(absl::StrCat(
+            "the rendezvous store at ", options.masterAddr, ":", options.port,
+            options.rank == 0 ? "" : " (hosted by rank 0)",
+            " has not answered for ", seconds(options.timeout),
+            options.rank == 0 ? "" : ": rank 0 stopped answering"));
+      }
+    }
+  }
+
+  void stopThreads() {
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    if (heartbeat.joinable())
+      heartbeat.join();
+    if (watchdog.joinable())
+      watchdog.join();
+  }
+
+  RendezvousOptions options;
+  FailureHandler onFailure;
+  std::chrono::milliseconds interval;
+  c10::intrusive_ptr<c10d::TCPStore> store;     // the main thread's
+  c10::intrusive_ptr<c10d::TCPStore> beatStore; // the heartbeat's
+  std::thread heartbeat, watchdog;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false; // guarded by `mutex`
+  std::atomic<bool> failing{false};
+  std::atomic<Clock::rep> lastBeat{0};
+  std::atomic<int64_t> progressStep{0}, progressInstruction{-1};
+  int64_t barriers = 0;
+  int64_t communicators = 0;
+  std::shared_ptr<::gloo::transport::Device> device;
+};
+
+//===----------------------------------------------------------------------===//
+// The communicator
+//===----------------------------------------------------------------------===//
+
+class GlooCommunicator final : public Communicator {
+public:
+  struct Group {
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+    ProcessGroupSpec spec;
+  };
+
+  GlooCommunicator(Job &job, std::vector<Group> groups)
+      : job(job), groups(std::move(groups)) {}
+
+  int64_t rank() const override { return job.rank(); }
+  int64_t worldSize() const override { return job.worldSize(); }
+
+  absl::Status execute(KernelCall &call) override {
+    const Instruction &inst = *call.instruction;
+    const OpAttrs &a = inst.attrs;
+    if (a.group < 0 || size_t(a.group) >= groups.size())
+      return absl::InternalError("a collective without a process group");
+    Group &group = groups[a.group];
+    job.setProgress(call.step ? call.step->globalStep : 0,
+                    &inst - call.program->instructions.data());
+    c10::InferenceMode guard;
+    at::Tensor out;
+    try {
+      out = run(inst, group, call);
+    } catch (const std::exception &e) {
+      std::string why = job.diagnose(group.spec.members.ranks);
+      return absl::UnavailableError(absl::StrCat(
+          "communication among ranks ",
+          absl::StrJoin(group.spec.members.ranks, ", "), " failed",
+          why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+    }
+    call.results.assign(1, wrap(std::move(out)));
+    return absl::OkStatus();
+  }
+
+private:
+  static void wait(const c10::intrusive_ptr<c10d::Work> &work) { work->wait(); }
+
+  /// The target of a collective that works in place: the planned operand,
+  /// else a contiguous copy of the input.
+  static at::Tensor writable(const at::Tensor &in, KernelCall &call) {
+    if (call.inPlace[0]) {
+      const at::Tensor &target = unwrap(*call.inPlace[0]);
+      if (target.is_contiguous())
+        return target;
+    }
+    return in.clone(at::MemoryFormat::Contiguous);
+  }
+
+  /// Reduces `blocks` ([n, ...]) over its first dimension.
+  static at::Tensor reduceBlocks(const at::Tensor &blocks,
+                                 CollectiveReduction r, int64_t n) {
+    switch (r) {
+    case CollectiveReduction::Sum:
+      return blocks.sum(0);
+    case CollectiveReduction::Average:
+      return divide(blocks.sum(0), n);
+    case CollectiveReduction::Max:
+      return std::get<0>(blocks.max(0));
+    case CollectiveReduction::Min:
+      return std::get<0>(blocks.min(0));
+    case CollectiveReduction::Product:
+      return blocks.prod(0);
+    }
+    return blocks.sum(0);
+  }
+
+  static at::Tensor divide(const at::Tensor &t, int64_t n) {
+    if (at::isFloatingType(t.scalar_type()))
+      return t.div_(double(n));
+    return t.div_(n, "trunc");
+  }
+
+  at::Tensor run(const Instruction &inst, Group &group, KernelCall &call) {
+    const OpAttrs &a = inst.attrs;
+    const int64_t n = int64_t(group.spec.members.ranks.size());
+    at::Tensor in = unwrap(*call.operands[0]).contiguous();
+    c10d::ProcessGroupGloo &pg = *group.pg;
+    switch (inst.kind) {
+    case OpKind::AllReduce: {
+      std::vector<at::Tensor> tensors{writable(in, call)};
+      c10d::AllreduceOptions options;
+      switch (a.collectiveReduction) {
+      case CollectiveReduction::Sum:
+      case CollectiveReduction::Average:
+        options.reduceOp = c10d::ReduceOp::SUM;
+        break;
+      case CollectiveReduction::Max:
+        options.reduceOp = c10d::ReduceOp::MAX;
+        break;
+      case CollectiveReduction::Min:
+        options.reduceOp = c10d::ReduceOp::MIN;
+        break;
+      case CollectiveReduction::Product:
+        options.reduceOp = c10d::ReduceOp::PRODUCT;
+        break;
+      }
+      wait(pg.allreduce(tensors, options));
+      if (a.collectiveReduction == CollectiveReduction::Average)
+        divide(tensors[0], n);
+      return tensors[0];
+    }
+    case OpKind::AllGather: {
+      // Gloo copies into these on its own threads, outside InferenceMode,
+      // which only normal tensors allow.
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      {
+        c10::InferenceMode normal(false);
+        for (int64_t i = 0; i < n; ++i)
+          outputs[0].push_back(at::empty(in.sizes(), in.options()));
+      }
+      std::vector<at::Tensor> inputs{in};
+      wait(pg.allgather(outputs, inputs));
+      return at::cat(outputs[0], a.dim);
+    }
+    case OpKind::ReduceScatter: {
+      // Block j of the scatter dimension goes to member j; member i then
+      // holds block i of every member and reduces them.
+      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
+      at::Tensor received = at::empty_like(blocks);
+      std::vector<int64_t> counts;
+      wait(pg.alltoall_base(received, blocks, counts, counts));
+      std::vector<int64_t> shape{n, blocks.size(0) / n};
+      shape.insert(shape.end(), blocks.sizes().begin() + 1,
+                   blocks.sizes().end());
+      at::Tensor reduced =
+          reduceBlocks(received.view(shape), a.collectiveReduction, n);
+      return reduced.movedim(0, a.dim).contiguous();
+    }
+    case OpKind::AllToAll: {
+      // Block j along the split dimension goes to member j; what member i
+      // sends is concatenated along the concat dimension in member order.
+      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
+      at::Tensor received = at::empty_like(blocks);
+      std::vector<int64_t> counts;
+      wait(pg.alltoall_base(received, blocks, counts, counts));
+      std::vector<at::Tensor> pieces;
+      for (const at::Tensor &piece : received.chunk(n, 0))
+        pieces.push_back(piece.movedim(0, a.dim));
+      return at::cat(pieces, a.concatDim);
+    }
+    case OpKind::Broadcast: {
+      std::vector<at::Tensor> tensors{writable(in, call)};
+      c10d::BroadcastOptions options;
+      // The root is an in-group multi-index over `meshAxes`.
+      int64_t root = 0;
+      const std::vector<int64_t> &mesh = call.program->mesh->shape;
+      for (size_t k = 0; k < a.meshAxes.size(); ++k)
+        root = root * mesh[a.meshAxes[k]] + a.root[k];
+      options.rootRank = root;
+      wait(pg.broadcast(tensors, options));
+      return tensors[0];
+    }
+    default:
+      throw std::invalid_argument(
+          absl::StrCat("'", opFullName(inst.kind), "' is not a collective"));
+    }
+  }
+
+  Job &job;
+  std::vector<Group> groups;
+};
+
+absl::StatusOr<std::unique_ptr<Communicator>>
+Job::createGlooCommunicator(const Program &program) {
+  if (program.groups.empty())
+    return std::unique_ptr<Communicator>(
+        new GlooCommunicator(*this, std::vector<GlooCommunicator::Group>()));
+  try {
+    // One device (a listening socket and its event loop) serves every
+    // group of the job.
+    if (!device) {
+      if (isLoopback(options.masterAddr))
+        device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+      else if (!options.interface.empty())
+        device =
+            c10d::ProcessGroupGloo::createDeviceForInterface(options.interface);
+      else
+        device = c10d::ProcessGroupGloo::createDefaultDevice();
+    }
+  } catch (const std::exception &e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open a Gloo device",
+                     options.interface.empty()
+                         ? std::string()
+                         : absl::StrCat(" on interface ", options.interface),
+                     ": ", describe(e)));
+  }
+  std::vector<GlooCommunicator::Group> groups;
+  int64_t generation = communicators++;
+  for (const ProcessGroupSpec &spec : program.groups) {
+    // Groups over the same axes are disjoint: the first member names one.
+    // Every rank creates communicators in the same order, so `generation`
+    // keeps a later communicator's keys apart from an earlier one's.
+    std::string prefix = absl::StrCat("merak/group/", generation, "/",
+                                      absl::StrJoin(spec.meshAxes, ","), "/",
+                                      spec.members.ranks.front());
+    auto options =
+        c10d::ProcessGroupGloo::Options::create(this->options.timeout);
+    options->devices.push_back(device);
+    try {
+      auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>(prefix, store),
+          int(spec.members.index), int(spec.members.ranks.size()), options);
+      groups.push_back({std::move(pg), spec});
+    } catch (const std::exception &e) {
+      std::string why = diagnose(spec.members.ranks);
+      return absl::UnavailableError(absl::StrCat(
+          "cannot connect the process group of ranks ",
+          absl::StrJoin(spec.members.ranks, ", "), " within ",
+          seconds(this->options.timeout),
+          why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+    }
+  }
+  return std::unique_ptr<Communicator>(
+      new GlooCommunicator(*this, std::move(groups)));
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<DistributedJob>>
+DistributedJob::join(const RendezvousOptions &options,
+                     FailureHandler onPeerFailure) {
+  if (options.worldSize < 1 || options.rank < 0 ||
+      options.rank >= options.worldSize)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", options.rank, " is outside a world of ", options.worldSize));
+  if (options.port < 1 || options.port > 65535)
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid rendezvous port ", options.port));
+  // c10d logs its own time-outs and retries through glog; merak-exec
+  // reports each failure once, naming the rank, so only fatal ones pass
+  // unless GLOG_minloglevel asks for more.
+  if (!std::getenv("GLOG_minloglevel"))
+    FLAGS_minloglevel = google::GLOG_FATAL;
+  auto job = std::make_unique<Job>(options, std::move(onPeerFailure));
+  if (absl::Status s = job->connect(); !s.ok())
+    return s;
+  return std::unique_ptr<DistributedJob>(std::move(job));
+}
+
+} // namespace merak::runtime

@@ -1,0 +1,245 @@
+//===- CheckpointTest.cpp - shards of global state, sharded checkpoints ---===//
+
+#include "merak/Runtime/Checkpoint.h"
+#include "merak/Runtime/Safetensors.h"
+
+#include "gtest/gtest.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+using namespace merak::runtime;
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+struct StateSpec {
+  std::string name;
+  Shape global;
+  Sharding sharding;
+};
+
+/// A program whose only contents are parameters of `specs`, on `mesh`
+/// (none: one process), bound to `rank`.
+Program stateProgram(std::optional<Shape> mesh,
+                     const std::vector<StateSpec> &specs, int64_t rank) {
+  Program p;
+  p.function = "train_step";
+  if (mesh)
+    p.mesh = MeshLayout{"mesh", *mesh, {}};
+  for (const StateSpec &s : specs) {
+    Shape local = s.global;
+    for (size_t d = 0; d < local.size(); ++d)
+      local[d] /= groupSize(mesh ? *mesh : Shape{}, s.sharding.axesOf(d));
+    Argument arg;
+    arg.value = ValueId(p.values.size());
+    arg.role = ArgumentRole::Param;
+    arg.name = s.name;
+    arg.sharding = s.sharding;
+    p.values.push_back(ValueInfo{TensorType{DType::F32, local}});
+    p.arguments.push_back(arg);
+  }
+  EXPECT_TRUE(bindToRank(p, rank).ok());
+  return p;
+}
+
+HostTensor iota(Shape shape, float start) {
+  HostTensor t = HostTensor::allocate({DType::F32, shape});
+  float *p = reinterpret_cast<float *>(t.mutableBytes());
+  for (int64_t i = 0; i < t.type.numElements(); ++i)
+    p[i] = start + float(i);
+  return t;
+}
+
+bool sameBytes(const HostTensor &a, const HostTensor &b) {
+  return a.type == b.type &&
+         std::memcmp(a.bytes(), b.bytes(), a.byteSize()) == 0;
+}
+
+class CheckpointTest : public ::testing::Test {
+protected:
+  CheckpointTest() {
+    std::string tmpl = ::testing::TempDir() + "merak-checkpoint-XXXXXX";
+    dir = mkdtemp(tmpl.data());
+    global = {
+        {"a", iota({4, 6}, 0)}, {"b", iota({4}, 100)}, {"c", iota({8}, 200)}};
+  }
+  ~CheckpointTest() override {
+    std::string command = "rm -rf '" + dir + "'";
+    (void)!std::system(command.c_str());
+  }
+
+  /// Saves `global` as the sharded checkpoint `id` from every rank of 2x2:
+  /// a split [[0], [1]], b replicated, c split over tp only.
+  std::string saveSharded(const std::string &id = "x1") {
+    std::vector<StateSpec> specs = {{"a", {4, 6}, Sharding{{{0}, {1}}}},
+                                    {"b", {4}, Sharding{}},
+                                    {"c", {8}, Sharding{{{1}}}}};
+    std::string path = dir + "/ckpt.safetensors";
+    std::map<std::string, std::string> meta = {
+        {"format", kCheckpointFormat}, {"step", "7"}, {"checkpoint_id", id}};
+    for (int64_t r = 0; r < 4; ++r) {
+      Program p = stateProgram(Shape{2, 2}, specs, r);
+      std::map<std::string, HostTensor> local;
+      for (const StateSpec &s : specs)
+        local[s.name] = *cutShard(global[s.name], s.sharding, {2, 2}, r);
+      EXPECT_TRUE(writeCheckpointShard(path, p, local, meta).ok());
+    }
+    EXPECT_TRUE(
+        writeCheckpointIndex(path, stateProgram(Shape{2, 2}, specs, 0), meta)
+            .ok());
+    return path;
+  }
+
+  std::string dir;
+  std::map<std::string, HostTensor> global;
+};
+
+TEST_F(CheckpointTest, EachBlockIsWrittenOnce) {
+  std::string path = saveSharded();
+  // Rank 0 owns a's block (0, 0), b, and c's first half; rank 2 (dp 1,
+  // tp 0) owns only a's block (1, 0).
+  absl::StatusOr<SafetensorsFile> r0 =
+      readSafetensors(shardFilePath(path, "x1", 0));
+  absl::StatusOr<SafetensorsFile> r2 =
+      readSafetensors(shardFilePath(path, "x1", 2));
+  EXPECT_EQ(shardFilePath(path, "x1", 2), path + ".x1.rank2");
+  ASSERT_TRUE(r0.ok() && r2.ok());
+  EXPECT_EQ(r0->tensors.size(), 3u);
+  EXPECT_EQ(r2->tensors.size(), 1u);
+  EXPECT_EQ(r2->tensors.count("a"), 1u);
+  EXPECT_EQ(r2->metadata.at("rank"), "2");
+  std::ifstream index(path + ".index.json");
+  std::stringstream text;
+  text << index.rdbuf();
+  EXPECT_NE(text.str().find("\"c\": {\"dtype\":\"F32\",\"shape\":[8],"
+                            "\"sharding\":[[1]],\"blocks\":[{\"file\":"
+                            "\"ckpt.safetensors.x1.rank0\",\"offsets\":[0],"
+                            "\"shape\":[4]},{\"file\":\"ckpt.safetensors."
+                            "x1.rank1\",\"offsets\":[4],\"shape\":[4]}]}"),
+            std::string::npos)
+      << text.str();
+}
+
+TEST_F(CheckpointTest, ReshardsToAnotherPlan) {
+  std::string path = saveSharded();
+  // `path` itself does not exist: the index is found next to it.
+  absl::StatusOr<std::unique_ptr<GlobalState>> ckpt = openCheckpoint(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->metadata().at("step"), "7");
+  EXPECT_EQ((*ckpt)->type("a")->shape, (Shape{4, 6}));
+  // One process: whole tensors.
+  absl::StatusOr<std::map<std::string, HostTensor>> whole = shardState(
+      stateProgram(std::nullopt,
+                   {{"a", {4, 6}, {}}, {"b", {4}, {}}, {"c", {8}, {}}}, 0),
+      **ckpt);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  for (const char *name : {"a", "b", "c"})
+    EXPECT_TRUE(sameBytes(whole->at(name), global[name])) << name;
+  // Four ranks of a 1-D mesh, with other shardings.
+  std::vector<StateSpec> specs = {{"a", {4, 6}, Sharding{{{}, {}}}},
+                                  {"b", {4}, Sharding{{{0}}}},
+                                  {"c", {8}, Sharding{{{0}}}}};
+  specs[0].sharding = Sharding{{{0}}};
+  for (int64_t r = 0; r < 4; ++r) {
+    Program p = stateProgram(Shape{4}, specs, r);
+    absl::StatusOr<std::map<std::string, HostTensor>> shards =
+        shardState(p, **ckpt);
+    ASSERT_TRUE(shards.ok()) << shards.status();
+    for (const StateSpec &s : specs)
+      EXPECT_TRUE(sameBytes(shards->at(s.name),
+                            *cutShard(global[s.name], s.sharding, {4}, r)))
+          << s.name << " on rank " << r;
+  }
+}
+
+TEST_F(CheckpointTest, SingleFileCheckpointsCutToo) {
+  std::string path = dir + "/one.safetensors";
+  ASSERT_TRUE(writeSafetensors(path, global, {{"step", "3"}}).ok());
+  absl::StatusOr<std::unique_ptr<GlobalState>> ckpt = openCheckpoint(path);
+  ASSERT_TRUE(ckpt.ok());
+  Program p =
+      stateProgram(Shape{2, 2}, {{"a", {4, 6}, Sharding{{{1}, {0}}}}}, 1);
+  absl::StatusOr<std::map<std::string, HostTensor>> shards =
+      shardState(p, **ckpt);
+  ASSERT_TRUE(shards.ok());
+  EXPECT_TRUE(
+      sameBytes(shards->at("a"),
+                *cutShard(global["a"], Sharding{{{1}, {0}}}, {2, 2}, 1)));
+}
+
+TEST_F(CheckpointTest, ShapeMismatchNamesArgumentShardingAndRank) {
+  absl::StatusOr<std::unique_ptr<GlobalState>> weights =
+      wholeTensors(global, "model.pt");
+  // The program expects a 2x2 shard of a, which 4x6 cut by [[0], [1]]
+  // does not give.
+  Program p =
+      stateProgram(Shape{2, 2}, {{"a", {4, 4}, Sharding{{{0}, {1}}}}}, 3);
+  absl::StatusOr<std::map<std::string, HostTensor>> shards =
+      shardState(p, **weights);
+  ASSERT_FALSE(shards.ok());
+  EXPECT_EQ(shards.status().message(),
+            "parameter 'a' is 4x6xf32 in model.pt; sharding [[0], [1]] on "
+            "mesh 2x2 gives rank 3 a 2x3xf32 block, but the program expects "
+            "2x2xf32 (a global 4x4xf32)");
+  Program q = stateProgram(Shape{4}, {{"c", {8}, Sharding{{{0}}}}}, 1);
+  std::map<std::string, HostTensor> odd = {{"c", iota({6}, 0)}};
+  shards = shardState(q, *wholeTensors(odd, "w.safetensors"));
+  ASSERT_FALSE(shards.ok());
+  EXPECT_EQ(shards.status().message(),
+            "parameter 'c' is 6xf32 in w.safetensors; sharding [[0]] on mesh "
+            "4 cannot cut it for rank 1: dimension 0 of size 6 does not split "
+            "evenly into 4 shards");
+}
+
+TEST_F(CheckpointTest, ANewSaveReplacesTheOldFilesAfterItsIndex) {
+  std::string path = saveSharded("first");
+  EXPECT_EQ(::access(shardFilePath(path, "first", 3).c_str(), F_OK), 0);
+  saveSharded("second");
+  EXPECT_NE(::access(shardFilePath(path, "first", 3).c_str(), F_OK), 0);
+  EXPECT_EQ(::access(shardFilePath(path, "second", 3).c_str(), F_OK), 0);
+  absl::StatusOr<std::unique_ptr<GlobalState>> ckpt = openCheckpoint(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->metadata().at("checkpoint_id"), "second");
+}
+
+TEST_F(CheckpointTest, MixedSavesAreRejected) {
+  std::string path = saveSharded();
+  // Rank 1's file from another save: its id differs from the index's.
+  absl::StatusOr<SafetensorsFile> r1 =
+      readSafetensors(shardFilePath(path, "x1", 1));
+  ASSERT_TRUE(r1.ok());
+  std::map<std::string, std::string> meta = r1->metadata;
+  meta["checkpoint_id"] = "other";
+  std::map<std::string, HostTensor> copy;
+  for (const auto &[k, v] : r1->tensors)
+    copy[k] = *cutShard(v, Sharding{}, {}, 0);
+  ASSERT_TRUE(writeSafetensors(shardFilePath(path, "x1", 1), copy, meta).ok());
+  absl::StatusOr<std::unique_ptr<GlobalState>> ckpt = openCheckpoint(path);
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_NE(ckpt.status().message().find("belongs to another save"),
+            std::string::npos)
+      << ckpt.status();
+}
+
+TEST_F(CheckpointTest, SavingInOneLayoutRemovesTheOther) {
+  std::string path = saveSharded();
+  ASSERT_TRUE(
+      writeSafetensors(path, global, {{"format", kCheckpointFormat}}).ok());
+  removeStaleCheckpoint(path, /*sharded=*/false);
+  EXPECT_NE(::access((path + ".index.json").c_str(), F_OK), 0);
+  EXPECT_NE(::access(shardFilePath(path, "x1", 0).c_str(), F_OK), 0);
+  saveSharded();
+  ASSERT_TRUE(
+      writeSafetensors(path, global, {{"format", kCheckpointFormat}}).ok());
+  removeStaleCheckpoint(path, /*sharded=*/true);
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);
+  // openCheckpoint finds the sharded one.
+  EXPECT_TRUE(openCheckpoint(path).ok());
+}
+
+} // namespace

@@ -1,0 +1,326 @@
+//===- CommunicatorTest.cpp - mesh collectives through Gloo ---------------===//
+//
+// Four ranks of a 2x2 mesh as threads of one process, joined through a
+// TCPStore like separate processes: every collective the executor runs,
+// over every kind of group (one axis, both axes, both in swapped order),
+// against the same computation done with ATen on all ranks' inputs.
+// reduce_scatter is Gloo's all-to-all plus a local reduction, so these
+// check that arithmetic too.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Runtime/CPU/CpuBackend.h"
+#include "merak/Runtime/Comm/Distributed.h"
+#include "merak/Runtime/Comm/Launch.h"
+#include "merak/Runtime/Executor.h"
+
+#include "gtest/gtest.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+using namespace merak::runtime;
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+constexpr int kWorld = 4;
+const Shape kMesh = {2, 2};
+
+struct Case {
+  std::string name;
+  OpKind kind;
+  OpAttrs attrs;
+  Shape in, out;
+  /// The expected result of `rank` from every rank's input.
+  std::function<at::Tensor(const std::vector<at::Tensor> &, int64_t)> expect;
+};
+
+OpAttrs collective(std::vector<int64_t> axes,
+                   CollectiveReduction r = CollectiveReduction::Sum,
+                   int64_t dim = 0, int64_t concatDim = 0,
+                   std::vector<int64_t> root = {}) {
+  OpAttrs a;
+  a.meshAxes = std::move(axes);
+  a.collectiveReduction = r;
+  a.dim = dim;
+  a.concatDim = concatDim;
+  a.root = std::move(root);
+  return a;
+}
+
+/// x -> collective -> result, bound to `rank`.
+Program collectiveProgram(const Case &c, int64_t rank) {
+  Program p;
+  p.function = c.name;
+  p.mesh = MeshLayout{"mesh", kMesh, {"dp", "tp"}};
+  p.values = {ValueInfo{TensorType{DType::F32, c.in}},
+              ValueInfo{TensorType{DType::F32, c.out}}};
+  Argument x;
+  x.value = 0;
+  x.role = ArgumentRole::Input;
+  x.name = "x";
+  p.arguments = {x};
+  Instruction inst;
+  inst.kind = c.kind;
+  inst.attrs = c.attrs;
+  inst.operands = {0};
+  inst.results = {1};
+  p.instructions = {inst};
+  ResultInfo res;
+  res.value = 1;
+  p.results = {res};
+  EXPECT_TRUE(bindToRank(p, rank).ok());
+  return p;
+}
+
+/// Distinct values on every rank: 100 (rank + 1) + 0, 1, 2, ...
+at::Tensor input(const Shape &shape, int64_t rank) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return at::arange(n, at::kFloat).reshape(shape) + 100.0 * double(rank + 1);
+}
+
+HostTensor toHost(const at::Tensor &t) {
+  HostTensor h = HostTensor::allocate(
+      {DType::F32, Shape(t.sizes().begin(), t.sizes().end())});
+  std::memcpy(h.mutableBytes(), t.contiguous().data_ptr(), h.byteSize());
+  return h;
+}
+
+at::Tensor fromHost(const HostTensor &h) {
+  at::Tensor t = at::empty(h.type.shape, at::kFloat);
+  std::memcpy(t.data_ptr(), h.data, h.byteSize());
+  return t;
+}
+
+std::vector<at::Tensor> members(const std::vector<at::Tensor> &xs, int64_t rank,
+                                const Shape &axes) {
+  std::vector<at::Tensor> result;
+  for (int64_t r : processGroup(kMesh, rank, axes).ranks)
+    result.push_back(xs[r]);
+  return result;
+}
+
+int64_t indexIn(int64_t rank, const Shape &axes) {
+  return processGroup(kMesh, rank, axes).index;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  c.push_back({"all_reduce_sum_tp",
+               OpKind::AllReduce,
+               collective({1}),
+               {2, 3},
+               {2, 3},
+               [](auto &xs, int64_t r) {
+                 return at::stack(members(xs, r, {1})).sum(0);
+               }});
+  c.push_back({"all_reduce_average_all",
+               OpKind::AllReduce,
+               collective({0, 1}, CollectiveReduction::Average),
+               {3},
+               {3},
+               [](auto &xs, int64_t) { return at::stack(xs).sum(0) / 4; }});
+  c.push_back({"all_reduce_max_dp",
+               OpKind::AllReduce,
+               collective({0}, CollectiveReduction::Max),
+               {2, 2},
+               {2, 2},
+               [](auto &xs, int64_t r) {
+                 return std::get<0>(at::stack(members(xs, r, {0})).max(0));
+               }});
+  c.push_back({"all_reduce_min_tp",
+               OpKind::AllReduce,
+               collective({1}, CollectiveReduction::Min),
+               {4},
+               {4},
+               [](auto &xs, int64_t r) {
+                 return std::get<0>(at::stack(members(xs, r, {1})).min(0));
+               }});
+  c.push_back({"all_reduce_product_swapped",
+               OpKind::AllReduce,
+               collective({1, 0}, CollectiveReduction::Product),
+               {2},
+               {2},
+               [](auto &xs, int64_t) { return at::stack(xs).prod(0); }});
+  c.push_back({"all_gather_swapped_dim1",
+               OpKind::AllGather,
+               collective({1, 0}, CollectiveReduction::Sum, /*dim=*/1),
+               {2, 3},
+               {2, 12},
+               [](auto &xs, int64_t r) {
+                 return at::cat(members(xs, r, {1, 0}), 1);
+               }});
+  c.push_back({"reduce_scatter_sum_all_dim0",
+               OpKind::ReduceScatter,
+               collective({0, 1}, CollectiveReduction::Sum, 0),
+               {8, 3},
+               {2, 3},
+               [](auto &xs, int64_t r) {
+                 at::Tensor sum = at::stack(xs).sum(0);
+                 return sum.chunk(4, 0)[indexIn(r, {0, 1})];
+               }});
+  c.push_back({"reduce_scatter_max_tp_dim1",
+               OpKind::ReduceScatter,
+               collective({1}, CollectiveReduction::Max, 1),
+               {3, 4},
+               {3, 2},
+               [](auto &xs, int64_t r) {
+                 at::Tensor m =
+                     std::get<0>(at::stack(members(xs, r, {1})).max(0));
+                 return m.chunk(2, 1)[indexIn(r, {1})];
+               }});
+  c.push_back({"reduce_scatter_average_dp_dim1",
+               OpKind::ReduceScatter,
+               collective({0}, CollectiveReduction::Average, 1),
+               {2, 2, 4},
+               {2, 1, 4},
+               [](auto &xs, int64_t r) {
+                 at::Tensor m = at::stack(members(xs, r, {0})).sum(0) / 2;
+                 return m.chunk(2, 1)[indexIn(r, {0})];
+               }});
+  c.push_back({"all_to_all_all_split0_concat1",
+               OpKind::AllToAll,
+               collective({0, 1}, CollectiveReduction::Sum, 0, 1),
+               {4, 3},
+               {1, 12},
+               [](auto &xs, int64_t r) {
+                 std::vector<at::Tensor> pieces;
+                 for (const at::Tensor &x : members(xs, r, {0, 1}))
+                   pieces.push_back(x.chunk(4, 0)[indexIn(r, {0, 1})]);
+                 return at::cat(pieces, 1);
+               }});
+  c.push_back({"all_to_all_tp_split1_concat0",
+               OpKind::AllToAll,
+               collective({1}, CollectiveReduction::Sum, 1, 0),
+               {2, 4},
+               {4, 2},
+               [](auto &xs, int64_t r) {
+                 std::vector<at::Tensor> pieces;
+                 for (const at::Tensor &x : members(xs, r, {1}))
+                   pieces.push_back(x.chunk(2, 1)[indexIn(r, {1})]);
+                 return at::cat(pieces, 0);
+               }});
+  c.push_back(
+      {"all_slice_tp",
+       OpKind::AllSlice,
+       collective({1}, CollectiveReduction::Sum, 0),
+       {4, 3},
+       {2, 3},
+       [](auto &xs, int64_t r) { return xs[r].chunk(2, 0)[indexIn(r, {1})]; }});
+  c.push_back({"broadcast_dp_root1",
+               OpKind::Broadcast,
+               collective({0}, CollectiveReduction::Sum, 0, 0, {1}),
+               {3, 2},
+               {3, 2},
+               [](auto &xs, int64_t r) { return members(xs, r, {0})[1]; }});
+  return c;
+}
+
+TEST(CommunicatorTest, EveryCollectiveOnA2x2Mesh) {
+  absl::StatusOr<int> port = pickFreePort();
+  ASSERT_TRUE(port.ok());
+  std::vector<Case> all = cases();
+  // results[case][rank]
+  std::vector<std::vector<HostTensor>> results(all.size(),
+                                               std::vector<HostTensor>(kWorld));
+  std::vector<std::string> failures(kWorld);
+  auto rankMain = [&](int64_t rank) {
+    RendezvousOptions options;
+    options.rank = rank;
+    options.worldSize = kWorld;
+    options.port = *port;
+    options.timeout = std::chrono::milliseconds(30000);
+    absl::StatusOr<std::unique_ptr<DistributedJob>> job =
+        DistributedJob::join(options, [](const std::string &message) {
+          ADD_FAILURE() << "peer failure: " << message;
+        });
+    if (!job.ok()) {
+      failures[rank] = std::string(job.status().message());
+      return;
+    }
+    std::unique_ptr<Backend> backend = createCpuBackend({1});
+    for (size_t k = 0; k < all.size(); ++k) {
+      Program program = collectiveProgram(all[k], rank);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          (*job)->createGlooCommunicator(program);
+      if (!comm.ok()) {
+        failures[rank] = std::string(comm.status().message());
+        return;
+      }
+      absl::StatusOr<std::unique_ptr<Executor>> exec =
+          Executor::create(program, *backend, comm->get());
+      if (!exec.ok()) {
+        failures[rank] = std::string(exec.status().message());
+        return;
+      }
+      std::vector<HostTensor> out;
+      absl::StatusOr<StepOutcome> step = (*exec)->runStep(
+          StepContext{}, {toHost(input(all[k].in, rank))}, false, &out);
+      if (!step.ok()) {
+        failures[rank] =
+            all[k].name + ": " + std::string(step.status().message());
+        return;
+      }
+      results[k][rank] = out[0];
+    }
+    if (absl::Status s = (*job)->barrier("end"); !s.ok())
+      failures[rank] = std::string(s.message());
+    absl::StatusOr<std::string> shared =
+        (*job)->shareFromRank0("word", rank == 0 ? "hello" : "ignored");
+    if (!shared.ok() || *shared != "hello")
+      failures[rank] = "shareFromRank0 did not give rank 0's value";
+    if (absl::Status s = (*job)->finish(); !s.ok())
+      failures[rank] = std::string(s.message());
+  };
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < kWorld; ++r)
+    threads.emplace_back(rankMain, r);
+  for (std::thread &t : threads)
+    t.join();
+  for (int64_t r = 0; r < kWorld; ++r)
+    ASSERT_EQ(failures[r], "") << "rank " << r;
+
+  for (size_t k = 0; k < all.size(); ++k) {
+    std::vector<at::Tensor> xs;
+    for (int64_t r = 0; r < kWorld; ++r)
+      xs.push_back(input(all[k].in, r));
+    for (int64_t r = 0; r < kWorld; ++r) {
+      at::Tensor expected = all[k].expect(xs, r).contiguous();
+      at::Tensor got = fromHost(results[k][r]);
+      // Exact but for the product, whose rounding depends on the order.
+      EXPECT_TRUE(at::allclose(got, expected, /*rtol=*/1e-6, /*atol=*/0))
+          << all[k].name << " on rank " << r << ": got " << got << " expected "
+          << expected;
+    }
+  }
+}
+
+TEST(CommunicatorTest, JoiningWithoutRankZeroTimesOut) {
+  absl::StatusOr<int> port = pickFreePort();
+  ASSERT_TRUE(port.ok());
+  RendezvousOptions options;
+  options.rank = 1;
+  options.worldSize = 2;
+  options.port = *port;
+  options.timeout = std::chrono::milliseconds(2500);
+  auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<DistributedJob>> job =
+      DistributedJob::join(options, nullptr);
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("cannot join the rendezvous store at "
+                                        "127.0.0.1:"),
+            std::string::npos)
+      << job.status();
+  // Rank 1 retries until the time-out, then gives up: bounded.
+  auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(1000)) << job.status();
+  EXPECT_LT(waited, std::chrono::seconds(10));
+}
+
+} // namespace
