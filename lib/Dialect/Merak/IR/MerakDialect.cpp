@@ -3,6 +3,8 @@
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 
+#include "MerakSharding.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Mesh/IR/MeshDialect.h"
@@ -27,6 +29,8 @@ void MerakDialect::initialize() {
 #define GET_ATTRDEF_LIST
 #include "merak/Dialect/Merak/IR/MerakAttrs.cpp.inc"
       >();
+  // Every op implements mesh::ShardingInterface (MerakSharding.cpp).
+  attachShardingInterface(getContext());
 }
 
 Operation *MerakDialect::materializeConstant(OpBuilder &builder,
