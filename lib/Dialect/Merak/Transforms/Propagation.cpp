@@ -81,12 +81,6 @@ double reshardBytes(MeshOp mesh, RankedTensorType type, MeshShardingAttr from,
 /// state): the plan split those to save memory.
 constexpr double kArgumentPenalty = 16;
 
-Value stripShards(Value v) {
-  while (auto s = v.getDefiningOp<ShardOp>())
-    v = s.getSrc();
-  return v;
-}
-
 struct Propagator {
   func::FuncOp func;
   MeshOp mesh;

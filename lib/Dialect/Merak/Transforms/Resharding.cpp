@@ -260,6 +260,12 @@ FailureOr<Value> reshard(OpBuilder &b, Location loc, MeshOp mesh, Value local,
 
 namespace merak {
 
+Value stripShards(Value v) {
+  while (auto s = v.getDefiningOp<ShardOp>())
+    v = s.getSrc();
+  return v;
+}
+
 MeshOp lookupMesh(ModuleOp module) {
   return module.lookupSymbol<MeshOp>("mesh");
 }

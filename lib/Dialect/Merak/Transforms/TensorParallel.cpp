@@ -38,12 +38,6 @@ using namespace merak;
 
 namespace {
 
-Value stripShard(Value v) {
-  while (auto s = v.getDefiningOp<ShardOp>())
-    v = s.getSrc();
-  return v;
-}
-
 /// Users of `v`, looking through sharding annotations.
 SmallVector<OpOperand *> usesOf(Value v) {
   SmallVector<OpOperand *> uses;
@@ -143,7 +137,7 @@ struct TensorParallelPass
   SmallVector<ReshapeOp> fusedHeads;
 
   StringRef paramName(Value v) {
-    auto arg = dyn_cast<BlockArgument>(stripShard(v));
+    auto arg = dyn_cast<BlockArgument>(stripShards(v));
     if (!arg)
       return "";
     if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
@@ -205,12 +199,12 @@ struct TensorParallelPass
     func.walk([&](Operation *op) {
       if (!isa<AdamwUpdateOp, SgdUpdateOp>(op))
         return;
-      auto param = dyn_cast<BlockArgument>(stripShard(op->getOperand(0)));
+      auto param = dyn_cast<BlockArgument>(stripShards(op->getOperand(0)));
       ShardOp s = param ? argAnnotation(param) : ShardOp();
       if (!s)
         return;
       for (Value operand : op->getOperands().drop_front(2)) {
-        auto state = dyn_cast<BlockArgument>(stripShard(operand));
+        auto state = dyn_cast<BlockArgument>(stripShards(operand));
         if (state && func.getArgAttr(state.getArgNumber(), kOptStateAttr) &&
             state.getType() == param.getType())
           annotateArg(state, s.getShard());
@@ -256,7 +250,7 @@ struct TensorParallelPass
       SmallVector<LinearOp> firsts{first};
       for (Operation *op : seen)
         for (Value operand : op->getOperands())
-          if (auto other = stripShard(operand).getDefiningOp<LinearOp>();
+          if (auto other = stripShards(operand).getDefiningOp<LinearOp>();
               other && other != first && isForward(other))
             firsts.push_back(other);
       for (LinearOp l : firsts)
@@ -270,10 +264,10 @@ struct TensorParallelPass
       if (!isForward(r))
         return;
       if (std::optional<int64_t> heads = headsOf(r)) {
-        Value in = stripShard(r.getInput());
+        Value in = stripShards(r.getInput());
         if (auto slice = in.getDefiningOp<SliceOp>();
             slice && isForward(slice) &&
-            stripShard(slice.getInput()).getDefiningOp<LinearOp>()) {
+            stripShards(slice.getInput()).getDefiningOp<LinearOp>()) {
           if (*heads % size != 0) {
             r.emitError("fused attention projection: ")
                 << *heads << " heads are not divisible by tp=" << size;
@@ -312,7 +306,7 @@ struct TensorParallelPass
     func.walk([&](EmbeddingOp e) {
       if (!isForward(e))
         return;
-      auto idx = dyn_cast<BlockArgument>(stripShard(e.getIndices()));
+      auto idx = dyn_cast<BlockArgument>(stripShards(e.getIndices()));
       if (!idx || !func.getArgAttr(idx.getArgNumber(), kInputAttr))
         return;
       embeddings.push_back(e);
@@ -320,9 +314,9 @@ struct TensorParallelPass
     func.walk([&](CrossEntropyOp ce) {
       if (!isForward(ce))
         return;
-      Value logits = stripShard(ce.getLogits());
+      Value logits = stripShards(ce.getLogits());
       while (auto r = logits.getDefiningOp<ReshapeOp>())
-        logits = stripShard(r.getInput());
+        logits = stripShards(r.getInput());
       if (auto head = logits.getDefiningOp<LinearOp>(); head && isForward(head))
         linears[head] = Split::Vocab;
     });
@@ -330,7 +324,7 @@ struct TensorParallelPass
 
   /// Splits the parameter behind `v` along `dim` over tp.
   void splitParam(Value v, int64_t dim, StringRef what, Operation *at) {
-    auto arg = dyn_cast<BlockArgument>(stripShard(v));
+    auto arg = dyn_cast<BlockArgument>(stripShards(v));
     if (!arg || !func.getArgAttr(arg.getArgNumber(), kParamAttr)) {
       // A weight computed in the graph: propagation decides.
       return;
@@ -422,7 +416,7 @@ struct SequenceParallelPass
   /// The tensor-parallel axis of a parameter's split: the dimension of
   /// `v`'s parameter split over `axis`, or -1.
   int64_t splitDim(Value v, MeshAxis axis) {
-    auto arg = dyn_cast<BlockArgument>(stripShard(v));
+    auto arg = dyn_cast<BlockArgument>(stripShards(v));
     ShardOp s = arg ? argAnnotation(arg) : ShardOp();
     if (!s)
       return -1;
@@ -474,7 +468,7 @@ struct SequenceParallelPass
         } else if (d == 0) {
           auto type = cast<RankedTensorType>(linear.getInput().getType());
           if (type.getRank() == 3)
-            gather[stripShard(linear.getInput())] =
+            gather[stripShards(linear.getInput())] =
                 activationSharding(mesh, type, {});
         }
       } else if (auto emb = dyn_cast<EmbeddingOp>(op)) {

@@ -59,6 +59,9 @@ mlir::FailureOr<mlir::Value> reshard(mlir::OpBuilder &b, mlir::Location loc,
                                      mlir::mesh::MeshShardingAttr source,
                                      mlir::mesh::MeshShardingAttr target);
 
+/// `v` without the `mesh.shard` annotations it passes through.
+mlir::Value stripShards(mlir::Value v);
+
 /// The module's mesh (`@mesh`), or null.
 mlir::mesh::MeshOp lookupMesh(mlir::ModuleOp module);
 
