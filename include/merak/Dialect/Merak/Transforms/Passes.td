@@ -269,4 +269,146 @@ def GradBuckets : Pass<"merak-grad-buckets", "mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Pipeline parallelism (docs/pipeline.md)
+//===----------------------------------------------------------------------===//
+
+def PipelinePartition : Pass<"merak-pipeline-partition", "mlir::ModuleOp"> {
+  let summary = "Assign the ops of the training step to pipeline stages";
+  let description = [{
+    Finds the layers of `@train_step`'s forward pass (the spans between the
+    positions where the fewest values are live, each with a contraction)
+    and cuts them into `pp * virtual` contiguous stages that balance the
+    cost model's forward + backward time, a stage also paying for the
+    activation it sends and the gradient it receives. Model chunk `c` runs
+    on pipeline rank `c % pp`. With `virtual > 1` every chunk gets the same
+    number of layers, as in Megatron, so the layers must be a multiple of
+    `pp * virtual`. `stages=a,b,...` gives the first layer of every stage
+    but the first instead (layer indices as `report` prints them).
+
+    Every op gets `merak.stage`: a forward op its layer's stage, a backward
+    op the stage of the forward op it names in `merak.grad_of`, an
+    optimizer update the stage of its parameter (the first stage that reads
+    it), a constant the first stage that uses it. A parameter read on
+    several stages (a tied embedding and LM head) gets
+    `merak.tied = array<i64: ...>` and the adds that sum its gradient over
+    those stages `merak.tied_sum`. The module gets `merak.pipeline` (pp,
+    virtual, stages, layers, stage_layers). `report` prints the layers and
+    every stage's estimated time, parameter and activation bytes.
+  }];
+  let options = [
+    Option<"pp", "pp", "int", /*default=*/"1", "Pipeline ranks">,
+    Option<"virtualStages", "virtual", "int", /*default=*/"1",
+           "Model chunks per rank (interleaved schedules)">,
+    ListOption<"stages", "stages", "int64_t",
+               "First layer of each stage after the first (manual cut)">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Print layers and per-stage estimates to standard error">
+  ];
+}
+
+def Recompute : Pass<"merak-recompute", "mlir::ModuleOp"> {
+  let summary = "Recompute forward activations in backward instead of "
+                "keeping them";
+  let description = [{
+    Clones forward ops of `@train_step` just before the backward ops that
+    read their results (`merak.recompute_of = K` names the original), so
+    the forward values are no longer kept from forward to backward: only
+    the inputs of the recomputed region are. `recompute=full` recomputes
+    whole layers, each from its own input (every pure forward op; never
+    `dropout_mask`, whose mask must not change); `selective` only attention
+    cores, the region from
+    the `Q K^T` matmul through softmax (and its mask, scale, dropout) to
+    the matmul with `V`. `recompute-ratio=r` (with `full`) is Merak's
+    stage-aware rule: pipeline rank `s` of `P` recomputes the first
+    `1 - (1 - r) (P - 1) / (P - s)` of its layers (clamped to [0, 1]) and
+    the last rank none. With stages (after `--merak-pipeline-partition`)
+    clones keep their stage and `merak.pipeline` records which stages
+    recompute.
+  }];
+  let options = [
+    Option<"recompute", "recompute", "std::string", /*default=*/"\"full\"",
+           "none, full or selective">,
+    Option<"ratio", "recompute-ratio", "double", /*default=*/"-1.0",
+           "Merak's stage-aware ratio (0..1; negative: every layer)">
+  ];
+}
+
+def PipelineOutline : Pass<"merak-pipeline-outline", "mlir::ModuleOp"> {
+  let summary = "Outline one function per pipeline stage and phase";
+  let description = [{
+    Splits a partitioned `@train_step` into `@stage<S>_forward`,
+    `@stage<S>_backward_input` (gradients with respect to activations),
+    `@stage<S>_backward_weight` (weight gradients, the zero-bubble W) and
+    `@stage<S>_optimizer`, plus `@stage<S>_recompute` and
+    `@stage<S>_forward_keep` on stages that recompute. Values passed
+    between them carry `merak.value = N` (the result and the arguments that
+    receive it); a value used several stages later is passed along through
+    the stages in between. Weight gradients are results
+    `{merak.grad = "name"}` that the runtime accumulates over micro-batches
+    and feeds to the optimizer function. `@train_step` is unchanged; with
+    `driver` (default) `@pipeline_step` calls the stage functions in order
+    for one micro-batch and computes what `@train_step` does.
+  }];
+  let options = [
+    Option<"driver", "driver", "bool", /*default=*/"true",
+           "Add @pipeline_step, a one-micro-batch driver of func.calls">
+  ];
+}
+
+def PipelineSchedule : Pass<"merak-pipeline-schedule", "mlir::ModuleOp"> {
+  let summary = "Attach a verified pipeline schedule to the module";
+  let description = [{
+    Builds the per-rank task lists of schedule `kind` (`gpipe`, `1f1b`,
+    `interleaved-1f1b`, `merak-last-no-recompute`,
+    `merak-shifted-critical-path`, `zb-h1`, `dynamic`) for `microbatches`
+    micro-batches, with explicit sends and receives, proves that every
+    (stage, micro-batch, phase) runs once on its rank and that blocking
+    transfers cannot deadlock, and records it as the module attribute
+    `merak.pipeline_schedule`. The pipeline comes from `merak.pipeline`
+    (set by `--merak-pipeline-partition`), or from `pp` and `virtual` for a
+    module without one. `report` prints every rank's compute order.
+  }];
+  let options = [
+    Option<"kind", "kind", "std::string", /*default=*/"\"1f1b\"",
+           "Schedule: gpipe, 1f1b, interleaved-1f1b, merak-last-no-recompute, "
+           "merak-shifted-critical-path, zb-h1, dynamic">,
+    Option<"microbatches", "microbatches", "int", /*default=*/"1",
+           "Micro-batches per step">,
+    Option<"pp", "pp", "int", /*default=*/"0",
+           "Pipeline ranks when the module has no merak.pipeline">,
+    Option<"virtualStages", "virtual", "int", /*default=*/"0",
+           "Model chunks per rank when the module has no merak.pipeline">,
+    Option<"recompute", "recompute", "bool", /*default=*/"false",
+           "Without merak.pipeline: every stage recomputes">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Print each rank's compute order to standard error">
+  ];
+}
+
+def PipelineVerify : Pass<"merak-pipeline-verify", "mlir::ModuleOp"> {
+  let summary = "Verify the module's pipeline schedule";
+  let description = [{
+    Checks `merak.pipeline_schedule` as `--merak-pipeline-schedule` does for
+    the schedules it builds: every task on its stage's rank and exactly
+    once, F before R before B before W, a send after the task that computes
+    each value crossing ranks and a receive before the task that reads it,
+    and no deadlock when every send blocks until its receive is posted.
+  }];
+}
+
+def PipelineInline : Pass<"merak-pipeline-inline", "mlir::ModuleOp"> {
+  let summary = "Inline the stage calls of the pipeline driver";
+  let description = [{
+    Replaces every `func.call` in function `func` (default
+    `pipeline_step`) by the body of the single-block function it calls, so
+    that `merak-exec --function pipeline_step` can run the outlined stages
+    on one process and its losses can be compared with `@train_step`'s.
+  }];
+  let options = [
+    Option<"funcName", "func", "std::string", /*default=*/"\"pipeline_step\"",
+           "Function whose calls are inlined">
+  ];
+}
+
 #endif // MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_TD

@@ -1,0 +1,291 @@
+//===- CostModel.cpp - per-op cost of Merak programs ----------------------===//
+//
+// The per-op rules, one TypeSwitch over the op families, and the analysis
+// of a training step's forward ops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Analysis/CostModel.h"
+#include "merak/Analysis/TrainStep.h"
+#include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/IR/MerakOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace merak;
+
+int64_t merak::numElements(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return 0;
+  return tensor.getNumElements();
+}
+
+int64_t merak::tensorBytes(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return 0;
+  Type element = tensor.getElementType();
+  int64_t bits = element.isIntOrFloat() ? element.getIntOrFloatBitWidth() : 32;
+  return tensor.getNumElements() * std::max<int64_t>(1, (bits + 7) / 8);
+}
+
+bool merak::isContraction(Operation *op) {
+  return isa<LinearOp, MatmulOp, Conv2dOp>(op);
+}
+
+bool merak::isConstantLike(Operation *op) {
+  return isa<ConstantOp, arith::ConstantOp>(op);
+}
+
+namespace {
+
+int64_t operandBytes(Operation *op) {
+  int64_t bytes = 0;
+  for (Value v : op->getOperands())
+    bytes += tensorBytes(v.getType());
+  return bytes;
+}
+
+int64_t resultBytes(Operation *op) {
+  int64_t bytes = 0;
+  for (Value v : op->getResults())
+    bytes += tensorBytes(v.getType());
+  return bytes;
+}
+
+int64_t resultElements(Operation *op) {
+  return op->getNumResults() ? numElements(op->getResult(0).getType()) : 0;
+}
+
+/// FLOPs per output element of an elementwise op.
+double elementwiseFlops(Operation *op) {
+  return TypeSwitch<Operation *, double>(op)
+      .Case<ExpOp, LogOp, SinOp, CosOp, SqrtOp, RsqrtOp, ReciprocalOp, ErfOp,
+            TanhOp, SigmoidOp, PowOp>([](auto) { return 4.0; })
+      .Case<SiluOp>([](auto) { return 5.0; })
+      .Case<GeluOp>([](auto) { return 8.0; })
+      .Case<DropoutOp, DropoutMaskOp>([](auto) { return 2.0; })
+      .Default([](Operation *) { return 1.0; });
+}
+
+/// 2 * (elements of the output) * (multiply-adds per output element).
+double convolutionFlops(Type output, Type weight) {
+  auto w = cast<RankedTensorType>(weight);
+  int64_t perOutput = 1;
+  for (int64_t d : w.getShape().drop_front())
+    perOutput *= d; // in_channels / groups * kh * kw
+  return 2.0 * double(numElements(output)) * double(perOutput);
+}
+
+} // namespace
+
+OpCost merak::estimateOp(Operation *op) {
+  OpCost cost;
+  if (isConstantLike(op))
+    return cost;
+  cost.bytesRead = operandBytes(op);
+  cost.bytesWritten = resultBytes(op);
+  int64_t out = resultElements(op);
+
+  TypeSwitch<Operation *>(op)
+      .Case<LinearOp>([&](LinearOp linear) {
+        auto input = cast<RankedTensorType>(linear.getInput().getType());
+        auto weight = cast<RankedTensorType>(linear.getWeight().getType());
+        int64_t k = input.getShape().back();
+        int64_t n = weight.getShape().front();
+        int64_t m = k ? input.getNumElements() / k : 0;
+        cost.flops = 2.0 * double(m) * double(n) * double(k);
+        if (linear.getBias())
+          cost.flops += double(m) * double(n);
+      })
+      .Case<MatmulOp>([&](MatmulOp matmul) {
+        auto lhs = cast<RankedTensorType>(matmul.getLhs().getType());
+        cost.flops = 2.0 * double(out) * double(lhs.getShape().back());
+      })
+      .Case<Conv2dOp>([&](Conv2dOp conv) {
+        cost.flops = convolutionFlops(conv.getResult().getType(),
+                                      conv.getWeight().getType());
+        if (conv.getBias())
+          cost.flops += double(out);
+      })
+      .Case<Conv2dBackwardOp>([&](Conv2dBackwardOp conv) {
+        // Input and weight gradients are each a convolution of the forward's
+        // size; the bias gradient a sum over the output gradient.
+        double forward = convolutionFlops(conv.getGrad().getType(),
+                                          conv.getWeight().getType());
+        cost.flops =
+            2.0 * forward + double(numElements(conv.getGrad().getType()));
+      })
+      .Case<SoftmaxOp, LogSoftmaxOp>(
+          [&](Operation *) { cost.flops = 5.0 * double(out); })
+      .Case<LayerNormOp, BatchNormOp>(
+          [&](Operation *) { cost.flops = 8.0 * double(out); })
+      .Case<RmsNormOp>([&](RmsNormOp) { cost.flops = 6.0 * double(out); })
+      .Case<LayerNormBackwardOp, BatchNormBackwardOp>([&](Operation *o) {
+        cost.flops = 12.0 * double(numElements(o->getOperand(1).getType()));
+      })
+      .Case<GeluBackwardOp>(
+          [&](GeluBackwardOp) { cost.flops = 12.0 * double(out); })
+      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](Operation *o) {
+        cost.flops = double(numElements(o->getOperand(0).getType()));
+      })
+      .Case<CrossEntropyOp>([&](CrossEntropyOp ce) {
+        cost.flops = 5.0 * double(numElements(ce.getLogits().getType()));
+      })
+      .Case<CrossEntropyBackwardOp>([&](CrossEntropyBackwardOp ce) {
+        cost.flops = 4.0 * double(numElements(ce.getLogits().getType()));
+      })
+      .Case<MaxPool2dOp, AvgPool2dOp>([&](auto pool) {
+        int64_t window = 1;
+        for (int64_t k : pool.getKernel())
+          window *= k;
+        cost.flops = double(out) * double(window);
+      })
+      .Case<MaxPool2dBackwardOp, AvgPool2dBackwardOp>([&](auto pool) {
+        int64_t window = 1;
+        for (int64_t k : pool.getKernel())
+          window *= k;
+        cost.flops = double(numElements(pool.getGrad().getType())) * window;
+      })
+      .Case<AdaptiveAvgPool2dOp, AdaptiveAvgPool2dBackwardOp>(
+          [&](Operation *o) {
+            cost.flops = double(numElements(o->getOperand(0).getType()));
+          })
+      .Case<IndexBackwardOp>([&](IndexBackwardOp scatter) {
+        cost.flops = double(numElements(scatter.getGrad().getType()));
+      })
+      .Case<EmbeddingOp, IndexOp>([&](Operation *o) {
+        // A gather reads the rows it picks and the indices, not the table.
+        cost.bytesRead =
+            cost.bytesWritten + tensorBytes(o->getOperand(1).getType());
+      })
+      .Case<SliceOp, SelectOp>(
+          [&](Operation *) { cost.bytesRead = cost.bytesWritten; })
+      .Case<ReshapeOp>([&](ReshapeOp) {
+        // A view: no kernel, no traffic.
+        cost.bytesRead = 0;
+        cost.bytesWritten = 0;
+      })
+      .Case<PermuteOp, ExpandOp, ConcatOp, PadOp, RollOp, SliceBackwardOp>(
+          [&](Operation *) {})
+      .Case<SgdUpdateOp>([&](SgdUpdateOp update) {
+        bool momentum = update.getMomentum().convertToDouble() != 0.0;
+        cost.flops = (momentum ? 6.0 : 3.0) * double(out);
+      })
+      .Case<AdamwUpdateOp>(
+          [&](AdamwUpdateOp) { cost.flops = 14.0 * double(out); })
+      .Default([&](Operation *o) {
+        // Elementwise ops and anything without a rule of its own.
+        cost.flops = elementwiseFlops(o) * double(out);
+      });
+  return cost;
+}
+
+OpCost merak::estimateBackwardByRule(Operation *op) {
+  OpCost forward = estimateOp(op);
+  if (!isContraction(op))
+    return forward;
+  OpCost backward;
+  backward.flops = 2.0 * forward.flops;
+  backward.bytesRead = 2 * forward.bytesRead;
+  backward.bytesWritten = 2 * forward.bytesWritten;
+  return backward;
+}
+
+double CostModel::time(const OpCost &cost) const {
+  if (cost.flops == 0 && cost.bytes() == 0)
+    return 0;
+  double compute = hw.peakFlops > 0 ? cost.flops / hw.peakFlops : 0;
+  double memory =
+      hw.memoryBandwidth > 0 ? double(cost.bytes()) / hw.memoryBandwidth : 0;
+  return std::max(compute, memory) + hw.opOverhead;
+}
+
+double CostModel::transferTime(int64_t bytes) const {
+  if (bytes <= 0)
+    return 0;
+  double wire = hw.linkBandwidth > 0 ? double(bytes) / hw.linkBandwidth : 0;
+  return hw.linkLatency + wire;
+}
+
+std::vector<ForwardOpCost> CostModel::analyze(func::FuncOp func) const {
+  std::vector<ForwardOpCost> result;
+  if (func.getBody().empty())
+    return result;
+  Block &body = func.getBody().front();
+
+  bool hasIds = false;
+  for (Operation &op : body)
+    if (getForwardId(&op)) {
+      hasIds = true;
+      break;
+    }
+
+  llvm::DenseMap<int64_t, size_t> index;
+  int64_t position = 0;
+  for (Operation &op : body.without_terminator()) {
+    std::optional<int64_t> id =
+        hasIds ? getForwardId(&op) : std::optional<int64_t>(position);
+    ++position;
+    if (!id)
+      continue;
+    ForwardOpCost entry;
+    entry.op = &op;
+    entry.id = *id;
+    entry.forward = estimateOp(&op);
+    if (!hasIds)
+      entry.backward = estimateBackwardByRule(&op);
+    llvm::SmallDenseSet<Value, 4> params;
+    for (Value operand : op.getOperands()) {
+      auto arg = dyn_cast<BlockArgument>(operand);
+      if (arg && arg.getOwner() == &body &&
+          func.getArgAttr(arg.getArgNumber(), kParamAttr) &&
+          params.insert(operand).second)
+        entry.paramBytes += tensorBytes(operand.getType());
+    }
+    for (Value res : op.getResults()) {
+      bool saved = false;
+      for (Operation *user : res.getUsers())
+        if (hasIds ? (getGradOf(user) || getRecomputeOf(user))
+                   : !isa<func::ReturnOp>(user))
+          saved = true;
+      // Without gradient ops, a non-view result is assumed to be kept.
+      if (!hasIds && isa<ReshapeOp>(op))
+        saved = false;
+      if (saved)
+        entry.savedBytes += tensorBytes(res.getType());
+    }
+    index[*id] = result.size();
+    result.push_back(std::move(entry));
+  }
+  if (!hasIds)
+    return result;
+
+  llvm::DenseSet<Operation *> weight = weightGradientOps(func);
+  for (Operation &op : body.without_terminator()) {
+    if (std::optional<int64_t> of = getRecomputeOf(&op)) {
+      auto it = index.find(*of);
+      if (it != index.end())
+        result[it->second].recompute += estimateOp(&op);
+      continue;
+    }
+    std::optional<int64_t> of = getGradOf(&op);
+    if (!of)
+      continue;
+    auto it = index.find(*of);
+    if (it == index.end())
+      continue;
+    OpCost cost = estimateOp(&op);
+    result[it->second].backward += cost;
+    if (weight.contains(&op))
+      result[it->second].backwardWeight += cost;
+  }
+  return result;
+}
