@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -12,6 +13,18 @@ namespace merak::runtime {
 DeviceTensor::~DeviceTensor() = default;
 Backend::~Backend() = default;
 Communicator::~Communicator() = default;
+PendingCollective::~PendingCollective() = default;
+
+absl::Status Communicator::execute(KernelCall &call) {
+  absl::StatusOr<std::unique_ptr<PendingCollective>> pending = start(call);
+  if (!pending.ok())
+    return pending.status();
+  absl::StatusOr<std::vector<TensorHandle>> results = (*pending)->finish();
+  if (!results.ok())
+    return results.status();
+  call.results = *std::move(results);
+  return absl::OkStatus();
+}
 
 namespace {
 
@@ -28,6 +41,14 @@ const char *roleNoun(ArgumentRole role) {
   }
 }
 
+/// `FILE:LINE:COL: 'mesh.all_reduce' failed: ...`
+absl::Status instructionFailed(const Instruction &inst, const absl::Status &s) {
+  return absl::Status(
+      s.code(), absl::StrCat(inst.location.empty() ? "" : inst.location,
+                             inst.location.empty() ? "" : ": ", "'",
+                             opFullName(inst.kind), "' failed: ", s.message()));
+}
+
 std::string formatLoss(double loss) {
   char text[64];
   std::snprintf(text, sizeof(text), "%.9g", loss);
@@ -39,7 +60,13 @@ std::string formatLoss(double loss) {
 absl::StatusOr<std::unique_ptr<Executor>>
 Executor::create(const Program &program, Backend &backend,
                  Communicator *communicator) {
-  for (const Instruction &inst : program.instructions)
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction &inst = program.instructions[i];
+    if (inst.kind == OpKind::Wait &&
+        (inst.completes < 0 || size_t(inst.completes) >= i ||
+         program.instructions[inst.completes].waitAt != int(i)))
+      return absl::FailedPreconditionError(
+          absl::StrCat("wait #", i, " completes no collective"));
     if (isCollective(inst.kind) && !inst.attrs.identity) {
       if (inst.attrs.group < 0)
         return absl::FailedPreconditionError(
@@ -53,6 +80,7 @@ Executor::create(const Program &program, Backend &backend,
                          " processes, but runs without a "
                          "communicator"));
     }
+  }
   std::unique_ptr<Executor> executor(
       new Executor(program, backend, communicator));
   executor->constants.resize(program.values.size());
@@ -191,63 +219,138 @@ Executor::runStep(const StepContext &step,
                                               formatLoss(*loss), ")"));
   };
 
+  // Overlapped collectives in flight, by instruction, and their indices
+  // in the order they started.
+  std::vector<std::unique_ptr<PendingCollective>> pending(
+      program.instructions.size());
+  std::vector<int> inFlight;
+  // Adds the time from here to the end of its scope to `profile`.
+  struct Timed {
+    OpProfile *profile;
+    OpKind kind;
+    std::chrono::steady_clock::time_point started =
+        std::chrono::steady_clock::now();
+    ~Timed() {
+      if (!profile)
+        return;
+      OpProfile::Entry &e = profile->byKind[kind];
+      ++e.calls;
+      e.seconds += std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - started)
+                       .count();
+    }
+  };
+  // Waits for the transfers of the collectives in flight of `group` that
+  // started before `before` (all of them for -1): one Gloo worker per
+  // group runs them in that order, so the first that failed is the one
+  // reported.
+  auto awaitEarlier = [&](int group, int before) -> absl::Status {
+    for (int c : inFlight) {
+      if (before >= 0 && c >= before)
+        break;
+      const Instruction &coll = program.instructions[c];
+      if (group >= 0 && coll.attrs.group != group)
+        continue;
+      if (absl::Status s = pending[c]->wait(); !s.ok())
+        return instructionFailed(coll, s);
+    }
+    return absl::OkStatus();
+  };
+  // A step that ends early (a skipped step) still lets its collectives
+  // finish, as the other ranks run them to the end.
+  auto drain = [&]() -> absl::Status { return awaitEarlier(-1, -1); };
+
   KernelCall call;
   call.program = &program;
   call.step = &step;
   for (size_t index = 0; index < program.instructions.size(); ++index) {
     const Instruction &inst = program.instructions[index];
-    call.instruction = &inst;
-    call.operands.assign(inst.operands.size(), nullptr);
-    call.hostScalars.assign(inst.operands.size(), std::nullopt);
-    for (size_t k = 0; k < inst.operands.size(); ++k) {
-      ValueId v = inst.operands[k];
-      if (v == kNoValue)
-        continue;
-      call.operands[k] = live[v].get();
-      if (!call.operands[k])
-        return absl::InternalError(absl::StrCat(
-            "instruction ", index, " reads %", v, ", which is not live"));
-      if (v == lrValue)
-        call.hostScalars[k] = step.learningRate;
-      else if (v == stepValue)
-        call.hostScalars[k] = double(step.optimizerStep);
-    }
-    call.inPlace.assign(inst.results.size(), nullptr);
-    for (size_t r = 0; r < inst.storage.size(); ++r)
-      if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
-        call.inPlace[r] = call.operands[inst.storage[r].operand];
-    call.results.clear();
-    if (isCollective(inst.kind) && inst.attrs.identity) {
-      // A group of this rank alone: the result is the operand (planned as
-      // a view of it).
-      call.results.push_back(live[inst.operands[0]]);
-    } else {
-      auto started = std::chrono::steady_clock::now();
-      absl::Status status = isCollective(inst.kind)
-                                ? communicator->execute(call)
-                                : backend.execute(call);
-      if (profile) {
-        OpProfile::Entry &e = profile->byKind[inst.kind];
-        ++e.calls;
-        e.seconds += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - started)
-                         .count();
+    if (inst.kind == OpKind::Wait) {
+      const Instruction &coll = program.instructions[inst.completes];
+      if (!pending[inst.completes])
+        return absl::InternalError(
+            absl::StrCat("wait #", index, ": '", opFullName(coll.kind), "' #",
+                         inst.completes, " is not in flight"));
+      absl::StatusOr<std::vector<TensorHandle>> done;
+      {
+        Timed timed{profile, OpKind::Wait};
+        if (absl::Status s = awaitEarlier(coll.attrs.group, inst.completes);
+            !s.ok())
+          return s;
+        done = pending[inst.completes]->finish();
       }
-      if (absl::Status s = std::move(status); !s.ok())
-        return absl::Status(
-            s.code(),
-            absl::StrCat(inst.location.empty() ? "" : inst.location,
-                         inst.location.empty() ? "" : ": ", "'",
-                         opFullName(inst.kind), "' failed: ", s.message()));
+      if (!done.ok())
+        return instructionFailed(coll, done.status());
+      if (done->size() != coll.results.size())
+        return absl::InternalError(absl::StrCat(
+            "'", opFullName(coll.kind), "' returned ", done->size(),
+            " results, expected ", coll.results.size()));
+      pending[inst.completes].reset();
+      inFlight.erase(
+          std::find(inFlight.begin(), inFlight.end(), inst.completes));
+      for (size_t r = 0; r < coll.results.size(); ++r)
+        live[coll.results[r]] = std::move((*done)[r]);
+    } else {
+      call.instruction = &inst;
+      call.operands.assign(inst.operands.size(), nullptr);
+      call.hostScalars.assign(inst.operands.size(), std::nullopt);
+      for (size_t k = 0; k < inst.operands.size(); ++k) {
+        ValueId v = inst.operands[k];
+        if (v == kNoValue)
+          continue;
+        call.operands[k] = live[v].get();
+        if (!call.operands[k])
+          return absl::InternalError(absl::StrCat(
+              "instruction ", index, " reads %", v, ", which is not live"));
+        if (v == lrValue)
+          call.hostScalars[k] = step.learningRate;
+        else if (v == stepValue)
+          call.hostScalars[k] = double(step.optimizerStep);
+      }
+      call.inPlace.assign(inst.results.size(), nullptr);
+      for (size_t r = 0; r < inst.storage.size(); ++r)
+        if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
+          call.inPlace[r] = call.operands[inst.storage[r].operand];
+      call.results.clear();
+      if (isCollective(inst.kind) && inst.attrs.identity) {
+        // A group of this rank alone: the result is the operand (planned
+        // as a view of it).
+        call.results.push_back(live[inst.operands[0]]);
+      } else if (inst.waitAt >= 0) {
+        // Overlapped: started here, completed by its wait.
+        absl::StatusOr<std::unique_ptr<PendingCollective>> started;
+        {
+          Timed timed{profile, inst.kind};
+          started = communicator->start(call);
+        }
+        if (!started.ok())
+          return instructionFailed(inst, started.status());
+        pending[index] = *std::move(started);
+        inFlight.push_back(int(index));
+      } else {
+        absl::Status status;
+        {
+          Timed timed{profile, inst.kind};
+          status = isCollective(inst.kind) ? communicator->execute(call)
+                                           : backend.execute(call);
+        }
+        if (!status.ok())
+          return instructionFailed(inst, status);
+      }
+      if (inst.waitAt < 0)
+        for (size_t r = 0; r < inst.results.size(); ++r)
+          live[inst.results[r]] = std::move(call.results[r]);
     }
-    for (size_t r = 0; r < inst.results.size(); ++r)
-      live[inst.results[r]] = std::move(call.results[r]);
 
     if (int(index) == program.lossInstruction) {
       // Nothing the step replaces has been written yet (the plan reuses
       // state buffers only after the loss), so stopping here drops it.
-      if (auto stop = readFiniteLoss())
+      if (auto stop = readFiniteLoss()) {
+        if (stop->ok() && (*stop)->skipped)
+          if (absl::Status s = drain(); !s.ok())
+            return s;
         return *stop;
+      }
     }
     for (ValueId v : inst.release)
       live[v].reset();

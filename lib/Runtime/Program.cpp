@@ -38,6 +38,8 @@ bool isCollective(OpKind kind) {
 }
 
 std::string opFullName(OpKind kind) {
+  if (kind == OpKind::Wait)
+    return opKindName(kind);
   return absl::StrCat(isCollective(kind) ? "mesh." : "merak.",
                       opKindName(kind));
 }
@@ -229,9 +231,133 @@ std::string describeCollective(const Program &program,
   return text + "}";
 }
 
+/// Views that read no data of their operand: a view of a pending
+/// collective's result can wait with it.
+bool isPureView(const Instruction &inst) {
+  switch (inst.kind) {
+  case OpKind::Reshape:
+  case OpKind::Permute:
+  case OpKind::Slice:
+  case OpKind::Select:
+  case OpKind::Expand:
+    return inst.operands.size() == 1 && inst.results.size() == 1;
+  default:
+    return false;
+  }
+}
+
+/// Per instruction: whether the storage of a state argument the step
+/// replaces (with its views) is read for the last time there, so the plan
+/// may write the new state into it, which it does only once the loss is
+/// known.
+std::vector<bool> stateDonations(const Program &program,
+                                 const std::vector<Instruction> &insts) {
+  std::vector<int> root(program.values.size(), -1), last;
+  for (const Argument &arg : program.arguments)
+    if (arg.isState() && arg.updatedBy >= 0) {
+      root[arg.value] = int(last.size());
+      last.push_back(-1);
+    }
+  for (size_t i = 0; i < insts.size(); ++i) {
+    for (ValueId v : insts[i].operands)
+      if (v != kNoValue && root[v] >= 0)
+        last[root[v]] = int(i);
+    if (isPureView(insts[i]) && insts[i].operands[0] != kNoValue)
+      root[insts[i].results[0]] = root[insts[i].operands[0]];
+  }
+  for (const ResultInfo &res : program.results)
+    if (root[res.value] >= 0)
+      last[root[res.value]] = -1; // kept to the end: never reused
+  std::vector<bool> donation(insts.size(), false);
+  for (int i : last)
+    if (i >= 0)
+      donation[i] = true;
+  return donation;
+}
+
+/// Inserts the wait of every communicating collective right before the
+/// first instruction that reads its result (views of the result, which
+/// read no data, move behind the wait), or at the end of the program. The
+/// loss is waited for before the first instruction where the plan could
+/// write new state into old (see `planProgram`), so overlapping its
+/// reduction costs no memory.
+void scheduleWaits(Program &program) {
+  std::vector<Instruction> in;
+  in.reserve(program.instructions.size());
+  for (Instruction &inst : program.instructions)
+    if (inst.kind != OpKind::Wait) // from an earlier binding
+      in.push_back(std::move(inst));
+  std::vector<bool> donation = stateDonations(program, in);
+  ValueId lossValue = program.lossResult >= 0
+                          ? program.results[program.lossResult].value
+                          : kNoValue;
+  std::vector<Instruction> out;
+  out.reserve(in.size() * 2);
+  // One slot per collective in flight, in issue order: its index in `out`
+  // and the views of its result that wait with it.
+  struct Slot {
+    int collective;
+    std::vector<Instruction> views;
+    bool open = true;
+  };
+  std::vector<Slot> slots;
+  std::vector<int> pendingSlot(program.values.size(), -1);
+  auto close = [&](int s) {
+    Slot &slot = slots[s];
+    Instruction &coll = out[slot.collective];
+    Instruction wait;
+    wait.kind = OpKind::Wait;
+    wait.operands = coll.results;
+    wait.location = coll.location;
+    wait.completes = slot.collective;
+    coll.waitAt = int(out.size());
+    for (ValueId v : coll.results)
+      pendingSlot[v] = -1;
+    out.push_back(std::move(wait));
+    for (Instruction &view : slot.views) {
+      pendingSlot[view.results[0]] = -1;
+      out.push_back(std::move(view));
+    }
+    slot.views.clear();
+    slot.open = false;
+  };
+  for (size_t j = 0; j < in.size(); ++j) {
+    Instruction &inst = in[j];
+    inst.waitAt = inst.completes = -1;
+    if (isPureView(inst) && inst.operands[0] != kNoValue &&
+        pendingSlot[inst.operands[0]] >= 0) {
+      int s = pendingSlot[inst.operands[0]];
+      pendingSlot[inst.results[0]] = s;
+      slots[s].views.push_back(std::move(inst));
+      continue;
+    }
+    std::vector<int> needed;
+    for (ValueId v : inst.operands)
+      if (v != kNoValue && pendingSlot[v] >= 0)
+        needed.push_back(pendingSlot[v]);
+    if (donation[j] && lossValue != kNoValue && pendingSlot[lossValue] >= 0)
+      needed.push_back(pendingSlot[lossValue]);
+    std::sort(needed.begin(), needed.end());
+    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+    for (int s : needed)
+      close(s);
+    bool overlapped = isCollective(inst.kind) && !inst.attrs.identity;
+    out.push_back(std::move(inst));
+    if (overlapped) {
+      slots.push_back({int(out.size()) - 1, {}});
+      for (ValueId v : out.back().results)
+        pendingSlot[v] = int(slots.size()) - 1;
+    }
+  }
+  for (size_t s = 0; s < slots.size(); ++s)
+    if (slots[s].open)
+      close(int(s));
+  program.instructions = std::move(out);
+}
+
 } // namespace
 
-absl::Status bindToRank(Program &program, int64_t rank) {
+absl::Status bindToRank(Program &program, int64_t rank, CollectiveMode mode) {
   int64_t world = program.worldSize();
   if (rank < 0 || rank >= world)
     return absl::InvalidArgumentError(absl::StrCat(
@@ -272,6 +398,18 @@ absl::Status bindToRank(Program &program, int64_t rank) {
       a.group = int(program.groups.size());
       program.groups.push_back({a.meshAxes, std::move(members)});
     }
+  }
+  if (mode == CollectiveMode::Overlapped) {
+    scheduleWaits(program);
+  } else {
+    // Blocking: drop the waits of an earlier, overlapped binding.
+    std::vector<Instruction> kept;
+    for (Instruction &inst : program.instructions)
+      if (inst.kind != OpKind::Wait) {
+        inst.waitAt = inst.completes = -1;
+        kept.push_back(std::move(inst));
+      }
+    program.instructions = std::move(kept);
   }
   return planProgram(program);
 }
@@ -327,10 +465,30 @@ absl::Status planProgram(Program &program) {
       return absl::InternalError("a result is never defined");
     values[res.value].lastUse = kKeepAlive;
   }
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction &inst = program.instructions[i];
+    int n = int(program.instructions.size());
+    if (inst.waitAt >= 0 &&
+        (inst.waitAt <= int(i) || inst.waitAt >= n ||
+         program.instructions[inst.waitAt].completes != int(i)))
+      return absl::InternalError(absl::StrCat("instruction ", i, " (",
+                                              opKindName(inst.kind),
+                                              ") has no matching wait"));
+    if (inst.kind == OpKind::Wait &&
+        (inst.completes < 0 || inst.completes >= int(i) ||
+         program.instructions[inst.completes].waitAt != int(i)))
+      return absl::InternalError(
+          absl::StrCat("wait ", i, " completes no collective"));
+  }
   program.lossInstruction =
       program.lossResult >= 0
           ? values[program.results[program.lossResult].value].definedBy
           : -1;
+  // The loss of an overlapped collective is known at its wait.
+  if (program.lossInstruction >= 0 &&
+      program.instructions[program.lossInstruction].waitAt >= 0)
+    program.lossInstruction =
+        program.instructions[program.lossInstruction].waitAt;
 
   std::vector<Buffer> buffers;
   std::vector<bool> broadcast(numValues, false);
@@ -407,6 +565,24 @@ absl::Status planProgram(Program &program) {
       if (!placed)
         newBuffer(res, int(i));
     }
+    // An overlapped collective reads its operands until its wait (Gloo
+    // works on their storage in the background): that storage must be
+    // neither written in place nor released before. The operand it reduces
+    // into is its result's storage, live through the wait anyway.
+    if (inst.waitAt >= 0) {
+      for (ValueId v : inst.operands) {
+        if (v == kNoValue)
+          continue;
+        bool shared = false;
+        for (ValueId res : inst.results)
+          shared |= values[res].buffer == values[v].buffer;
+        if (shared)
+          continue;
+        values[v].lastUse = std::max(values[v].lastUse, inst.waitAt);
+        Buffer &b = buffers[values[v].buffer];
+        b.last = std::max(b.last, inst.waitAt);
+      }
+    }
   }
 
   // Release points: after the last reader, or right after the definition
@@ -464,9 +640,27 @@ std::string printProgram(const Program &program) {
   for (const ProgramConstant &c : program.constants)
     os << "  " << valueName(c.value)
        << " = constant : " << program.values[c.value].type.str() << "\n";
+  auto printRelease = [&](const Instruction &inst) {
+    if (!inst.release.empty()) {
+      os << " release";
+      for (size_t k = 0; k < inst.release.size(); ++k)
+        os << (k ? ", " : " ") << valueName(inst.release[k]);
+    }
+    os << "\n";
+  };
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     const Instruction &inst = program.instructions[i];
     os << "  #" << i << " ";
+    if (inst.kind == OpKind::Wait) {
+      // `#9 wait %12 {all_reduce #4}`: the collective is complete here.
+      os << "wait";
+      for (size_t k = 0; k < inst.operands.size(); ++k)
+        os << (k ? ", " : " ") << valueName(inst.operands[k]);
+      os << " {" << opKindName(program.instructions[inst.completes].kind)
+         << " #" << inst.completes << "}";
+      printRelease(inst);
+      continue;
+    }
     for (size_t r = 0; r < inst.results.size(); ++r)
       os << (r ? ", " : "") << valueName(inst.results[r]);
     os << " = " << opKindName(inst.kind);
@@ -485,12 +679,9 @@ std::string printProgram(const Program &program) {
          << (s.kind == ResultStorage::Kind::View ? " view of " : " in-place ")
          << valueName(inst.operands[s.operand]) << "}";
     }
-    if (!inst.release.empty()) {
-      os << " release";
-      for (size_t k = 0; k < inst.release.size(); ++k)
-        os << (k ? ", " : " ") << valueName(inst.release[k]);
-    }
-    os << "\n";
+    if (inst.waitAt >= 0)
+      os << " {wait #" << inst.waitAt << "}";
+    printRelease(inst);
   }
   os << "  return";
   for (size_t r = 0; r < program.results.size(); ++r) {

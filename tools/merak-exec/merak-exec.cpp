@@ -143,6 +143,12 @@ static cl::opt<double>
                          "(or a collective, the rendezvous, a barrier) ends "
                          "the run on every rank"),
                 cl::init(60.0), cl::cat(category));
+static cl::opt<bool> syncCollectives(
+    "sync-collectives",
+    cl::desc("Run each collective to completion where it stands instead of "
+             "overlapping it with the kernels up to the first use of its "
+             "result (for debugging and for measuring the overlap)"),
+    cl::cat(category));
 static cl::opt<bool>
     printProgramOnly("print-program",
                      cl::desc("Print the rank program and its memory plan, "
@@ -429,10 +435,12 @@ int main(int argc, char **argv) {
 
   // The mesh decides how many processes run the program.
   const int64_t meshSize = program.worldSize();
+  const CollectiveMode collectiveMode =
+      syncCollectives ? CollectiveMode::Blocking : CollectiveMode::Overlapped;
   if (printProgramOnly) {
     // Without the ranks running, rank 0's program.
     int64_t rank = env.worldSize == meshSize ? env.rank : 0;
-    if (absl::Status s = bindToRank(program, rank); !s.ok())
+    if (absl::Status s = bindToRank(program, rank, collectiveMode); !s.ok())
       return fail(s);
     if (rank == 0)
       std::fputs(printProgram(program).c_str(), stdout);
@@ -462,7 +470,7 @@ int main(int argc, char **argv) {
                 (meshText.empty() ? std::string("(none)") : meshText) +
                 " has " + std::to_string(meshSize) + " processes");
   }
-  if (absl::Status s = bindToRank(program, env.rank); !s.ok())
+  if (absl::Status s = bindToRank(program, env.rank, collectiveMode); !s.ok())
     return fail(s);
 
   // Options that depend on the program.

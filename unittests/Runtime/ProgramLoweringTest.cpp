@@ -398,6 +398,173 @@ func.func @forward(%x: tensor<4xf32> {merak.input = "x"}) -> tensor<4xf32> {
   EXPECT_FALSE(second.attrs.identity);
   ASSERT_EQ(p->groups.size(), 1u);
   EXPECT_EQ(p->groups[0].members.ranks, (std::vector<int64_t>{0, 1}));
+  // A pass-through needs no wait; the other one is waited for at the end.
+  EXPECT_EQ(first.waitAt, -1);
+  ASSERT_EQ(second.waitAt, 2);
+  EXPECT_EQ(p->instructions[2].kind, OpKind::Wait);
+}
+
+//===----------------------------------------------------------------------===//
+// Overlapped collectives: where the waits go, and what the plan keeps
+//===----------------------------------------------------------------------===//
+
+/// The kinds of the program's instructions in order.
+std::vector<OpKind> kinds(const Program &p) {
+  std::vector<OpKind> result;
+  for (const Instruction &inst : p.instructions)
+    result.push_back(inst.kind);
+  return result;
+}
+
+TEST_F(ProgramLoweringTest, AWaitGoesRightBeforeTheFirstRead) {
+  const char *text = R"mlir(
+mesh.mesh @mesh(shape = 2)
+func.func @forward(%x: tensor<4xf32> {merak.input = "x"},
+                   %y: tensor<4xf32> {merak.input = "y"}) -> tensor<4xf32> {
+  %r = mesh.all_reduce %x on @mesh mesh_axes = [0] : tensor<4xf32> -> tensor<4xf32>
+  %a = merak.exp %y : tensor<4xf32>
+  %c = merak.reshape %r {shape = array<i64: 2, 2>} : (tensor<4xf32>) -> tensor<2x2xf32>
+  %b = merak.tanh %a : tensor<4xf32>
+  %e = merak.reshape %c {shape = array<i64: 4>} : (tensor<2x2xf32>) -> tensor<4xf32>
+  %d = merak.neg %b : tensor<4xf32>
+  %f = merak.add %d, %e : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %f : tensor<4xf32>
+}
+)mlir";
+  FailureOr<Program> p = lower(text);
+  ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
+  ASSERT_TRUE(bindToRank(*p, 0).ok());
+  // The all_reduce starts where it stands; exp, tanh and neg run while it
+  // is in flight; the reshapes of its result (views, no data read) move
+  // behind the wait, which comes right before add, its first reader.
+  EXPECT_EQ(kinds(*p),
+            (std::vector<OpKind>{OpKind::AllReduce, OpKind::Exp, OpKind::Tanh,
+                                 OpKind::Neg, OpKind::Wait, OpKind::Reshape,
+                                 OpKind::Reshape, OpKind::Add}));
+  const Instruction &reduce = p->instructions[0];
+  const Instruction &wait = p->instructions[4];
+  EXPECT_EQ(reduce.waitAt, 4);
+  EXPECT_EQ(wait.completes, 0);
+  EXPECT_EQ(wait.operands, reduce.results);
+  // %x, an input, is not reduced into: Gloo reads it until the wait, which
+  // releases it.
+  ValueId x = p->arguments[0].value;
+  EXPECT_EQ(reduce.storage[0].kind, ResultStorage::Kind::Fresh);
+  EXPECT_FALSE(releases(reduce, x));
+  EXPECT_TRUE(releases(wait, x));
+  std::string listing = printProgram(*p);
+  EXPECT_NE(listing.find("#0 %2 = all_reduce %0 : 4xf32 {sum over mesh axes "
+                         "[0]: group 0 = ranks 0, 1} {wait #4}"),
+            std::string::npos)
+      << listing;
+  EXPECT_NE(listing.find("#4 wait %2 {all_reduce #0} release %0"),
+            std::string::npos)
+      << listing;
+
+  // Blocking: the program's own order, no waits.
+  FailureOr<Program> q = lower(text);
+  ASSERT_TRUE(succeeded(q));
+  ASSERT_TRUE(bindToRank(*q, 0, CollectiveMode::Blocking).ok());
+  EXPECT_EQ(kinds(*q),
+            (std::vector<OpKind>{OpKind::AllReduce, OpKind::Exp,
+                                 OpKind::Reshape, OpKind::Tanh, OpKind::Reshape,
+                                 OpKind::Neg, OpKind::Add}));
+  EXPECT_EQ(q->instructions[0].waitAt, -1);
+  EXPECT_TRUE(releases(q->instructions[0], x));
+
+  // Binding again (here: blocking after overlapped) starts afresh.
+  auto waits = [&] {
+    std::vector<OpKind> k = kinds(*p);
+    return std::count(k.begin(), k.end(), OpKind::Wait);
+  };
+  ASSERT_TRUE(bindToRank(*p, 1, CollectiveMode::Blocking).ok());
+  EXPECT_EQ(waits(), 0);
+  ASSERT_TRUE(bindToRank(*p, 1).ok());
+  EXPECT_EQ(waits(), 1);
+}
+
+TEST_F(ProgramLoweringTest, StorageAPendingCollectiveReadsWaitsForIt) {
+  const char *text = R"mlir(
+mesh.mesh @mesh(shape = 2)
+func.func @forward(%x: tensor<4xf32> {merak.input = "x"}) -> tensor<f32> {
+  %a = merak.exp %x : tensor<4xf32>
+  %g = mesh.all_gather %a on @mesh mesh_axes = [0] gather_axis = 0 : tensor<4xf32> -> tensor<8xf32>
+  %b = merak.neg %a : tensor<4xf32>
+  %c = merak.tanh %b : tensor<4xf32>
+  %sc = merak.reduce_sum %c {dims = array<i64>} : (tensor<4xf32>) -> tensor<f32>
+  %sg = merak.reduce_sum %g {dims = array<i64>} : (tensor<8xf32>) -> tensor<f32>
+  %s = merak.add %sg, %sc : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %s : tensor<f32>
+}
+)mlir";
+  FailureOr<Program> p = lower(text);
+  ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
+  ASSERT_TRUE(bindToRank(*p, 0).ok());
+  EXPECT_EQ(kinds(*p),
+            (std::vector<OpKind>{OpKind::Exp, OpKind::AllGather, OpKind::Neg,
+                                 OpKind::Tanh, OpKind::ReduceSum, OpKind::Wait,
+                                 OpKind::ReduceSum, OpKind::Add}));
+  // neg reads %a for the last time, but the gather still reads %a's
+  // storage until its wait: neg must not write into it, and %a lives (and
+  // counts in the planned peak) until the wait.
+  const Instruction &neg = find(*p, OpKind::Neg);
+  ValueId a = neg.operands[0];
+  EXPECT_EQ(neg.storage[0].kind, ResultStorage::Kind::Fresh);
+  EXPECT_FALSE(releases(neg, a));
+  EXPECT_TRUE(releases(p->instructions[5], a));
+  EXPECT_EQ(p->values[a].lastUse, 5);
+  // tanh may still reuse neg's result, which no collective reads.
+  EXPECT_EQ(find(*p, OpKind::Tanh).storage[0].kind,
+            ResultStorage::Kind::InPlace);
+  int64_t overlappedPeak = p->plannedPeakBytes;
+
+  // Blocking, the gather is done when neg runs: neg may write into %a.
+  FailureOr<Program> q = lower(text);
+  ASSERT_TRUE(succeeded(q));
+  ASSERT_TRUE(bindToRank(*q, 0, CollectiveMode::Blocking).ok());
+  const Instruction &blockingNeg = find(*q, OpKind::Neg);
+  EXPECT_EQ(blockingNeg.storage[0].kind, ResultStorage::Kind::InPlace);
+  EXPECT_TRUE(releases(blockingNeg, a));
+  EXPECT_GT(overlappedPeak, q->plannedPeakBytes);
+}
+
+TEST_F(ProgramLoweringTest, TheLossIsKnownBeforeStateIsOverwritten) {
+  FailureOr<Program> p = lower(R"mlir(
+mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
+func.func @train_step(%w: tensor<1x4xf32> {merak.param = "w"},
+                      %mw: tensor<1x4xf32> {merak.opt_state = "w/momentum_buffer"},
+                      %x: tensor<4x4xf32> {merak.input = "x"},
+                      %lr: tensor<f32> {merak.lr},
+                      %step: tensor<i64> {merak.step})
+    -> (tensor<f32> {merak.loss}, tensor<1x4xf32> {merak.update_arg = 0 : i64},
+        tensor<1x4xf32> {merak.update_arg = 1 : i64}) {
+  %y = merak.linear %x, %w : (tensor<4x4xf32>, tensor<1x4xf32>) -> tensor<4x1xf32>
+  %sq = merak.mul %y, %y : (tensor<4x1xf32>, tensor<4x1xf32>) -> tensor<4x1xf32>
+  %l = merak.reduce_mean %sq {dims = array<i64>} : (tensor<4x1xf32>) -> tensor<f32>
+  %loss = mesh.all_reduce %l on @mesh mesh_axes = [0] reduction = <average> : tensor<f32> -> tensor<f32>
+  %yt = merak.permute %y {permutation = array<i64: 1, 0>} : (tensor<4x1xf32>) -> tensor<1x4xf32>
+  %dw = merak.matmul %yt, %x : (tensor<1x4xf32>, tensor<4x4xf32>) -> tensor<1x4xf32>
+  %g = mesh.all_reduce %dw on @mesh mesh_axes = [0] : tensor<1x4xf32> -> tensor<1x4xf32>
+  %nw, %nmw = merak.sgd_update %w, %g, %mw, %lr, %step {dampening = 0.0 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<f32>, tensor<i64>) -> (tensor<1x4xf32>, tensor<1x4xf32>)
+  return %loss, %nw, %nmw : tensor<f32>, tensor<1x4xf32>, tensor<1x4xf32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
+  ASSERT_TRUE(bindToRank(*p, 0).ok());
+  // Nothing reads the loss, but sgd_update may write the new weights into
+  // the old ones only once the loss is known (a non-finite one drops the
+  // step): the loss's wait comes before it, not at the end.
+  EXPECT_EQ(kinds(*p), (std::vector<OpKind>{
+                           OpKind::Linear, OpKind::Mul, OpKind::ReduceMean,
+                           OpKind::AllReduce, OpKind::Permute, OpKind::Matmul,
+                           OpKind::AllReduce, OpKind::Wait, OpKind::Wait,
+                           OpKind::SgdUpdate}));
+  EXPECT_EQ(p->instructions[3].waitAt, 7);
+  EXPECT_EQ(p->instructions[6].waitAt, 8);
+  EXPECT_EQ(p->lossInstruction, 7);
+  const Instruction &update = find(*p, OpKind::SgdUpdate);
+  EXPECT_EQ(update.storage[0].kind, ResultStorage::Kind::InPlace);
+  EXPECT_EQ(update.storage[1].kind, ResultStorage::Kind::InPlace);
 }
 
 TEST_F(ProgramLoweringTest, SpmdErrorsNameTheProblem) {

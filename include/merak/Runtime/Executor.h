@@ -2,8 +2,10 @@
 //
 // The executor owns the training state (parameters, buffers, optimizer
 // state, step counters) as backend tensors, feeds each step's inputs, runs
-// the instructions in order, releases values at their last use and, when
-// the step succeeds, replaces every state argument by its updated value.
+// the instructions in order (an overlapped collective is started at its
+// instruction and completed at its `wait`), releases values at their last
+// use and, when the step succeeds, replaces every state argument by its
+// updated value.
 //
 //===----------------------------------------------------------------------===//
 

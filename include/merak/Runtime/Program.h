@@ -23,7 +23,8 @@
 
 namespace merak::runtime {
 
-/// Every op the executor runs, with its mnemonic in the merak dialect.
+/// Every op the executor runs, with its mnemonic in the merak (or mesh)
+/// dialect; `wait` completes an overlapped collective and has no op.
 #define MERAK_RUNTIME_OPS(X)                                                   \
   X(Neg, "neg")                                                                \
   X(Abs, "abs")                                                                \
@@ -102,7 +103,8 @@ namespace merak::runtime {
   X(ReduceScatter, "reduce_scatter")                                           \
   X(AllToAll, "all_to_all")                                                    \
   X(AllSlice, "all_slice")                                                     \
-  X(Broadcast, "broadcast")
+  X(Broadcast, "broadcast")                                                    \
+  X(Wait, "wait")
 
 enum class OpKind : uint16_t {
 #define MERAK_OP_ENUM(Name, Mnemonic) Name,
@@ -118,9 +120,11 @@ constexpr size_t kNumOpKinds = 0
 /// The mnemonic without the dialect prefix, e.g. "layer_norm".
 const char *opKindName(OpKind kind);
 /// The `mesh` collectives (all_reduce ... broadcast); the others are
-/// `merak` ops.
+/// `merak` ops, except `wait`, which no dialect has: the executor's point
+/// where an overlapped collective must be complete (see `bindToRank`).
 bool isCollective(OpKind kind);
-/// The op's name with its dialect, e.g. "merak.layer_norm", "mesh.all_reduce".
+/// The op's name with its dialect, e.g. "merak.layer_norm", "mesh.all_reduce"
+/// ("wait" for a wait).
 std::string opFullName(OpKind kind);
 
 enum class ComparePredicate : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
@@ -194,8 +198,15 @@ struct Instruction {
   /// Filled by `planProgram`: values whose last use is this instruction,
   /// released right after it runs.
   std::vector<ValueId> release;
-  /// Source location for messages, `file:line:col` where known.
+  /// Source location for messages, `file:line:col` where known (a wait
+  /// has its collective's).
   std::string location;
+  /// Overlapped collectives (`CollectiveMode::Overlapped`): on a collective
+  /// that communicates, the index of the `wait` that completes it (-1: the
+  /// collective blocks); on a `wait`, the index of that collective. A
+  /// wait's operands are the collective's results.
+  int waitAt = -1;
+  int completes = -1;
 };
 
 enum class ArgumentRole : uint8_t {
@@ -281,8 +292,10 @@ struct Program {
   int64_t rank = 0;
   std::vector<ProcessGroupSpec> groups;
 
-  /// Filled by `planProgram`.
-  int lossInstruction = -1; // defines the loss; -1 when none does
+  /// Filled by `planProgram`: the instruction after which the loss is
+  /// known (its definition, or the wait of the collective that defines it);
+  /// -1 when none defines it.
+  int lossInstruction = -1;
   int64_t plannedPeakBytes = 0;
 
   const Argument *findArgument(ArgumentRole role) const;
@@ -297,14 +310,34 @@ struct Program {
 /// there with every view of its storage; an argument's storage is reused
 /// only when the step replaces that argument and only after the loss is
 /// known, so a step dropped for a non-finite loss leaves the state intact.
+/// The storage an overlapped collective reads stays live, and unwritten,
+/// until its wait.
 absl::Status planProgram(Program &program);
+
+/// How the executor runs a program's communicating collectives.
+enum class CollectiveMode : uint8_t {
+  /// Each collective is started where it stands and completed by a `wait`
+  /// right before the first instruction that reads its result, so the
+  /// kernels in between overlap the communication.
+  Overlapped,
+  /// Each collective returns when it is done (`--sync-collectives`).
+  Blocking,
+};
 
 /// Specializes an SPMD program for `rank`: records its process groups (one
 /// per distinct list of mesh axes, in order of first use), turns each
 /// `all_slice` into a `slice` of the rank's block, marks collectives over a
 /// group of one as identities, and plans the program again. A program
 /// without a mesh takes rank 0 only.
-absl::Status bindToRank(Program &program, int64_t rank);
+///
+/// `Overlapped` also schedules the waits: a collective's wait goes right
+/// before the first instruction that reads its result, or at the end when
+/// nothing does; views of a pending result (reshape, permute, slice,
+/// select, expand, which read no data) move behind the wait with it. The
+/// collectives keep their order, so every rank issues them in the same
+/// order.
+absl::Status bindToRank(Program &program, int64_t rank,
+                        CollectiveMode mode = CollectiveMode::Overlapped);
 
 /// A readable listing of the program and its plan (for --print-program and
 /// tests).

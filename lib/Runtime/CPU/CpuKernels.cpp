@@ -656,6 +656,7 @@ void runKernel(Ctx &c) {
   case OpKind::AllToAll:
   case OpKind::AllSlice:
   case OpKind::Broadcast:
+  case OpKind::Wait:
     // The executor runs these through a communicator.
     throw std::invalid_argument(
         "a collective reached the CPU kernels; it needs a communicator");

@@ -2,7 +2,8 @@
 //
 // The one translation unit with c10d: the TCPStore every rank joins, the
 // heartbeat that finds dead or stuck ranks, and a communicator that runs
-// the mesh collectives on the CPU backend's tensors with ProcessGroupGloo.
+// the mesh collectives on the CPU backend's tensors with ProcessGroupGloo,
+// in the background on one Gloo worker thread per process group.
 // Gloo in c10d 1.13 has no reduce-scatter and no average: reduce_scatter is
 // an all-to-all of the blocks followed by a local reduction (the bytes a
 // ring moves), and average is a sum divided by the group size.
@@ -26,8 +27,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -39,6 +42,15 @@ DistributedJob::~DistributedJob() = default;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// Worker threads of each process group. One is enough for overlap: the
+/// executor's thread runs kernels while the worker moves a collective's
+/// bytes (and sums them, for an all-reduce). It runs the group's
+/// collectives one at a time in the order they started (Gloo matches them
+/// by that order), which is also the order the executor waits in; a second
+/// worker would only run two of them at once, competing with the kernels
+/// for the same cores (c10d's default is 2).
+constexpr int kGlooThreadsPerGroup = 1;
 
 constexpr const char *kAbortKey = "merak/abort";
 constexpr const char *kAbortSeenKey = "merak/abort_seen";
@@ -214,8 +226,15 @@ public:
   }
 
   std::string diagnose(const std::vector<int64_t> &ranks) override {
+    return diagnose(ranks, progressStep.load(), progressInstruction.load());
+  }
+
+  /// As `diagnose`, for a failure of the collective at (step,
+  /// instruction): a live peer is late when it has not started that one.
+  std::string diagnose(const std::vector<int64_t> &ranks, int64_t step,
+                       int64_t instruction) {
     try {
-      return diagnoseOrThrow(ranks);
+      return diagnoseOrThrow(ranks, step, instruction);
     } catch (const std::exception &e) {
       if (options.rank == 0)
         return absl::StrCat("the rendezvous store failed: ", describe(e));
@@ -241,7 +260,8 @@ private:
     return ranks;
   }
 
-  std::string diagnoseOrThrow(const std::vector<int64_t> &ranks) {
+  std::string diagnoseOrThrow(const std::vector<int64_t> &ranks, int64_t step,
+                              int64_t instruction) {
     auto reported = [&]() -> std::string {
       if (!store->check({kAbortKey}))
         return "";
@@ -272,7 +292,7 @@ private:
           alive.insert(r), value = now;
       }
       if (alive.size() == first.size())
-        return behind(first);
+        return behind(first, step, instruction);
     }
     std::vector<int64_t> stopped;
     for (auto &[r, value] : first)
@@ -286,10 +306,10 @@ private:
   }
 
   /// Of live peers (by their last heartbeat, `beat step instruction`), the
-  /// ones that have not reached this rank's position: alive but stuck
-  /// before the collective this rank waits in.
-  std::string behind(const std::map<int64_t, std::string> &beats) {
-    int64_t myStep = progressStep.load(), myInst = progressInstruction.load();
+  /// ones that have not started the collective at (myStep, myInst): alive
+  /// but stuck before the collective this rank waits in.
+  std::string behind(const std::map<int64_t, std::string> &beats,
+                     int64_t myStep, int64_t myInst) {
     std::vector<std::string> late;
     for (const auto &[r, value] : beats) {
       long long beat, step, inst;
@@ -439,6 +459,59 @@ private:
 // The communicator
 //===----------------------------------------------------------------------===//
 
+/// A collective started on a Gloo worker thread: its c10d work and what
+/// remains to do on this thread once the data has moved.
+class GlooPending final : public PendingCollective {
+public:
+  GlooPending(Job &job, std::vector<int64_t> ranks, int64_t step,
+              int64_t instruction)
+      : job(job), ranks(std::move(ranks)), step(step),
+        instruction(instruction) {}
+
+  absl::Status wait() override {
+    if (transfer)
+      return *transfer;
+    try {
+      work->wait();
+      transfer = absl::OkStatus();
+    } catch (const std::exception &e) {
+      transfer = failed(e);
+    }
+    return *transfer;
+  }
+
+  absl::StatusOr<std::vector<TensorHandle>> finish() override {
+    if (absl::Status s = wait(); !s.ok())
+      return s;
+    c10::InferenceMode guard;
+    try {
+      return std::vector<TensorHandle>{wrap(complete())};
+    } catch (const std::exception &e) {
+      return absl::InternalError(describe(e));
+    }
+  }
+
+  /// A failure of this collective, with what the heartbeat knows of the
+  /// group's other ranks (compared with this collective's position, not
+  /// with the later ones this rank may have started since).
+  absl::Status failed(const std::exception &e) {
+    std::string why = job.diagnose(ranks, step, instruction);
+    return absl::UnavailableError(absl::StrCat(
+        "communication among ranks ", absl::StrJoin(ranks, ", "), " failed",
+        why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+  }
+
+  c10::intrusive_ptr<c10d::Work> work;
+  /// Runs under InferenceMode after the transfer; returns the result.
+  std::function<at::Tensor()> complete;
+
+private:
+  Job &job;
+  std::vector<int64_t> ranks;
+  int64_t step, instruction;
+  std::optional<absl::Status> transfer;
+};
+
 class GlooCommunicator final : public Communicator {
 public:
   struct Group {
@@ -452,32 +525,28 @@ public:
   int64_t rank() const override { return job.rank(); }
   int64_t worldSize() const override { return job.worldSize(); }
 
-  absl::Status execute(KernelCall &call) override {
+  absl::StatusOr<std::unique_ptr<PendingCollective>>
+  start(KernelCall &call) override {
     const Instruction &inst = *call.instruction;
     const OpAttrs &a = inst.attrs;
     if (a.group < 0 || size_t(a.group) >= groups.size())
       return absl::InternalError("a collective without a process group");
     Group &group = groups[a.group];
-    job.setProgress(call.step ? call.step->globalStep : 0,
-                    &inst - call.program->instructions.data());
+    int64_t step = call.step ? call.step->globalStep : 0;
+    int64_t index = &inst - call.program->instructions.data();
+    job.setProgress(step, index);
+    auto pending = std::make_unique<GlooPending>(job, group.spec.members.ranks,
+                                                 step, index);
     c10::InferenceMode guard;
-    at::Tensor out;
     try {
-      out = run(inst, group, call);
+      launch(inst, group, call, *pending);
     } catch (const std::exception &e) {
-      std::string why = job.diagnose(group.spec.members.ranks);
-      return absl::UnavailableError(absl::StrCat(
-          "communication among ranks ",
-          absl::StrJoin(group.spec.members.ranks, ", "), " failed",
-          why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+      return pending->failed(e);
     }
-    call.results.assign(1, wrap(std::move(out)));
-    return absl::OkStatus();
+    return std::unique_ptr<PendingCollective>(std::move(pending));
   }
 
 private:
-  static void wait(const c10::intrusive_ptr<c10d::Work> &work) { work->wait(); }
-
   /// The target of a collective that works in place: the planned operand,
   /// else a contiguous copy of the input.
   static at::Tensor writable(const at::Tensor &in, KernelCall &call) {
@@ -513,7 +582,11 @@ private:
     return t.div_(n, "trunc");
   }
 
-  at::Tensor run(const Instruction &inst, Group &group, KernelCall &call) {
+  /// Starts the c10d operation of `inst` and says in `pending` what is
+  /// left to do after it. The tensors the lambdas hold keep the buffers
+  /// Gloo reads and writes alive until then.
+  void launch(const Instruction &inst, Group &group, KernelCall &call,
+              GlooPending &pending) {
     const OpAttrs &a = inst.attrs;
     const int64_t n = int64_t(group.spec.members.ranks.size());
     at::Tensor in = unwrap(*call.operands[0]).contiguous();
@@ -537,10 +610,12 @@ private:
         options.reduceOp = c10d::ReduceOp::PRODUCT;
         break;
       }
-      wait(pg.allreduce(tensors, options));
-      if (a.collectiveReduction == CollectiveReduction::Average)
-        divide(tensors[0], n);
-      return tensors[0];
+      pending.work = pg.allreduce(tensors, options);
+      bool average = a.collectiveReduction == CollectiveReduction::Average;
+      pending.complete = [t = tensors[0], average, n] {
+        return average ? divide(t, n) : t;
+      };
+      return;
     }
     case OpKind::AllGather: {
       // Gloo copies into these on its own threads, outside InferenceMode,
@@ -552,22 +627,28 @@ private:
           outputs[0].push_back(at::empty(in.sizes(), in.options()));
       }
       std::vector<at::Tensor> inputs{in};
-      wait(pg.allgather(outputs, inputs));
-      return at::cat(outputs[0], a.dim);
+      pending.work = pg.allgather(outputs, inputs);
+      pending.complete = [outputs, in, dim = a.dim] {
+        return at::cat(outputs[0], dim);
+      };
+      return;
     }
     case OpKind::ReduceScatter: {
       // Block j of the scatter dimension goes to member j; member i then
-      // holds block i of every member and reduces them.
+      // holds block i of every member and reduces them (at the wait).
       at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
       at::Tensor received = at::empty_like(blocks);
       std::vector<int64_t> counts;
-      wait(pg.alltoall_base(received, blocks, counts, counts));
+      pending.work = pg.alltoall_base(received, blocks, counts, counts);
       std::vector<int64_t> shape{n, blocks.size(0) / n};
       shape.insert(shape.end(), blocks.sizes().begin() + 1,
                    blocks.sizes().end());
-      at::Tensor reduced =
-          reduceBlocks(received.view(shape), a.collectiveReduction, n);
-      return reduced.movedim(0, a.dim).contiguous();
+      pending.complete = [blocks, received, shape, n, dim = a.dim,
+                          r = a.collectiveReduction] {
+        at::Tensor reduced = reduceBlocks(received.view(shape), r, n);
+        return reduced.movedim(0, dim).contiguous();
+      };
+      return;
     }
     case OpKind::AllToAll: {
       // Block j along the split dimension goes to member j; what member i
@@ -575,11 +656,15 @@ private:
       at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
       at::Tensor received = at::empty_like(blocks);
       std::vector<int64_t> counts;
-      wait(pg.alltoall_base(received, blocks, counts, counts));
-      std::vector<at::Tensor> pieces;
-      for (const at::Tensor &piece : received.chunk(n, 0))
-        pieces.push_back(piece.movedim(0, a.dim));
-      return at::cat(pieces, a.concatDim);
+      pending.work = pg.alltoall_base(received, blocks, counts, counts);
+      pending.complete = [blocks, received, n, dim = a.dim,
+                          concatDim = a.concatDim] {
+        std::vector<at::Tensor> pieces;
+        for (const at::Tensor &piece : received.chunk(n, 0))
+          pieces.push_back(piece.movedim(0, dim));
+        return at::cat(pieces, concatDim);
+      };
+      return;
     }
     case OpKind::Broadcast: {
       std::vector<at::Tensor> tensors{writable(in, call)};
@@ -590,8 +675,9 @@ private:
       for (size_t k = 0; k < a.meshAxes.size(); ++k)
         root = root * mesh[a.meshAxes[k]] + a.root[k];
       options.rootRank = root;
-      wait(pg.broadcast(tensors, options));
-      return tensors[0];
+      pending.work = pg.broadcast(tensors, options);
+      pending.complete = [t = tensors[0]] { return t; };
+      return;
     }
     default:
       throw std::invalid_argument(
@@ -640,6 +726,7 @@ Job::createGlooCommunicator(const Program &program) {
     auto options =
         c10d::ProcessGroupGloo::Options::create(this->options.timeout);
     options->devices.push_back(device);
+    options->threads = kGlooThreadsPerGroup;
     try {
       auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
           c10::make_intrusive<c10d::PrefixStore>(prefix, store),

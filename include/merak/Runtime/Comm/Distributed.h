@@ -83,9 +83,10 @@ public:
   /// every rank got here, so rank 0 keeps the store up for the others.
   virtual absl::Status finish() = 0;
 
-  /// Where this rank is (its step, and the instruction of its collective;
-  /// -1 between collectives): sent with the heartbeat, so a peer whose
-  /// collective times out can tell which rank never came.
+  /// Where this rank is (its step, and the instruction of the last
+  /// collective it started; -1 before the step's first): sent with the
+  /// heartbeat, so a peer whose collective times out can tell which rank
+  /// never came.
   virtual void setProgress(int64_t step, int64_t instruction) = 0;
 
   /// After a failed collective among `ranks`: the failure another rank
