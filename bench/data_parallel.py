@@ -130,6 +130,9 @@ def main():
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--ddp-child", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
+    # OpenBLAS starts its own threads regardless of torch.set_num_threads or
+    # --threads; pin it so that both trainers use the threads they are given.
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     if args.ddp_child:
         work, rank, world, port = args.ddp_child
         return ddp_child(args, work, int(rank), int(world), int(port))
