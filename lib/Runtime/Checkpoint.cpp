@@ -22,19 +22,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-const char *roleNoun(ArgumentRole role) {
-  switch (role) {
-  case ArgumentRole::Param:
-    return "parameter";
-  case ArgumentRole::Buffer:
-    return "buffer";
-  case ArgumentRole::OptState:
-    return "optimizer state";
-  default:
-    return argumentRoleName(role);
-  }
-}
-
 std::string directoryOf(const std::string &path) {
   size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
@@ -310,7 +297,7 @@ shardState(const Program &program, GlobalState &state) {
       continue;
     }
     std::string where = absl::StrCat(
-        roleNoun(arg->role), " '", arg->name, "' is ", global->str(), " in ",
+        argumentRoleNoun(arg->role), " '", arg->name, "' is ", global->str(), " in ",
         state.name(), "; sharding ", arg->sharding.str(), " on mesh ",
         program.mesh ? program.mesh->str() : std::string("1"));
     absl::StatusOr<TensorBlock> block =

@@ -28,19 +28,6 @@ absl::Status Communicator::execute(KernelCall &call) {
 
 namespace {
 
-const char *roleNoun(ArgumentRole role) {
-  switch (role) {
-  case ArgumentRole::Param:
-    return "parameter";
-  case ArgumentRole::Buffer:
-    return "buffer";
-  case ArgumentRole::OptState:
-    return "optimizer state";
-  default:
-    return argumentRoleName(role);
-  }
-}
-
 /// `FILE:LINE:COL: 'mesh.all_reduce' failed: ...`
 absl::Status instructionFailed(const Instruction &inst, const absl::Status &s) {
   return absl::Status(
@@ -114,7 +101,7 @@ Executor::loadState(const std::map<std::string, HostTensor> &tensors,
         loaded[i] = *std::move(zeros);
         continue;
       }
-      return absl::NotFoundError(absl::StrCat(roleNoun(arg.role), " '",
+      return absl::NotFoundError(absl::StrCat(argumentRoleNoun(arg.role), " '",
                                               arg.name, "' is missing from ",
                                               sourceName));
     }
@@ -124,7 +111,7 @@ Executor::loadState(const std::map<std::string, HostTensor> &tensors,
     if (host.type.shape != type.shape ||
         (host.type.dtype != type.dtype && !convertible))
       return absl::InvalidArgumentError(absl::StrCat(
-          roleNoun(arg.role), " '", arg.name, "' is ", host.type.str(), " in ",
+          argumentRoleNoun(arg.role), " '", arg.name, "' is ", host.type.str(), " in ",
           sourceName, ", but the program expects ", type.str()));
     absl::StatusOr<TensorHandle> handle = backend.upload(host);
     if (handle.ok() && convertible)
@@ -184,7 +171,7 @@ Executor::runStep(const StepContext &step,
       handle = state[i];
       if (!handle)
         return absl::FailedPreconditionError(
-            absl::StrCat(roleNoun(arg.role), " '", arg.name, "' has no value"));
+            absl::StrCat(argumentRoleNoun(arg.role), " '", arg.name, "' has no value"));
       break;
     }
     if (values[arg.value].lastUse >= 0)

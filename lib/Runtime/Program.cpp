@@ -78,6 +78,19 @@ const char *argumentRoleName(ArgumentRole role) {
   return "?";
 }
 
+const char *argumentRoleNoun(ArgumentRole role) {
+  switch (role) {
+  case ArgumentRole::Param:
+    return "parameter";
+  case ArgumentRole::Buffer:
+    return "buffer";
+  case ArgumentRole::OptState:
+    return "optimizer state";
+  default:
+    return argumentRoleName(role);
+  }
+}
+
 const Argument *Program::findArgument(ArgumentRole role) const {
   for (const Argument &arg : arguments)
     if (arg.role == role)

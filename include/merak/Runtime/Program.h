@@ -218,6 +218,9 @@ enum class ArgumentRole : uint8_t {
   Step,         // merak.step: rank-0 integer, the 1-based optimizer step
 };
 const char *argumentRoleName(ArgumentRole role);
+/// The role as a noun for messages: "parameter", "buffer", "optimizer
+/// state", or the role's name.
+const char *argumentRoleNoun(ArgumentRole role);
 
 struct Argument {
   ValueId value = kNoValue;
