@@ -297,8 +297,8 @@ shardState(const Program &program, GlobalState &state) {
       continue;
     }
     std::string where = absl::StrCat(
-        argumentRoleNoun(arg->role), " '", arg->name, "' is ", global->str(), " in ",
-        state.name(), "; sharding ", arg->sharding.str(), " on mesh ",
+        argumentRoleNoun(arg->role), " '", arg->name, "' is ", global->str(),
+        " in ", state.name(), "; sharding ", arg->sharding.str(), " on mesh ",
         program.mesh ? program.mesh->str() : std::string("1"));
     absl::StatusOr<TensorBlock> block =
         shardBlock(global->shape, arg->sharding, meshShape, program.rank);

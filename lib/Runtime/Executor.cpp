@@ -111,8 +111,8 @@ Executor::loadState(const std::map<std::string, HostTensor> &tensors,
     if (host.type.shape != type.shape ||
         (host.type.dtype != type.dtype && !convertible))
       return absl::InvalidArgumentError(absl::StrCat(
-          argumentRoleNoun(arg.role), " '", arg.name, "' is ", host.type.str(), " in ",
-          sourceName, ", but the program expects ", type.str()));
+          argumentRoleNoun(arg.role), " '", arg.name, "' is ", host.type.str(),
+          " in ", sourceName, ", but the program expects ", type.str()));
     absl::StatusOr<TensorHandle> handle = backend.upload(host);
     if (handle.ok() && convertible)
       handle = backend.convert(**handle, type.dtype);
@@ -170,8 +170,8 @@ Executor::runStep(const StepContext &step,
     default:
       handle = state[i];
       if (!handle)
-        return absl::FailedPreconditionError(
-            absl::StrCat(argumentRoleNoun(arg.role), " '", arg.name, "' has no value"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            argumentRoleNoun(arg.role), " '", arg.name, "' has no value"));
       break;
     }
     if (values[arg.value].lastUse >= 0)

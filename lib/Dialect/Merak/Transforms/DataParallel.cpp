@@ -35,12 +35,11 @@ struct MeshPass : public merak::impl::MeshBase<MeshPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<std::pair<StringRef, int64_t>> axes;
-    for (auto [name, size] : {std::pair<StringRef, int>{"dp", dp},
-                              {"sp", sp},
-                              {"tp", tp}}) {
+    for (auto [name, size] :
+         {std::pair<StringRef, int>{"dp", dp}, {"sp", sp}, {"tp", tp}}) {
       if (size < 1) {
-        module.emitError("mesh degree ") << name << " must be >= 1, got "
-                                         << size;
+        module.emitError("mesh degree ")
+            << name << " must be >= 1, got " << size;
         return signalPassFailure();
       }
       if (size > 1)
@@ -52,8 +51,8 @@ struct MeshPass : public merak::impl::MeshBase<MeshPass> {
       bool same = static_cast<int64_t>(axes.size()) ==
                   static_cast<int64_t>(existing.getShape().size());
       for (auto [i, axis] : llvm::enumerate(axes))
-        same = same && meshAxisIndex(existing, axis.first) ==
-                           static_cast<int64_t>(i) &&
+        same = same &&
+               meshAxisIndex(existing, axis.first) == static_cast<int64_t>(i) &&
                existing.getShape()[i] == axis.second;
       if (!same) {
         existing.emitError("the module already has a different mesh");
@@ -109,8 +108,7 @@ struct DataParallelPass
     }
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
     if (!func) {
-      module.emitError("no @") << kTrainStepName
-                               << "; run --merak-train first";
+      module.emitError("no @") << kTrainStepName << "; run --merak-train first";
       return signalPassFailure();
     }
     MeshOp mesh = lookupMesh(module);
@@ -119,8 +117,8 @@ struct DataParallelPass
     int64_t axis = meshAxisIndex(mesh, "dp");
     int64_t size = axis < 0 ? 1 : mesh.getShape()[axis];
     if (dp > 0 && dp != size && !(dp == 1 && axis < 0)) {
-      mesh.emitError("dp=") << int(dp) << " but the mesh's dp axis has size "
-                            << size;
+      mesh.emitError("dp=")
+          << int(dp) << " but the mesh's dp axis has size " << size;
       return signalPassFailure();
     }
     FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
@@ -148,8 +146,9 @@ struct DataParallelPass
           return signalPassFailure();
         }
         split[0].push_back(dpAxis);
-      } else if (size > 1 && ((zero >= 1 && func.getArgAttr(i, kOptStateAttr)) ||
-                              (zero == 3 && func.getArgAttr(i, kParamAttr)))) {
+      } else if (size > 1 &&
+                 ((zero >= 1 && func.getArgAttr(i, kOptStateAttr)) ||
+                  (zero == 3 && func.getArgAttr(i, kParamAttr)))) {
         if (std::optional<int64_t> d = divisibleDim(type, mesh, split, size)) {
           if (zero == 3 && func.getArgAttr(i, kParamAttr))
             gatherBeforeUse(arg, makeSharding(ctx, meshRef, split));

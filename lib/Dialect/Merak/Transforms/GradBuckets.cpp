@@ -127,14 +127,14 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
       auto t = cast<RankedTensorType>(op.getInput().getType());
       flat.push_back(t.getRank() == 1
                          ? op.getInput()
-                         : b.create<ReshapeOp>(loc, op.getInput(),
-                                               b.getDenseI64ArrayAttr(
-                                                   {t.getNumElements()})));
+                         : b.create<ReshapeOp>(
+                               loc, op.getInput(),
+                               b.getDenseI64ArrayAttr({t.getNumElements()})));
     }
     Value packed = b.create<ConcatOp>(loc, flat, b.getI64IntegerAttr(0));
-    Value reduced = b.create<AllReduceOp>(
-        loc, packed.getType(), last.getMesh(), last.getMeshAxes(), packed,
-        last.getReduction());
+    Value reduced =
+        b.create<AllReduceOp>(loc, packed.getType(), last.getMesh(),
+                              last.getMeshAxes(), packed, last.getReduction());
     int64_t offset = 0;
     for (AllReduceOp op : bucket) {
       auto t = cast<RankedTensorType>(op.getType());

@@ -176,8 +176,8 @@ struct Propagator {
       bool consistent = true;
       for (auto [i, r] : llvm::enumerate(op->getResults()))
         if (resultMust[i] &&
-            !sameSharding(resultMust[i],
-                          (*ann)[op->getNumOperands() + i], rankOf(r)))
+            !sameSharding(resultMust[i], (*ann)[op->getNumOperands() + i],
+                          rankOf(r)))
           consistent = false;
       if (!consistent)
         continue;
@@ -193,9 +193,9 @@ struct Propagator {
       }
       for (auto [i, r] : llvm::enumerate(op->getResults()))
         if (resultHints[i])
-          cost += reshardBytes(mesh, cast<RankedTensorType>(r.getType()),
-                               (*ann)[op->getNumOperands() + i],
-                               resultHints[i]);
+          cost +=
+              reshardBytes(mesh, cast<RankedTensorType>(r.getType()),
+                           (*ann)[op->getNumOperands() + i], resultHints[i]);
       if (!best || cost < bestCost) {
         best = *option;
         bestAnnotations = *ann;
@@ -210,9 +210,9 @@ struct Propagator {
     decided.insert(op);
     for (auto [i, r] : llvm::enumerate(op->getResults()))
       if (!resultMust[i])
-        annotateResult(cast<OpResult>(r),
-                       normalize(bestAnnotations[op->getNumOperands() + i],
-                                 rankOf(r)));
+        annotateResult(
+            cast<OpResult>(r),
+            normalize(bestAnnotations[op->getNumOperands() + i], rankOf(r)));
     OpBuilder b(op);
     for (OpOperand &use : op->getOpOperands()) {
       MeshShardingAttr target =
@@ -260,8 +260,8 @@ struct ShardingPropagationPass
         func.emitError("only single-block functions can be partitioned");
         return signalPassFailure();
       }
-      Propagator p{func, mesh, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                   {}};
+      Propagator p{
+          func, mesh, FlatSymbolRefAttr::get(mesh.getSymNameAttr()), {}};
       if (failed(p.run()))
         return signalPassFailure();
     }

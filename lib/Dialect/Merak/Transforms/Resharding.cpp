@@ -36,8 +36,7 @@ SplitAxes splitAxesOf(MeshShardingAttr sharding, int64_t rank) {
 
 MeshShardingAttr makeSharding(MLIRContext *ctx, FlatSymbolRefAttr mesh,
                               const SplitAxes &split,
-                              ArrayRef<MeshAxis> partial,
-                              ReductionKind kind) {
+                              ArrayRef<MeshAxis> partial, ReductionKind kind) {
   // Trailing unsplit dimensions are dropped, but one entry stays: the
   // mesh dialect prints a replicated sharding as `[[]]` and cannot parse
   // `[]`.
@@ -75,10 +74,9 @@ int64_t groupSize(MeshOp mesh, ArrayRef<MeshAxis> axes) {
   return n;
 }
 
-FailureOr<RankedTensorType> localType(RankedTensorType global, MeshOp mesh,
-                                      MeshShardingAttr sharding,
-                                      llvm::function_ref<InFlightDiagnostic()>
-                                          emitError) {
+FailureOr<RankedTensorType>
+localType(RankedTensorType global, MeshOp mesh, MeshShardingAttr sharding,
+          llvm::function_ref<InFlightDiagnostic()> emitError) {
   SplitAxes split = splitAxesOf(sharding, global.getRank());
   SmallVector<int64_t> shape(global.getShape());
   for (int64_t d = 0; d < global.getRank(); ++d) {
@@ -86,9 +84,9 @@ FailureOr<RankedTensorType> localType(RankedTensorType global, MeshOp mesh,
     if (n == 1)
       continue;
     if (shape[d] % n != 0) {
-      emitError() << "dimension " << d << " of " << global
-                  << " (size " << shape[d] << ") is not divisible by the "
-                  << n << " ranks it is split over";
+      emitError() << "dimension " << d << " of " << global << " (size "
+                  << shape[d] << ") is not divisible by the " << n
+                  << " ranks it is split over";
       return failure();
     }
     shape[d] /= n;
@@ -115,8 +113,8 @@ struct Resharder {
   }
 
   Value allReduce(Value v, ArrayRef<MeshAxis> axes, ReductionKind kind) {
-    return b.create<AllReduceOp>(loc, v.getType(), meshRef.getValue(), axes,
-                                 v, kind);
+    return b.create<AllReduceOp>(loc, v.getType(), meshRef.getValue(), axes, v,
+                                 kind);
   }
   Value reduceScatter(Value v, ArrayRef<MeshAxis> axes, ReductionKind kind,
                       int64_t d) {
@@ -187,9 +185,11 @@ FailureOr<Value> reshard(OpBuilder &b, Location loc, MeshOp mesh, Value local,
     std::optional<int64_t> scatterDim;
     for (int64_t d = 0; d < rank && !scatterDim; ++d) {
       if (dst[d].size() != src[d].size() + reduce.size() ||
-          !llvm::equal(src[d], ArrayRef<MeshAxis>(dst[d]).take_front(src[d].size())))
+          !llvm::equal(src[d],
+                       ArrayRef<MeshAxis>(dst[d]).take_front(src[d].size())))
         continue;
-      ArrayRef<MeshAxis> suffix = ArrayRef<MeshAxis>(dst[d]).drop_front(src[d].size());
+      ArrayRef<MeshAxis> suffix =
+          ArrayRef<MeshAxis>(dst[d]).drop_front(src[d].size());
       if (llvm::all_of(suffix, [&](MeshAxis a) {
             return llvm::is_contained(reduce, a);
           }))
@@ -242,11 +242,10 @@ FailureOr<Value> reshard(OpBuilder &b, Location loc, MeshOp mesh, Value local,
     if (add[d].empty())
       continue;
     if (r.dimOf(local, d) % groupSize(mesh, add[d]) != 0)
-      return emitError(loc) << "dimension " << d << " (size "
-                            << r.dimOf(local, d)
-                            << ") is not divisible by the "
-                            << groupSize(mesh, add[d])
-                            << " ranks it is split over";
+      return emitError(loc)
+             << "dimension " << d << " (size " << r.dimOf(local, d)
+             << ") is not divisible by the " << groupSize(mesh, add[d])
+             << " ranks it is split over";
     local = r.allSlice(local, add[d], d);
   }
   return local;
@@ -297,13 +296,13 @@ MeshOp createMesh(ModuleOp module,
 
 ShardOp argAnnotation(BlockArgument arg) {
   for (Operation *user : arg.getUsers())
-    if (auto shard = dyn_cast<ShardOp>(user); shard && !shard.getAnnotateForUsers())
+    if (auto shard = dyn_cast<ShardOp>(user);
+        shard && !shard.getAnnotateForUsers())
       return shard;
   return nullptr;
 }
 
-static void annotateValue(Value v, MeshShardingAttr sharding,
-                          OpBuilder &b) {
+static void annotateValue(Value v, MeshShardingAttr sharding, OpBuilder &b) {
   for (Operation *user : llvm::to_vector(v.getUsers())) {
     auto shard = dyn_cast<ShardOp>(user);
     if (shard && !shard.getAnnotateForUsers()) {

@@ -30,7 +30,9 @@ using namespace merak;
 
 namespace {
 
-int64_t rankOf(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
+int64_t rankOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getRank();
+}
 
 /// The sharding a value is defined with: its result annotation, if any.
 FailureOr<MeshShardingAttr> definedSharding(Value v) {
@@ -103,8 +105,9 @@ struct FunctionPartitioner {
         return func.emitError("argument ")
                << arg.getArgNumber() << " cannot be a partial sum";
       FailureOr<RankedTensorType> type =
-          localType(cast<RankedTensorType>(arg.getType()), mesh, sharding,
-                    [&] { return func.emitError("argument ") << arg.getArgNumber() << ": "; });
+          localType(cast<RankedTensorType>(arg.getType()), mesh, sharding, [&] {
+            return func.emitError("argument ") << arg.getArgNumber() << ": ";
+          });
       if (failed(type))
         return failure();
       BlockArgument local = newBlock->addArgument(*type, arg.getLoc());

@@ -77,7 +77,8 @@ std::optional<int64_t> headsOf(ReshapeOp r) {
     if (in.getDimSize(d) != out.getDimSize(d))
       return std::nullopt;
   int64_t heads = out.getDimSize(out.getRank() - 2);
-  if (heads * out.getDimSize(out.getRank() - 1) != in.getDimSize(in.getRank() - 1))
+  if (heads * out.getDimSize(out.getRank() - 1) !=
+      in.getDimSize(in.getRank() - 1))
     return std::nullopt;
   return heads;
 }
@@ -96,9 +97,9 @@ bool mergesHeads(ReshapeOp r) {
 
 /// A sharding for an activation of `type`: dimension 0 (the batch) split
 /// over dp when the mesh has that axis, plus the given splits.
-MeshShardingAttr activationSharding(
-    MeshOp mesh, RankedTensorType type,
-    ArrayRef<std::pair<int64_t, MeshAxis>> splits) {
+MeshShardingAttr
+activationSharding(MeshOp mesh, RankedTensorType type,
+                   ArrayRef<std::pair<int64_t, MeshAxis>> splits) {
   SplitAxes split(type.getRank());
   int64_t dpIdx = meshAxisIndex(mesh, "dp");
   if (dpIdx >= 0 && type.getRank() > 0 && mesh.getShape()[dpIdx] > 1 &&
@@ -140,8 +141,8 @@ struct TensorParallelPass
     auto arg = dyn_cast<BlockArgument>(stripShards(v));
     if (!arg)
       return "";
-    if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                      kParamAttr))
+    if (auto name =
+            func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParamAttr))
       return name.getValue();
     return "";
   }
@@ -150,8 +151,7 @@ struct TensorParallelPass
     ModuleOp module = getOperation();
     func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
     if (!func) {
-      module.emitError("no @") << kTrainStepName
-                               << "; run --merak-train first";
+      module.emitError("no @") << kTrainStepName << "; run --merak-train first";
       return signalPassFailure();
     }
     mesh = lookupMesh(module);
@@ -160,8 +160,8 @@ struct TensorParallelPass
     int64_t idx = meshAxisIndex(mesh, "tp");
     size = idx < 0 ? 1 : mesh.getShape()[idx];
     if (tp > 0 && tp != size && !(tp == 1 && idx < 0)) {
-      mesh.emitError("tp=") << int(tp) << " but the mesh's tp axis has size "
-                            << size;
+      mesh.emitError("tp=")
+          << int(tp) << " but the mesh's tp axis has size " << size;
       return signalPassFailure();
     }
     if (size == 1)
@@ -190,8 +190,8 @@ struct TensorParallelPass
   /// split over dp when the mesh has that axis.
   void annotateActivation(Value v, int64_t dim) {
     annotateResult(cast<OpResult>(v),
-                   activationSharding(
-                       mesh, cast<RankedTensorType>(v.getType()), {{dim, axis}}));
+                   activationSharding(mesh, cast<RankedTensorType>(v.getType()),
+                                      {{dim, axis}}));
   }
 
   /// Optimizer state takes the sharding of its parameter.
@@ -283,9 +283,8 @@ struct TensorParallelPass
         if (*heads % size != 0) {
           proj.emitError("attention projection ")
               << paramName(proj.getWeight()) << ": " << *heads
-              << " heads (dimension 0 of the weight, " << *heads
-              << " x " << lastDim(r.getResult()) << ") are not divisible by tp="
-              << size;
+              << " heads (dimension 0 of the weight, " << *heads << " x "
+              << lastDim(r.getResult()) << ") are not divisible by tp=" << size;
           failed = true;
           return;
         }
@@ -331,9 +330,8 @@ struct TensorParallelPass
     }
     auto type = cast<RankedTensorType>(arg.getType());
     ShardOp existing = argAnnotation(arg);
-    SplitAxes split =
-        splitAxesOf(existing ? existing.getShard() : MeshShardingAttr(),
-                    type.getRank());
+    SplitAxes split = splitAxesOf(
+        existing ? existing.getShard() : MeshShardingAttr(), type.getRank());
     if (llvm::is_contained(split[dim], axis))
       return;
     for (auto &axes : split)
@@ -450,8 +448,8 @@ struct SequenceParallelPass
     auto annotateUses = [&](Value v, MeshShardingAttr s) {
       for (OpOperand *use : usesOf(v)) {
         OpBuilder b(use->getOwner());
-        auto shard = b.create<ShardOp>(use->getOwner()->getLoc(), use->get(),
-                                       s, /*annotate_for_users=*/true);
+        auto shard = b.create<ShardOp>(use->getOwner()->getLoc(), use->get(), s,
+                                       /*annotate_for_users=*/true);
         use->set(shard);
       }
     };
@@ -516,9 +514,10 @@ struct SequenceParallelPass
       SplitAxes split = splitAxesOf(
           existing ? existing.getShard() : MeshShardingAttr(), type.getRank());
       split[1].push_back(axis);
-      annotateArg(arg, makeSharding(func.getContext(),
-                                    FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                                    split));
+      annotateArg(arg,
+                  makeSharding(func.getContext(),
+                               FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                               split));
     }
     bool bad = false;
     func.walk([&](ReshapeOp r) {
@@ -532,8 +531,9 @@ struct SequenceParallelPass
           bad = true;
           return;
         }
-        annotateResult(cast<OpResult>(r.getResult()),
-                       activationSharding(mesh, out, {{out.getRank() - 2, axis}}));
+        annotateResult(
+            cast<OpResult>(r.getResult()),
+            activationSharding(mesh, out, {{out.getRank() - 2, axis}}));
         return;
       }
       if (mergesHeads(r) && splittable(mesh, r.getInput(), 1, axis)) {

@@ -54,8 +54,8 @@ localType(mlir::RankedTensorType global, mlir::mesh::MeshOp mesh,
 /// tensor rank. A partial sum whose target splits the same axes becomes one
 /// `mesh.reduce_scatter`.
 mlir::FailureOr<mlir::Value> reshard(mlir::OpBuilder &b, mlir::Location loc,
-                                     mlir::mesh::MeshOp mesh,
-                                     mlir::Value local, int64_t rank,
+                                     mlir::mesh::MeshOp mesh, mlir::Value local,
+                                     int64_t rank,
                                      mlir::mesh::MeshShardingAttr source,
                                      mlir::mesh::MeshShardingAttr target);
 
