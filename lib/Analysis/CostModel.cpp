@@ -12,6 +12,8 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -84,6 +86,56 @@ double convolutionFlops(Type output, Type weight) {
   return 2.0 * double(numElements(output)) * double(perOutput);
 }
 
+/// Ranks in the group of a collective over `axes` of its mesh (1 when the
+/// mesh cannot be found).
+int64_t groupSize(Operation *op, FlatSymbolRefAttr meshRef,
+                  ArrayRef<mesh::MeshAxis> axes) {
+  auto meshOp =
+      SymbolTable::lookupNearestSymbolFrom<mesh::MeshOp>(op, meshRef);
+  if (!meshOp)
+    return 1;
+  int64_t n = 1;
+  for (mesh::MeshAxis axis : axes)
+    if (axis >= 0 && axis < int64_t(meshOp.getShape().size()))
+      n *= std::max<int64_t>(1, meshOp.getShape()[axis]);
+  return n;
+}
+
+/// What a mesh collective sends per rank, as ring algorithms do: an
+/// all-reduce 2 (n - 1) / n of its tensor, a reduce-scatter or all-to-all
+/// (n - 1) / n of its input, an all-gather (n - 1) / n of its result; a
+/// slice nothing. Reductions add one FLOP per input element.
+void collectiveCost(Operation *op, OpCost &cost) {
+  FlatSymbolRefAttr meshRef;
+  ArrayRef<mesh::MeshAxis> axes;
+  TypeSwitch<Operation *>(op)
+      .Case<mesh::AllReduceOp, mesh::AllGatherOp, mesh::AllSliceOp,
+            mesh::AllToAllOp, mesh::ReduceScatterOp>([&](auto c) {
+        meshRef = c.getMeshAttr();
+        axes = c.getMeshAxes();
+      });
+  if (!meshRef)
+    return;
+  int64_t n = groupSize(op, meshRef, axes);
+  int64_t in = tensorBytes(op->getOperand(0).getType());
+  int64_t out = tensorBytes(op->getResult(0).getType());
+  double share = n > 1 ? double(n - 1) / double(n) : 0.0;
+  TypeSwitch<Operation *>(op)
+      .Case<mesh::AllReduceOp>([&](auto) {
+        cost.bytesCommunicated = int64_t(2.0 * share * double(in));
+        cost.flops = double(numElements(op->getOperand(0).getType()));
+      })
+      .Case<mesh::ReduceScatterOp>([&](auto) {
+        cost.bytesCommunicated = int64_t(share * double(in));
+        cost.flops = double(numElements(op->getOperand(0).getType()));
+      })
+      .Case<mesh::AllToAllOp>(
+          [&](auto) { cost.bytesCommunicated = int64_t(share * double(in)); })
+      .Case<mesh::AllGatherOp>(
+          [&](auto) { cost.bytesCommunicated = int64_t(share * double(out)); });
+  cost.collectives = n > 1 && cost.bytesCommunicated > 0 ? 1 : 0;
+}
+
 } // namespace
 
 OpCost merak::estimateOp(Operation *op) {
@@ -93,6 +145,12 @@ OpCost merak::estimateOp(Operation *op) {
   cost.bytesRead = operandBytes(op);
   cost.bytesWritten = resultBytes(op);
   int64_t out = resultElements(op);
+
+  if (op->getName().getDialectNamespace() ==
+      mesh::MeshDialect::getDialectNamespace()) {
+    collectiveCost(op, cost);
+    return cost;
+  }
 
   TypeSwitch<Operation *>(op)
       .Case<LinearOp>([&](LinearOp linear) {
@@ -200,12 +258,17 @@ OpCost merak::estimateBackwardByRule(Operation *op) {
 }
 
 double CostModel::time(const OpCost &cost) const {
-  if (cost.flops == 0 && cost.bytes() == 0)
+  if (cost.flops == 0 && cost.bytes() == 0 && cost.bytesCommunicated == 0)
     return 0;
   double compute = hw.peakFlops > 0 ? cost.flops / hw.peakFlops : 0;
   double memory =
       hw.memoryBandwidth > 0 ? double(cost.bytes()) / hw.memoryBandwidth : 0;
-  return std::max(compute, memory) + hw.opOverhead;
+  double communication =
+      double(cost.collectives) * hw.collectiveLatency +
+      (hw.collectiveBandwidth > 0
+           ? double(cost.bytesCommunicated) / hw.collectiveBandwidth
+           : 0);
+  return std::max(compute, memory) + hw.opOverhead + communication;
 }
 
 double CostModel::transferTime(int64_t bytes) const {

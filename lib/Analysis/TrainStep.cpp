@@ -8,6 +8,7 @@
 #include "merak/Analysis/CostModel.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 using namespace mlir;
@@ -43,11 +44,138 @@ Value merak::getUpdateGradient(Operation *update) {
   return update->getOperand(1);
 }
 
+bool merak::isUntagged(Operation *op) {
+  return !getForwardId(op) && !getGradOf(op) && !getRecomputeOf(op) &&
+         !isOptimizerUpdate(op) && !isConstantLike(op) &&
+         !op->hasTrait<OpTrait::IsTerminator>();
+}
+
+namespace {
+/// An op that may carry a gradient (or a parameter) to an optimizer update
+/// without computing anything: a collective or a reshape of one operand.
+bool isCarrier(Operation *op) {
+  return op->getNumOperands() == 1 && op->getNumResults() == 1 &&
+         (op->getName().getDialectNamespace() ==
+              mesh::MeshDialect::getDialectNamespace() ||
+          isa<ReshapeOp>(op));
+}
+} // namespace
+
+llvm::DenseSet<Operation *> merak::optimizerStepOps(func::FuncOp func) {
+  llvm::DenseSet<Operation *> ops;
+  if (func.getBody().empty())
+    return ops;
+  Block &body = func.getBody().front();
+  // Before the updates: users come after their definitions, so one
+  // backward walk sees every user first.
+  for (Operation &op : llvm::reverse(body.without_terminator())) {
+    if (!isUntagged(&op) || !isCarrier(&op) || op.use_empty())
+      continue;
+    if (llvm::all_of(op.getUsers(), [&](Operation *user) {
+          return isOptimizerUpdate(user) || ops.contains(user);
+        }))
+      ops.insert(&op);
+  }
+  // After them.
+  for (Operation &op : body.without_terminator()) {
+    if (!isUntagged(&op) || ops.contains(&op))
+      continue;
+    if (llvm::any_of(op.getOperands(), [&](Value v) {
+          Operation *def = v.getDefiningOp();
+          return def && (isOptimizerUpdate(def) || ops.contains(def));
+        }))
+      ops.insert(&op);
+  }
+  return ops;
+}
+
+Value merak::getUpdateGradientSource(
+    Operation *update, const llvm::DenseSet<Operation *> &optimizerOps) {
+  Value g = getUpdateGradient(update);
+  while (Operation *def = g.getDefiningOp()) {
+    if (!optimizerOps.contains(def))
+      break;
+    g = def->getOperand(0);
+  }
+  return g;
+}
+
+unsigned merak::tagUntaggedOps(func::FuncOp func) {
+  if (func.getBody().empty())
+    return 0;
+  Block &body = func.getBody().front();
+  llvm::DenseSet<Operation *> optimizer = optimizerStepOps(func);
+  llvm::DenseMap<Operation *, unsigned> position;
+  int64_t nextId = 0;
+  for (Operation &op : body) {
+    position[&op] = position.size();
+    if (std::optional<int64_t> id = getForwardId(&op))
+      nextId = std::max(nextId, *id + 1);
+  }
+  auto untagged = [&](Operation *op) {
+    return isUntagged(op) && !optimizer.contains(op);
+  };
+
+  // Ops whose results only reach backward ops (the local form of a loss's
+  // backward reads forward values only), with the `merak.grad_of` of their
+  // first backward user.
+  llvm::DenseMap<Operation *, int64_t> backwardBound;
+  for (Operation &op : llvm::reverse(body.without_terminator())) {
+    if (!untagged(&op) || op.use_empty())
+      continue;
+    Operation *first = nullptr;
+    std::optional<int64_t> gradOf;
+    bool onlyBackward = true;
+    for (Operation *user : op.getUsers()) {
+      std::optional<int64_t> g = getGradOf(user);
+      if (!g) {
+        auto it = backwardBound.find(user);
+        if (it != backwardBound.end())
+          g = it->second;
+      }
+      if (!g) {
+        onlyBackward = false;
+        break;
+      }
+      if (!first || position[user] < position[first]) {
+        first = user;
+        gradOf = g;
+      }
+    }
+    if (onlyBackward && gradOf)
+      backwardBound[&op] = *gradOf;
+  }
+
+  Builder b(func.getContext());
+  unsigned tagged = 0;
+  for (Operation &op : body.without_terminator()) {
+    if (!untagged(&op))
+      continue;
+    std::optional<int64_t> gradOf;
+    for (Value operand : op.getOperands())
+      if (Operation *def = operand.getDefiningOp())
+        if ((gradOf = getGradOf(def)))
+          break;
+    if (!gradOf) {
+      auto it = backwardBound.find(&op);
+      if (it != backwardBound.end())
+        gradOf = it->second;
+    }
+    if (gradOf)
+      op.setAttr(kGradOfAttr, b.getI64IntegerAttr(*gradOf));
+    else
+      op.setAttr(kIdAttr, b.getI64IntegerAttr(nextId++));
+    ++tagged;
+  }
+  return tagged;
+}
+
 llvm::DenseSet<Operation *> merak::weightGradientOps(func::FuncOp func) {
   llvm::DenseSet<Operation *> weight;
   if (func.getBody().empty())
     return weight;
   Block &body = func.getBody().front();
+  llvm::DenseSet<Operation *> optimizer = optimizerStepOps(func);
   // Users come after their definitions in the block, so one backward walk
   // decides every op after all of its users.
   for (Operation &op : llvm::reverse(body)) {
@@ -57,7 +185,8 @@ llvm::DenseSet<Operation *> merak::weightGradientOps(func::FuncOp func) {
     bool onlyWeights = true;
     for (OpOperand &use : op.getUses()) {
       Operation *user = use.getOwner();
-      if (isa<func::ReturnOp>(user) || user->hasAttr(kTiedSumAttr))
+      if (isa<func::ReturnOp>(user) || user->hasAttr(kTiedSumAttr) ||
+          optimizer.contains(user))
         continue;
       // (SGD without momentum reads the gradient as its buffer too.)
       if (isOptimizerUpdate(user) && use.getOperandNumber() != 0)

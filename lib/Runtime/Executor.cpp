@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 namespace merak::runtime {
 
@@ -83,6 +84,32 @@ Executor::create(const Program &program, Backend &backend,
   return executor;
 }
 
+absl::StatusOr<TensorHandle>
+loadStateArgument(Backend &backend, const Argument &arg, const TensorType &type,
+                  const std::map<std::string, HostTensor> &tensors,
+                  const std::string &sourceName, bool requireOptimizerState) {
+  auto it = tensors.find(arg.name);
+  if (it == tensors.end()) {
+    if (arg.role == ArgumentRole::OptState && !requireOptimizerState)
+      return backend.zeros(type);
+    return absl::NotFoundError(absl::StrCat(argumentRoleNoun(arg.role), " '",
+                                            arg.name, "' is missing from ",
+                                            sourceName));
+  }
+  const HostTensor &host = it->second;
+  bool convertible = host.type.dtype != type.dtype &&
+                     isFloat(host.type.dtype) && isFloat(type.dtype);
+  if (host.type.shape != type.shape ||
+      (host.type.dtype != type.dtype && !convertible))
+    return absl::InvalidArgumentError(absl::StrCat(
+        argumentRoleNoun(arg.role), " '", arg.name, "' is ", host.type.str(),
+        " in ", sourceName, ", but the program expects ", type.str()));
+  absl::StatusOr<TensorHandle> handle = backend.upload(host);
+  if (handle.ok() && convertible)
+    handle = backend.convert(**handle, type.dtype);
+  return handle;
+}
+
 absl::Status
 Executor::loadState(const std::map<std::string, HostTensor> &tensors,
                     const std::string &sourceName, bool requireOptimizerState) {
@@ -91,31 +118,9 @@ Executor::loadState(const std::map<std::string, HostTensor> &tensors,
     const Argument &arg = program.arguments[i];
     if (!arg.isState())
       continue;
-    const TensorType &type = program.values[arg.value].type;
-    auto it = tensors.find(arg.name);
-    if (it == tensors.end()) {
-      if (arg.role == ArgumentRole::OptState && !requireOptimizerState) {
-        absl::StatusOr<TensorHandle> zeros = backend.zeros(type);
-        if (!zeros.ok())
-          return zeros.status();
-        loaded[i] = *std::move(zeros);
-        continue;
-      }
-      return absl::NotFoundError(absl::StrCat(argumentRoleNoun(arg.role), " '",
-                                              arg.name, "' is missing from ",
-                                              sourceName));
-    }
-    const HostTensor &host = it->second;
-    bool convertible = host.type.dtype != type.dtype &&
-                       isFloat(host.type.dtype) && isFloat(type.dtype);
-    if (host.type.shape != type.shape ||
-        (host.type.dtype != type.dtype && !convertible))
-      return absl::InvalidArgumentError(absl::StrCat(
-          argumentRoleNoun(arg.role), " '", arg.name, "' is ", host.type.str(),
-          " in ", sourceName, ", but the program expects ", type.str()));
-    absl::StatusOr<TensorHandle> handle = backend.upload(host);
-    if (handle.ok() && convertible)
-      handle = backend.convert(**handle, type.dtype);
+    absl::StatusOr<TensorHandle> handle =
+        loadStateArgument(backend, arg, program.values[arg.value].type,
+                          tensors, sourceName, requireOptimizerState);
     if (!handle.ok())
       return handle.status();
     loaded[i] = *std::move(handle);
@@ -206,6 +211,59 @@ Executor::runStep(const StepContext &step,
                                               formatLoss(*loss), ")"));
   };
 
+  std::optional<absl::StatusOr<StepOutcome>> stopped;
+  if (absl::Status s = runInstructions(
+          step, live, lrValue, stepValue, [&]() -> absl::Status {
+            // Nothing the step replaces has been written yet (the plan
+            // reuses state buffers only after the loss), so stopping here
+            // drops it.
+            stopped = readFiniteLoss();
+            if (stopped && stopped->ok())
+              return absl::CancelledError("skipped");
+            return stopped ? stopped->status() : absl::OkStatus();
+          });
+      !s.ok()) {
+    if (stopped)
+      return *stopped;
+    return s;
+  }
+  if (lossValue != kNoValue && !loss)
+    if (auto stop = readFiniteLoss())
+      return *stop;
+
+  StepOutcome outcome{loss, false, std::nullopt};
+  if (program.gradNormResult >= 0) {
+    ValueId v = program.results[program.gradNormResult].value;
+    absl::StatusOr<HostTensor> host =
+        backend.download(*live[v], values[v].type);
+    if (!host.ok())
+      return host.status();
+    outcome.gradNorm = host->elementAsDouble(0);
+  }
+
+  // Results stay live to the end (the plan keeps them), so they can be read
+  // here, before the commit hands their storage to the state.
+  if (results) {
+    results->clear();
+    for (const ResultInfo &res : program.results) {
+      absl::StatusOr<HostTensor> host =
+          backend.download(*live[res.value], values[res.value].type);
+      if (!host.ok())
+        return host.status();
+      results->push_back(*std::move(host));
+    }
+  }
+
+  // Commit: every state argument the step replaces gets its new value.
+  for (const ResultInfo &res : program.results)
+    if (res.updatesArgument >= 0)
+      state[res.updatesArgument] = live[res.value];
+  return outcome;
+}
+
+absl::Status Executor::runInstructions(
+    const StepContext &step, std::vector<TensorHandle> &live, ValueId lrValue,
+    ValueId stepValue, const std::function<absl::Status()> &atLoss) {
   // Overlapped collectives in flight, by instruction, and their indices
   // in the order they started.
   std::vector<std::unique_ptr<PendingCollective>> pending(
@@ -243,8 +301,6 @@ Executor::runStep(const StepContext &step,
     }
     return absl::OkStatus();
   };
-  // A step that ends early (a skipped step) still lets its collectives
-  // finish, as the other ranks run them to the end.
   auto drain = [&]() -> absl::Status { return awaitEarlier(-1, -1); };
 
   KernelCall call;
@@ -329,51 +385,57 @@ Executor::runStep(const StepContext &step,
           live[inst.results[r]] = std::move(call.results[r]);
     }
 
-    if (int(index) == program.lossInstruction) {
-      // Nothing the step replaces has been written yet (the plan reuses
-      // state buffers only after the loss), so stopping here drops it.
-      if (auto stop = readFiniteLoss()) {
-        if (stop->ok() && (*stop)->skipped)
-          if (absl::Status s = drain(); !s.ok())
-            return s;
-        return *stop;
+    if (int(index) == program.lossInstruction && atLoss) {
+      if (absl::Status s = atLoss(); !s.ok()) {
+        // A step that ends early (a skipped step) still lets its
+        // collectives finish, as the other ranks run them to the end.
+        if (absl::IsCancelled(s))
+          if (absl::Status d = drain(); !d.ok())
+            return d;
+        return s;
       }
     }
     for (ValueId v : inst.release)
       live[v].reset();
   }
-  if (lossValue != kNoValue && !loss)
-    if (auto stop = readFiniteLoss())
-      return *stop;
+  return absl::OkStatus();
+}
 
-  StepOutcome outcome{loss, false, std::nullopt};
-  if (program.gradNormResult >= 0) {
-    ValueId v = program.results[program.gradNormResult].value;
-    absl::StatusOr<HostTensor> host =
-        backend.download(*live[v], values[v].type);
-    if (!host.ok())
-      return host.status();
-    outcome.gradNorm = host->elementAsDouble(0);
+absl::StatusOr<std::vector<TensorHandle>>
+Executor::call(const StepContext &step, std::vector<TensorHandle> arguments) {
+  const auto &values = program.values;
+  if (arguments.size() != program.arguments.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("@", program.function, " takes ",
+                     program.arguments.size(), " arguments, got ",
+                     arguments.size()));
+  std::vector<TensorHandle> live(values.size());
+  ValueId lrValue = kNoValue, stepValue = kNoValue;
+  for (size_t i = 0; i < program.arguments.size(); ++i) {
+    const Argument &arg = program.arguments[i];
+    if (arg.role == ArgumentRole::LearningRate)
+      lrValue = arg.value;
+    if (arg.role == ArgumentRole::Step)
+      stepValue = arg.value;
+    if (values[arg.value].lastUse < 0)
+      continue;
+    if (!arguments[i])
+      return absl::InvalidArgumentError(
+          absl::StrCat("@", program.function, ": ",
+                       argumentRoleNoun(arg.role), " '", arg.name,
+                       "' has no value"));
+    live[arg.value] = std::move(arguments[i]);
   }
-
-  // Results stay live to the end (the plan keeps them), so they can be read
-  // here, before the commit hands their storage to the state.
-  if (results) {
-    results->clear();
-    for (const ResultInfo &res : program.results) {
-      absl::StatusOr<HostTensor> host =
-          backend.download(*live[res.value], values[res.value].type);
-      if (!host.ok())
-        return host.status();
-      results->push_back(*std::move(host));
-    }
-  }
-
-  // Commit: every state argument the step replaces gets its new value.
+  for (const ProgramConstant &c : program.constants)
+    live[c.value] = constants[c.value];
+  if (absl::Status s =
+          runInstructions(step, live, lrValue, stepValue, nullptr);
+      !s.ok())
+    return s;
+  std::vector<TensorHandle> results;
   for (const ResultInfo &res : program.results)
-    if (res.updatesArgument >= 0)
-      state[res.updatesArgument] = live[res.value];
-  return outcome;
+    results.push_back(live[res.value]);
+  return results;
 }
 
 absl::StatusOr<std::map<std::string, HostTensor>> Executor::stateToHost() {

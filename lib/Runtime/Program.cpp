@@ -74,6 +74,10 @@ const char *argumentRoleName(ArgumentRole role) {
     return "lr";
   case ArgumentRole::Step:
     return "step";
+  case ArgumentRole::Value:
+    return "value";
+  case ArgumentRole::Grad:
+    return "grad";
   }
   return "?";
 }

@@ -9,6 +9,7 @@
 #include "merak/Runtime/ProgramLowering.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Analysis/PipelineAttrNames.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
@@ -22,6 +23,7 @@
 using namespace mlir;
 
 namespace merak::runtime {
+
 namespace {
 
 FailureOr<DType> toDType(Type type) {
@@ -42,6 +44,9 @@ FailureOr<DType> toDType(Type type) {
   return failure();
 }
 
+} // namespace
+
+/// The element type and shape of a static ranked tensor.
 FailureOr<TensorType> toTensorType(Type type) {
   auto ranked = dyn_cast<RankedTensorType>(type);
   if (!ranked || !ranked.hasStaticShape())
@@ -52,6 +57,9 @@ FailureOr<TensorType> toTensorType(Type type) {
   return TensorType{*dtype, std::vector<int64_t>(ranked.getShape().begin(),
                                                  ranked.getShape().end())};
 }
+
+namespace {
+
 
 /// `file:line:col` of the first file location inside `loc`.
 std::string locationString(Location loc) {
@@ -503,13 +511,21 @@ LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
   if (func.getArgAttr(i, kStepAttr)) {
     arg.role = ArgumentRole::Step, arg.name = "step", ++roles;
   }
+  if (auto n = func.getArgAttrOfType<IntegerAttr>(i, kValueAttr)) {
+    arg.role = ArgumentRole::Value, arg.pipelineValue = n.getInt();
+    arg.name = "value " + std::to_string(n.getInt()), ++roles;
+  }
+  if (auto s = stringAttr(kGradAttr)) {
+    arg.role = ArgumentRole::Grad, arg.name = s.str(), ++roles;
+  }
   if (roles == 1)
     return success();
   return func.emitError() << "argument #" << i
                           << (roles == 0 ? " has none" : " has more than one")
                           << " of the attributes merak.param, merak.buffer, "
                              "merak.opt_state, merak.input, merak.lr, "
-                             "merak.step";
+                             "merak.step (and, in a pipeline stage function, "
+                             "merak.value, merak.grad)";
 }
 
 /// Checks a collective against the mesh: it names the module's mesh, its
@@ -759,6 +775,10 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
       continue;
     }
     res.isLoss = bool(func.getResultAttr(index, kLossAttr));
+    if (auto n = func.getResultAttrOfType<IntegerAttr>(index, kValueAttr))
+      res.pipelineValue = n.getInt();
+    if (auto g = func.getResultAttrOfType<StringAttr>(index, kGradAttr))
+      res.gradName = g.str();
     if (failed(readSharding(func, func.getResultAttr(index, kShardingAttr),
                             "result #" + std::to_string(index),
                             program.values[res.value].type, program.mesh,
@@ -809,8 +829,8 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
     program.results.push_back(res);
   }
   // Without a marked loss (an imported @forward), the only rank-0 float
-  // result is the loss.
-  if (program.lossResult < 0) {
+  // result is the loss; a pipeline stage function marks its loss.
+  if (program.lossResult < 0 && !func->hasAttr(kPhaseAttr)) {
     int found = -1, count = 0;
     for (size_t r = 0; r < program.results.size(); ++r) {
       const TensorType &type = program.values[program.results[r].value].type;

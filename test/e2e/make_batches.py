@@ -61,10 +61,14 @@ def read_inputs(fixtures_dir, name):
                          % (path, e.strerror))
 
 
-def make_batches(fixture_name, fixtures_dir, steps, seed, cycle=0):
+def make_batches(fixture_name, fixtures_dir, steps, seed, cycle=0,
+                 microbatches=1):
     """Returns ({input name: [steps] + shape tensor}, input names in order).
 
-    With ``cycle`` K > 0, step i reuses the batch of step i % K.
+    With ``cycle`` K > 0, step i reuses the batch of step i % K. With
+    ``microbatches`` M > 1 a step holds M of the traced batches one after
+    another along the first dimension (a pipeline's micro-batches); batch k
+    of step i is the one numbered i * M + k.
     """
     fixtures = {f.name: f for f in trace_all.FIXTURES}
     if steps < 1:
@@ -75,9 +79,12 @@ def make_batches(fixture_name, fixtures_dir, steps, seed, cycle=0):
     fixture = fixtures[fixture_name]
     described = read_inputs(fixtures_dir, fixture_name)
     per_input = [[] for _ in described]
-    for step in range(steps):
-        gen = torch.Generator().manual_seed(
-            step_seed(seed, step % cycle if cycle else step))
+    if microbatches < 1:
+        raise ValueError("microbatches must be at least 1")
+    for index in range(steps * microbatches):
+        step, part = divmod(index, microbatches)
+        number = (step % cycle if cycle else step) * microbatches + part
+        gen = torch.Generator().manual_seed(step_seed(seed, number))
         values = fixture.make_inputs(gen)
         if len(values) != len(described):
             raise SystemExit("error: %s makes %d inputs but %s.inputs.json "
@@ -95,7 +102,11 @@ def make_batches(fixture_name, fixtures_dir, steps, seed, cycle=0):
                        entry["shape"], entry["dtype"]))
             slot.append(value)
     names = [entry["name"] for entry in described]
-    tensors = {name: torch.stack(slot) for name, slot in zip(names, per_input)}
+    tensors = {}
+    for name, slot in zip(names, per_input):
+        steps_of = [torch.cat(slot[i:i + microbatches])
+                    for i in range(0, len(slot), microbatches)]
+        tensors[name] = torch.stack(steps_of)
     return tensors, names
 
 
@@ -110,8 +121,13 @@ def main(argv=None):
                         help="repeat K distinct batches (1: the same batch "
                         "every step, which the model can memorise, so the "
                         "loss falls); default: every step distinct")
+    parser.add_argument("--microbatches", type=int, default=1, metavar="M",
+                        help="M traced batches per step, concatenated along "
+                        "the first dimension (pipeline micro-batches)")
     parser.add_argument("--out", required=True, help="output .safetensors")
     args = parser.parse_args(argv)
+    if args.microbatches < 1:
+        parser.error("--microbatches must be at least 1")
     if args.steps < 1:
         parser.error("--steps must be at least 1")
     if args.cycle < 0:
@@ -119,10 +135,12 @@ def main(argv=None):
     if not 0 <= args.seed < 2 ** 31:
         parser.error("--seed must be in [0, 2^31)")
     tensors, names = make_batches(args.fixture, args.fixtures_dir,
-                                  args.steps, args.seed, args.cycle)
+                                  args.steps, args.seed, args.cycle,
+                                  args.microbatches)
     metadata = {"format": FORMAT, "fixture": args.fixture,
                 "steps": str(args.steps), "seed": str(args.seed),
                 "cycle": str(args.cycle),
+                "microbatches": str(args.microbatches),
                 # The file stores tensors by sorted name; this keeps the
                 # forward order.
                 "inputs": ",".join(names)}

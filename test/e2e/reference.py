@@ -111,11 +111,22 @@ def run(args):
         for name in names:
             x = data[name][step]
             inputs.append(x.to(dtype) if x.is_floating_point() else x)
-        outputs = module(*inputs)
-        loss = pick_loss(outputs)
-        if step == 0:
-            warn_on_casts(outputs, dtype)
-        loss.backward()
+        # Micro-batches: the step's loss is their mean, and so is the
+        # gradient (each micro-batch's loss scaled by 1/M).
+        parts = [list(chunks) for chunks in zip(
+            *(x.chunk(args.microbatches) for x in inputs))]
+        if any(len(x) % args.microbatches for x in inputs):
+            raise SystemExit("error: --microbatches %d does not divide the "
+                             "batch" % args.microbatches)
+        total = 0.0
+        for part in parts:
+            outputs = module(*part)
+            loss = pick_loss(outputs)
+            if step == 0:
+                warn_on_casts(outputs, dtype)
+            (loss / args.microbatches).backward()
+            total += loss.item()
+        loss = torch.tensor(total / args.microbatches)
         never_grad -= set(id(p) for p in params if p.grad is not None)
         optimizer.step()
         # set_to_none: a parameter without a gradient is skipped by the
@@ -166,12 +177,17 @@ def main(argv=None):
                         help="torch.set_num_threads (default 1)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                         help="run the model and optimizer in this type")
+    parser.add_argument("--microbatches", type=int, default=1, metavar="M",
+                        help="split each step's batch into M micro-batches "
+                        "and accumulate their gradients (default 1)")
     parser.add_argument("--out-jsonl", required=True)
     args = parser.parse_args(argv)
     if args.weight_decay is None:
         args.weight_decay = 0.01 if args.optimizer == "adamw" else 0.0
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.microbatches < 1:
+        parser.error("--microbatches must be at least 1")
     if args.nesterov and (args.momentum <= 0 or args.dampening != 0):
         parser.error("--nesterov needs --momentum > 0 and --dampening 0")
 

@@ -19,10 +19,12 @@
 #include "merak/Runtime/Data.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/LearningRate.h"
+#include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/ProgramLowering.h"
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/TorchIO.h"
 
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -149,6 +151,18 @@ static cl::opt<bool> syncCollectives(
              "overlapping it with the kernels up to the first use of its "
              "result (for debugging and for measuring the overlap)"),
     cl::cat(category));
+static cl::opt<std::string>
+    traceFile("trace",
+              cl::desc("Pipeline plans: write a Chrome / Perfetto trace of "
+                       "every task, one track per rank (chrome://tracing, "
+                       "ui.perfetto.dev)"),
+              cl::value_desc("out.json"), cl::cat(category));
+static cl::opt<std::string> pipelineDelay(
+    "pipeline-delay",
+    cl::desc("Pipeline plans (benchmarks): make stage S slower by a "
+             "fraction F of each of its tasks, at a random share P of the "
+             "steps (default 1)"),
+    cl::value_desc("S:F[:P]"), cl::cat(category));
 static cl::opt<bool>
     printProgramOnly("print-program",
                      cl::desc("Print the rank program and its memory plan, "
@@ -351,6 +365,88 @@ private:
   std::chrono::steady_clock::time_point start;
 };
 
+/// After a pipeline run: every rank's events and peak memory reach rank 0,
+/// which prints the measured bubble (steps after the first, which warms
+/// up) beside the schedule's unit-time figure, and writes the trace.
+absl::Status reportPipeline(const PipelinePlan &plan,
+                            const PipelineExecutor &executor, Backend &backend,
+                            int64_t firstStep, int64_t meshSize, int64_t rank,
+                            bool reporter) {
+  std::string payload =
+      absl::StrCat(backend.memoryStats().peakBytes, "\n",
+                   serializeEvents(executor.events()));
+  std::vector<std::string> all;
+  if (job) {
+    absl::StatusOr<std::vector<std::string>> gathered =
+        job->gatherToRank0("pipeline-report", payload);
+    if (!gathered.ok())
+      return gathered.status();
+    all = *std::move(gathered);
+  } else {
+    all.push_back(payload);
+  }
+  if (!reporter)
+    return absl::OkStatus();
+  std::vector<std::vector<PipelineEvent>> events;
+  std::vector<int64_t> peaks;
+  std::vector<std::string> names;
+  int64_t lastStep = firstStep;
+  for (size_t r = 0; r < all.size(); ++r) {
+    size_t eol = all[r].find('\n');
+    peaks.push_back(std::atoll(all[r].substr(0, eol).c_str()));
+    absl::StatusOr<std::vector<PipelineEvent>> parsed =
+        deserializeEvents(all[r].substr(eol + 1));
+    if (!parsed.ok())
+      return parsed.status();
+    for (const PipelineEvent &e : *parsed)
+      lastStep = std::max(lastStep, e.step);
+    events.push_back(*std::move(parsed));
+    int64_t p = int64_t(r) / meshSize;
+    std::string stages;
+    for (int64_t s = p; s < plan.stages; s += plan.pp)
+      absl::StrAppend(&stages, stages.empty() ? "" : ",", s);
+    names.push_back(absl::StrCat("rank ", r, " (stage", plan.virtualStages > 1 ? "s " : " ",
+                                 stages,
+                                 meshSize > 1
+                                     ? absl::StrCat(", mesh rank ",
+                                                    int64_t(r) % meshSize)
+                                     : std::string(),
+                                 ")"));
+  }
+  int64_t from = lastStep > firstStep ? firstStep + 1 : firstStep;
+  BubbleMeasurement bubble = measureBubble(events, from);
+  std::printf("pipeline %s, pp=%lld, virtual=%lld, %lld micro-batches: "
+              "bubble %.1f%% measured over %lld step%s (unit-time schedule "
+              "%.1f%%)\n",
+              plan.kind.c_str(), (long long)plan.pp,
+              (long long)plan.virtualStages, (long long)plan.microbatches,
+              100 * bubble.fraction, (long long)bubble.steps,
+              bubble.steps == 1 ? "" : "s", 100 * plan.unitTimeBubble);
+  std::string line = "peak memory per rank (MB):";
+  for (int64_t peak : peaks) {
+    char text[32];
+    std::snprintf(text, sizeof(text), " %.3f", peak / 1e6);
+    line += text;
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (!traceFile.empty()) {
+    std::string json = pipelineTraceJson(events, names);
+    std::string tmp = traceFile + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << json;
+      if (!out)
+        return absl::UnavailableError("cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), traceFile.c_str()) != 0)
+      return absl::UnavailableError("cannot write " + traceFile);
+    note("trace of " + std::to_string(events.size()) + " ranks written to " +
+         traceFile + " (open it in ui.perfetto.dev or chrome://tracing)");
+  }
+  return absl::OkStatus();
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -428,13 +524,28 @@ int main(int argc, char **argv) {
                   " has neither @train_step nor @forward; pick one with "
                   "--entry");
   }
+  // A pipeline schedule runs on pp × mesh ranks; @train_step (its
+  // unpartitioned step, still in the module) tells the state, the inputs
+  // and their shardings.
+  auto scheduleAttr = (*module)->getAttrOfType<DictionaryAttr>(
+      "merak.pipeline_schedule");
+  const bool pipelined = entry.empty() && scheduleAttr;
+  int64_t pp = 1;
+  if (pipelined) {
+    if (func.getSymName() != "train_step")
+      return fail(inputFile + " has a pipeline schedule but no @train_step");
+    if (auto attr = scheduleAttr.template getAs<IntegerAttr>("pp"))
+      pp = std::max<int64_t>(1, attr.getInt());
+  }
   FailureOr<Program> lowered = lowerToProgram(func);
   if (failed(lowered))
     return 1;
   Program &program = *lowered;
 
-  // The mesh decides how many processes run the program.
-  const int64_t meshSize = program.worldSize();
+  // The mesh (times the pipeline ranks) decides how many processes run the
+  // program.
+  const int64_t stageMeshSize = program.worldSize();
+  const int64_t meshSize = stageMeshSize * pp;
   const CollectiveMode collectiveMode =
       syncCollectives ? CollectiveMode::Blocking : CollectiveMode::Overlapped;
   if (printProgramOnly) {
@@ -449,6 +560,11 @@ int main(int argc, char **argv) {
   std::string meshText =
       program.mesh ? "@" + program.mesh->name + " " + program.mesh->str()
                    : std::string();
+  if (pipelined)
+    meshText = std::to_string(pp) + " pipeline ranks" +
+               (program.mesh ? " × @" + program.mesh->name + " " +
+                                   program.mesh->str()
+                             : std::string());
   if (launching && nproc != meshSize)
     return fail(meshSize > 1
                     ? "--nproc " + std::to_string(nproc) +
@@ -470,8 +586,42 @@ int main(int argc, char **argv) {
                 (meshText.empty() ? std::string("(none)") : meshText) +
                 " has " + std::to_string(meshSize) + " processes");
   }
-  if (absl::Status s = bindToRank(program, env.rank, collectiveMode); !s.ok())
+  const int64_t meshRank = env.rank % stageMeshSize;
+  const int64_t pipelineRank = env.rank / stageMeshSize;
+  if (absl::Status s = bindToRank(program, meshRank, collectiveMode); !s.ok())
     return fail(s);
+  std::optional<PipelinePlan> plan;
+  Program pipelineGroups;
+  if (pipelined && !launching) {
+    FailureOr<PipelinePlan> lowered = lowerPipeline(*module, pipelineRank);
+    if (failed(lowered))
+      return 1;
+    plan = *std::move(lowered);
+    absl::StatusOr<Program> groups =
+        bindPipelineToRank(*plan, meshRank, stageMeshSize, collectiveMode);
+    if (!groups.ok())
+      return fail(groups.status());
+    pipelineGroups = *std::move(groups);
+  }
+  std::optional<InjectedDelay> delay;
+  if (!pipelineDelay.empty()) {
+    InjectedDelay d;
+    long long stage;
+    double fraction, probability = 1;
+    int n = std::sscanf(pipelineDelay.c_str(), "%lld:%lf:%lf", &stage,
+                        &fraction, &probability);
+    if (n < 2 || stage < 0 || fraction < 0 || probability < 0 ||
+        probability > 1)
+      return fail("--pipeline-delay must be STAGE:FRACTION[:PROBABILITY], "
+                  "not '" +
+                  pipelineDelay + "'");
+    if (!pipelined)
+      return fail("--pipeline-delay needs a pipeline plan");
+    d.stage = stage, d.fraction = fraction, d.probability = probability;
+    delay = d;
+  }
+  if (!traceFile.empty() && !pipelined)
+    return fail("--trace needs a pipeline plan (--merak-pipeline-schedule)");
 
   // Options that depend on the program.
   if (steps < 1)
@@ -525,6 +675,7 @@ int main(int argc, char **argv) {
 
   std::unique_ptr<DistributedJob> joined;
   std::unique_ptr<Communicator> communicator;
+  std::unique_ptr<PeerLink> link;
   if (env.worldSize > 1) {
     RendezvousOptions rendezvous;
     rendezvous.rank = env.rank;
@@ -545,8 +696,14 @@ int main(int argc, char **argv) {
       return fail(made.status());
     joined = *std::move(made);
     job = joined.get();
+    if (pipelined) {
+      absl::StatusOr<std::unique_ptr<PeerLink>> made = job->createPeerLink();
+      if (!made.ok())
+        return fail(made.status());
+      link = *std::move(made);
+    }
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
-        job->createGlooCommunicator(program);
+        job->createGlooCommunicator(pipelined ? pipelineGroups : program);
     if (!comm.ok())
       return fail(comm.status());
     communicator = *std::move(comm);
@@ -554,11 +711,31 @@ int main(int argc, char **argv) {
 
   std::unique_ptr<Backend> backend =
       createCpuBackend(CpuBackendOptions{kernelThreads});
-  absl::StatusOr<std::unique_ptr<Executor>> created =
-      Executor::create(program, *backend, communicator.get());
-  if (!created.ok())
-    return fail(created.status());
-  Executor &executor = **created;
+  std::unique_ptr<Executor> single;
+  std::unique_ptr<PipelineExecutor> piped;
+  if (pipelined) {
+    absl::StatusOr<std::unique_ptr<PipelineExecutor>> created =
+        PipelineExecutor::create(*plan, *backend, communicator.get(),
+                                 link.get(), stageMeshSize, meshRank);
+    if (!created.ok())
+      return fail(created.status());
+    piped = *std::move(created);
+    if (delay) {
+      delay->seed = seed;
+      piped->setInjectedDelay(*delay);
+    }
+  } else {
+    absl::StatusOr<std::unique_ptr<Executor>> created =
+        Executor::create(program, *backend, communicator.get());
+    if (!created.ok())
+      return fail(created.status());
+    single = *std::move(created);
+  }
+  auto loadState = [&](const std::map<std::string, HostTensor> &tensors,
+                       const std::string &name, bool requireOptimizerState) {
+    return piped ? piped->loadState(tensors, name, requireOptimizerState)
+                 : single->loadState(tensors, name, requireOptimizerState);
+  };
 
   // Initial state: every rank reads the global tensors and keeps its shard.
   int64_t doneSteps = 0, doneUpdates = 0;
@@ -594,8 +771,8 @@ int main(int argc, char **argv) {
         shardState(program, *global);
     if (!shards.ok())
       return fail(shards.status());
-    if (absl::Status s = executor.loadState(*shards, global->name(),
-                                            /*requireOptimizerState=*/resuming);
+    if (absl::Status s = loadState(*shards, global->name(),
+                                   /*requireOptimizerState=*/resuming);
         !s.ok())
       return fail(s);
     const std::map<std::string, std::string> &metadata = global->metadata();
@@ -616,18 +793,31 @@ int main(int argc, char **argv) {
                     argumentRoleName(arg.role) + " '" + arg.name +
                     "', ...): pass --init model.pt or --resume "
                     "ckpt.safetensors");
-    if (absl::Status s = executor.loadState({}, "<nothing>", false); !s.ok())
+    if (absl::Status s = loadState({}, "<nothing>", false); !s.ok())
       return fail(s);
   }
 
   // Inputs: sources produce global batches; each rank keeps its shard.
   std::vector<ShardedInput> shardedInputs;
-  for (const Argument *arg : executor.inputArguments())
-    shardedInputs.push_back(
-        {{arg->name, program.values[arg->value].type}, arg->sharding});
+  for (const Argument &arg : program.arguments)
+    if (arg.role == ArgumentRole::Input)
+      shardedInputs.push_back(
+          {{arg.name, program.values[arg.value].type}, arg.sharding});
   std::vector<int64_t> meshShape =
       program.mesh ? program.mesh->shape : std::vector<int64_t>();
   std::vector<InputSpec> inputs = globalInputs(shardedInputs, meshShape);
+  // A pipeline step takes its micro-batches one after another along the
+  // first dimension (the model was built at the micro-batch's shape).
+  const int64_t microbatches = plan ? plan->microbatches : 1;
+  std::vector<InputSpec> microInputs = inputs;
+  if (microbatches > 1)
+    for (InputSpec &in : inputs) {
+      if (in.type.shape.empty())
+        return fail("input '" + in.name +
+                    "' is a scalar; a pipeline cuts inputs into "
+                    "micro-batches along their first dimension");
+      in.type.shape[0] *= microbatches;
+    }
   std::unique_ptr<BatchSource> source;
   if (!dataFile.empty()) {
     absl::StatusOr<std::unique_ptr<BatchSource>> opened =
@@ -661,8 +851,30 @@ int main(int argc, char **argv) {
   } else {
     source = syntheticBatches(inputs, runSeed);
   }
-  source =
-      shardBatches(std::move(source), shardedInputs, meshShape, program.rank);
+  if (!pipelined)
+    source = shardBatches(std::move(source), shardedInputs, meshShape,
+                          program.rank);
+  // Micro-batch m of a global batch, cut to this rank's shards.
+  auto microBatches = [&](const std::vector<HostTensor> &batch)
+      -> absl::StatusOr<std::vector<std::map<std::string, HostTensor>>> {
+    std::vector<std::map<std::string, HostTensor>> result;
+    result.resize(size_t(microbatches));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<int64_t> &micro = microInputs[i].type.shape;
+      for (int64_t m = 0; m < microbatches; ++m) {
+        TensorBlock block{std::vector<int64_t>(micro.size(), 0), micro};
+        if (!micro.empty())
+          block.offsets[0] = m * micro[0];
+        HostTensor slice = extractBlock(batch[i], block);
+        absl::StatusOr<HostTensor> shard = cutShard(
+            slice, shardedInputs[i].sharding, meshShape, program.rank);
+        if (!shard.ok())
+          return shard.status();
+        result[size_t(m)][inputs[i].name] = *std::move(shard);
+      }
+    }
+    return result;
+  };
 
   // Throughput unit: tokens when an input holds token ids (of the global
   // batch: the whole run's rate).
@@ -703,8 +915,8 @@ int main(int argc, char **argv) {
       return fail("injected failure at step " + std::to_string(step) +
                   " (MERAK_EXEC_FAULT)");
     // The first step warms caches and allocators; profile the others.
-    if (profileOps && step == first + 1)
-      executor.setProfile(&profile);
+    if (profileOps && step == first + 1 && single)
+      single->setProfile(&profile);
     auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<HostTensor>> batch = source->batch(step);
     if (!batch.ok()) {
@@ -716,8 +928,14 @@ int main(int argc, char **argv) {
     ctx.optimizerStep = doneUpdates + 1;
     ctx.learningRate = trains ? learningRateAt(schedule, step) : 0.0;
     ctx.seed = runSeed;
-    absl::StatusOr<StepOutcome> outcome =
-        executor.runStep(ctx, *batch, skipNonFinite);
+    absl::StatusOr<StepOutcome> outcome;
+    if (piped) {
+      auto micro = microBatches(*batch);
+      outcome = micro.ok() ? piped->runStep(ctx, *micro, skipNonFinite)
+                           : absl::StatusOr<StepOutcome>(micro.status());
+    } else {
+      outcome = single->runStep(ctx, *batch, skipNonFinite);
+    }
     if (!outcome.ok()) {
       progress.clear();
       return fail(outcome.status());
@@ -781,10 +999,16 @@ int main(int argc, char **argv) {
   progress.clear();
   if (profileOps && reporter)
     printProfile(profile, profiledMs);
+  if (piped) {
+    if (absl::Status s = reportPipeline(*plan, *piped, *backend, first,
+                                        stageMeshSize, env.rank, reporter);
+        !s.ok())
+      return fail(s);
+  }
 
   if (!saveFile.empty()) {
     absl::StatusOr<std::map<std::string, HostTensor>> state =
-        executor.stateToHost();
+        piped ? piped->stateToHost() : single->stateToHost();
     if (!state.ok())
       return fail(state.status());
     std::map<std::string, std::string> metadata = {

@@ -39,6 +39,11 @@ struct HardwareProfile {
   double linkLatency = 5e-6;
   /// Fixed cost of launching one kernel, seconds (0: ignored).
   double opOverhead = 0;
+  /// Bandwidth each rank sends and receives at in a collective over a
+  /// stage's mesh (dp, sp, tp), bytes/s.
+  double collectiveBandwidth = 100e9;
+  /// Latency of one collective, seconds.
+  double collectiveLatency = 10e-6;
 };
 
 /// What executing one op once costs.
@@ -46,11 +51,17 @@ struct OpCost {
   double flops = 0;
   int64_t bytesRead = 0;
   int64_t bytesWritten = 0;
+  /// Bytes one rank sends in a collective (a ring all-reduce of B bytes
+  /// over n ranks: 2 (n - 1) / n B), and the number of collectives.
+  int64_t bytesCommunicated = 0;
+  int64_t collectives = 0;
 
   OpCost &operator+=(const OpCost &other) {
     flops += other.flops;
     bytesRead += other.bytesRead;
     bytesWritten += other.bytesWritten;
+    bytesCommunicated += other.bytesCommunicated;
+    collectives += other.collectives;
     return *this;
   }
   int64_t bytes() const { return bytesRead + bytesWritten; }
@@ -69,7 +80,8 @@ bool isConstantLike(mlir::Operation *op);
 
 /// The cost of `op` by its own rule (2·M·N·K for a contraction, a few FLOPs
 /// per element for elementwise ops and normalizations, bytes moved for
-/// data movement, ...). Unknown ops cost one FLOP per result element.
+/// data movement, bytes sent for a mesh collective, ...). Unknown ops cost
+/// one FLOP per result element.
 OpCost estimateOp(mlir::Operation *op);
 
 /// The backward cost of forward op `op` when its gradient ops are not in
@@ -105,7 +117,8 @@ public:
   const HardwareProfile &hardware() const { return hw; }
 
   /// Roofline time of `cost`: max(flops / peak, bytes / bandwidth), plus
-  /// the per-kernel overhead when the op does anything.
+  /// the per-kernel overhead when the op does anything, plus the time of
+  /// its collectives (latency + bytes sent / collective bandwidth).
   double time(const OpCost &cost) const;
   /// Time to send `bytes` to a neighbouring pipeline rank (0 for 0 bytes).
   double transferTime(int64_t bytes) const;

@@ -46,6 +46,35 @@ mlir::Value getUpdateGradient(mlir::Operation *update);
 /// where one feeds B (layer_norm_backward) stays in B.
 llvm::DenseSet<mlir::Operation *> weightGradientOps(mlir::func::FuncOp func);
 
+/// True for an op that no pass gave a role: not forward (`merak.id`),
+/// backward (`merak.grad_of`), a recomputed copy, an optimizer update, a
+/// constant or a terminator. After --merak-spmdize these are the mesh
+/// collectives and the ops of the local forms that partitioning built.
+bool isUntagged(mlir::Operation *op);
+
+/// The untagged ops of a training step that belong to its optimizer step:
+/// unary collectives and reshapes whose results only reach optimizer updates
+/// (a gradient's data-parallel all-reduce or reduce-scatter once
+/// --merak-defer-grad-reductions has moved it there, a ZeRO slice of a
+/// parameter), and the ops reading an update's results (ZeRO's gather of
+/// the updated shard). Pipelines run them once per step with the updates.
+llvm::DenseSet<mlir::Operation *> optimizerStepOps(mlir::func::FuncOp func);
+
+/// The gradient `update` reads before the ops of `optimizerOps` reshard it:
+/// its gradient operand with the optimizer step's collectives stripped.
+mlir::Value
+getUpdateGradientSource(mlir::Operation *update,
+                        const llvm::DenseSet<mlir::Operation *> &optimizerOps);
+
+/// Gives every untagged op of a training step outside optimizerStepOps()
+/// the role of the ops around it, so that layer detection, the cost model,
+/// stage assignment and outlining treat it like them: an op reading a
+/// backward value, or whose results only reach backward ops, joins backward
+/// (`merak.grad_of` of that value's op or of its first backward user);
+/// every other op becomes a forward op with a fresh `merak.id`. Returns the
+/// number of ops tagged.
+unsigned tagUntaggedOps(mlir::func::FuncOp func);
+
 /// Forward ops whose results are the same for every micro-batch and carry
 /// no gradient: pure ops computed only from constants, buffers and other
 /// such ops (a causal mask from a buffer, rotary-embedding tables). Like

@@ -80,6 +80,12 @@ public:
   virtual absl::StatusOr<TensorHandle> convert(const DeviceTensor &tensor,
                                                DType to) = 0;
 
+  /// `into += addend` (same type): sums gradients over micro-batches.
+  virtual absl::Status accumulate(DeviceTensor &into,
+                                  const DeviceTensor &addend) = 0;
+  /// `tensor *= factor` (floating-point tensors).
+  virtual absl::Status scale(DeviceTensor &tensor, double factor) = 0;
+
   /// Called before the first instruction of each step (seeds randomness).
   virtual absl::Status beginStep(const StepContext &step) = 0;
   /// Runs one instruction; errors name the op.

@@ -31,6 +31,10 @@ class PendingCollective {
 public:
   virtual ~PendingCollective();
 
+  /// Whether `wait` would return at once (the data has moved, or the
+  /// transfer failed). An implementation that cannot tell says true.
+  virtual bool ready() { return true; }
+
   /// Blocks until the data has moved; returns the same status when called
   /// again. Errors say which peers failed, where known.
   virtual absl::Status wait() = 0;

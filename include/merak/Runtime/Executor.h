@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,6 +44,15 @@ struct OpProfile {
   };
   std::map<OpKind, Entry> byKind;
 };
+
+/// The value of state argument `arg` (of `type`) from `tensors`, by name:
+/// uploaded (converted between floating-point precisions); zeros for an
+/// absent optimizer state unless `requireOptimizerState`; otherwise an error
+/// naming the tensor and `sourceName`.
+absl::StatusOr<TensorHandle>
+loadStateArgument(Backend &backend, const Argument &arg, const TensorType &type,
+                  const std::map<std::string, HostTensor> &tensors,
+                  const std::string &sourceName, bool requireOptimizerState);
 
 class Executor {
 public:
@@ -71,6 +81,13 @@ public:
   runStep(const StepContext &step, const std::vector<HostTensor> &inputs,
           bool skipNonFinite, std::vector<HostTensor> *results = nullptr);
 
+  /// Runs the program once on `arguments` (one handle per argument, in
+  /// order, state included; null for an argument nothing reads) and returns
+  /// one handle per result. Nothing is committed and the loss is not
+  /// checked: the caller owns the state (pipeline stage functions).
+  absl::StatusOr<std::vector<TensorHandle>>
+  call(const StepContext &step, std::vector<TensorHandle> arguments);
+
   /// The state arguments by name, copied to the host (for checkpoints).
   absl::StatusOr<std::map<std::string, HostTensor>> stateToHost();
 
@@ -83,6 +100,15 @@ public:
 private:
   Executor(const Program &program, Backend &backend, Communicator *communicator)
       : program(program), backend(backend), communicator(communicator) {}
+
+  /// Runs the instructions on `live` (arguments and constants set). At the
+  /// instruction after which the loss is known, calls `atLoss` (when set);
+  /// an error from it ends the run (a cancelled one after draining the
+  /// collectives in flight).
+  absl::Status runInstructions(const StepContext &step,
+                               std::vector<TensorHandle> &live,
+                               ValueId lrValue, ValueId stepValue,
+                               const std::function<absl::Status()> &atLoss);
 
   const Program &program;
   Backend &backend;

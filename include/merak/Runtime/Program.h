@@ -216,6 +216,9 @@ enum class ArgumentRole : uint8_t {
   Input,        // merak.input = "name": one batch's slice
   LearningRate, // merak.lr: rank-0 float, this step's learning rate
   Step,         // merak.step: rank-0 integer, the 1-based optimizer step
+  // Pipeline stage functions (docs/pipeline.md):
+  Value, // merak.value = N: value N of the same micro-batch
+  Grad,  // merak.grad = "name": a parameter's gradient, summed over the step
 };
 const char *argumentRoleName(ArgumentRole role);
 /// The role as a noun for messages: "parameter", "buffer", "optimizer
@@ -235,6 +238,8 @@ struct Argument {
   /// `merak.sharding`: how the global value is split over the mesh; this
   /// rank holds the block it gives (replicated when absent).
   Sharding sharding;
+  /// `merak.value = N` (role Value), else -1.
+  int64_t pipelineValue = -1;
 
   bool isState() const {
     return role == ArgumentRole::Param || role == ArgumentRole::Buffer ||
@@ -248,6 +253,10 @@ struct ResultInfo {
   /// Index into `Program::arguments` this result replaces, or -1.
   int updatesArgument = -1;
   Sharding sharding; // merak.sharding
+  /// Pipeline stage functions: `merak.value = N` (else -1), and the
+  /// parameter of a `merak.grad = "name"` result (else empty).
+  int64_t pipelineValue = -1;
+  std::string gradName;
 };
 
 /// A process group this rank belongs to (one per distinct list of mesh

@@ -715,6 +715,27 @@ public:
         std::make_shared<CpuTensor>(unwrap(tensor).to(toAten(to))));
   }
 
+  absl::Status accumulate(DeviceTensor &into,
+                          const DeviceTensor &addend) override {
+    c10::InferenceMode guard;
+    try {
+      const_cast<at::Tensor &>(unwrap(into)).add_(unwrap(addend));
+    } catch (const std::exception &e) {
+      return absl::InternalError(std::string("accumulate: ") + e.what());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status scale(DeviceTensor &tensor, double factor) override {
+    c10::InferenceMode guard;
+    try {
+      const_cast<at::Tensor &>(unwrap(tensor)).mul_(factor);
+    } catch (const std::exception &e) {
+      return absl::InternalError(std::string("scale: ") + e.what());
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status beginStep(const StepContext &step) override {
     generator = at::make_generator<at::CPUGeneratorImpl>(
         stepSeed(step.seed, step.globalStep, RandomStream::Dropout));

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../AtenDTypes.h"
 #include "../CPU/CpuTensor.h"
 #include "merak/Runtime/Comm/Distributed.h"
 
@@ -146,6 +147,26 @@ public:
   absl::StatusOr<std::unique_ptr<Communicator>>
   createGlooCommunicator(const Program &program) override;
 
+  absl::StatusOr<std::unique_ptr<PeerLink>> createPeerLink() override;
+
+  absl::StatusOr<std::vector<std::string>>
+  gatherToRank0(const std::string &key, const std::string &value) override {
+    std::string prefix = absl::StrCat("merak/gather/", key, "/");
+    std::vector<std::string> result;
+    try {
+      store->set(absl::StrCat(prefix, options.rank), toBytes(value));
+      if (options.rank != 0)
+        return result;
+      for (int64_t r = 0; r < options.worldSize; ++r)
+        result.push_back(toText(store->get(absl::StrCat(prefix, r))));
+    } catch (const std::exception &e) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("not every rank sent '", key, "' within ",
+                       seconds(options.timeout), ": ", describe(e)));
+    }
+    return result;
+  }
+
   absl::Status barrier(const std::string &name) override {
     std::string key = absl::StrCat("merak/barrier/", barriers++, "/", name);
     try {
@@ -250,6 +271,31 @@ public:
   }
 
   const RendezvousOptions &rendezvous() const { return options; }
+
+  /// One device (a listening socket and its event loop) serves every group
+  /// of the job.
+  absl::Status openDevice() {
+    try {
+      if (!device) {
+        if (isLoopback(options.masterAddr))
+          device =
+              c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+        else if (!options.interface.empty())
+          device = c10d::ProcessGroupGloo::createDeviceForInterface(
+              options.interface);
+        else
+          device = c10d::ProcessGroupGloo::createDefaultDevice();
+      }
+    } catch (const std::exception &e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot open a Gloo device",
+                       options.interface.empty()
+                           ? std::string()
+                           : absl::StrCat(" on interface ", options.interface),
+                       ": ", describe(e)));
+    }
+    return absl::OkStatus();
+  }
   c10::intrusive_ptr<c10d::Store> mainStore() const { return store; }
 
 private:
@@ -467,6 +513,16 @@ public:
               int64_t instruction)
       : job(job), ranks(std::move(ranks)), step(step),
         instruction(instruction) {}
+
+  bool ready() override {
+    if (transfer || !work)
+      return true;
+    try {
+      return work->isCompleted();
+    } catch (const std::exception &) {
+      return true; // wait() reports it
+    }
+  }
 
   absl::Status wait() override {
     if (transfer)
@@ -689,31 +745,180 @@ private:
   std::vector<Group> groups;
 };
 
+/// Point-to-point transfers over one process group of every rank. A
+/// transfer's tensors travel as one byte buffer, each at an 8-byte aligned
+/// offset, so the receiver can view its part as the element type.
+class GlooPeerLink final : public PeerLink {
+public:
+  GlooPeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
+      : job(job), pg(std::move(pg)) {}
+
+  absl::StatusOr<std::unique_ptr<PendingCollective>>
+  send(int64_t peer, int64_t tag, const std::vector<DeviceTensor *> &tensors,
+       const std::vector<TensorType> &types) override {
+    auto pending = std::make_unique<GlooPending>(
+        job, std::vector<int64_t>{job.rank(), peer}, 0, -1);
+    try {
+      std::vector<int64_t> offsets;
+      int64_t total = layout(types, offsets);
+      at::Tensor buffer;
+      {
+        // Gloo reads it on its own threads: a normal tensor.
+        c10::InferenceMode normal(false);
+        buffer = at::empty({total}, at::kByte);
+      }
+      {
+        c10::InferenceMode guard;
+        for (size_t k = 0; k < tensors.size(); ++k) {
+          at::Tensor t = unwrap(*tensors[k]).contiguous();
+          int64_t bytes = t.numel() * int64_t(t.element_size());
+          if (bytes)
+            std::memcpy(static_cast<uint8_t *>(buffer.data_ptr()) + offsets[k],
+                        t.data_ptr(), size_t(bytes));
+        }
+      }
+      std::vector<at::Tensor> list{buffer};
+      pending->work = pg->send(list, int(peer), int(tag));
+      pending->complete = [buffer] { return buffer; };
+    } catch (const std::exception &e) {
+      return pending->failed(e);
+    }
+    return std::unique_ptr<PendingCollective>(std::move(pending));
+  }
+
+  absl::StatusOr<std::unique_ptr<PendingCollective>>
+  recv(int64_t peer, int64_t tag,
+       const std::vector<TensorType> &types) override {
+    auto pending = std::make_unique<ReceivePending>(
+        job, std::vector<int64_t>{peer, job.rank()});
+    try {
+      int64_t total = layout(types, pending->offsets);
+      {
+        c10::InferenceMode normal(false);
+        pending->buffer = at::empty({total}, at::kByte);
+      }
+      pending->types = types;
+      std::vector<at::Tensor> list{pending->buffer};
+      pending->work = pg->recv(list, int(peer), int(tag));
+    } catch (const std::exception &e) {
+      return pending->failed(e);
+    }
+    return std::unique_ptr<PendingCollective>(std::move(pending));
+  }
+
+private:
+  /// A receive: its buffer, cut into the expected tensors at the end.
+  class ReceivePending final : public PendingCollective {
+  public:
+    ReceivePending(Job &job, std::vector<int64_t> ranks)
+        : job(job), ranks(std::move(ranks)) {}
+
+    bool ready() override {
+      if (transfer || !work)
+        return true;
+      try {
+        return work->isCompleted();
+      } catch (const std::exception &) {
+        return true;
+      }
+    }
+    absl::Status wait() override {
+      if (transfer)
+        return *transfer;
+      try {
+        work->wait();
+        transfer = absl::OkStatus();
+      } catch (const std::exception &e) {
+        transfer = failed(e);
+      }
+      return *transfer;
+    }
+    absl::StatusOr<std::vector<TensorHandle>> finish() override {
+      if (absl::Status s = wait(); !s.ok())
+        return s;
+      c10::InferenceMode guard;
+      std::vector<TensorHandle> result;
+      try {
+        for (size_t k = 0; k < types.size(); ++k) {
+          const TensorType &t = types[k];
+          at::Tensor part =
+              at::empty(t.shape, at::TensorOptions().dtype(toAten(t.dtype)));
+          int64_t bytes = part.numel() * int64_t(part.element_size());
+          if (bytes)
+            std::memcpy(part.data_ptr(),
+                        static_cast<const uint8_t *>(buffer.data_ptr()) +
+                            offsets[k],
+                        size_t(bytes));
+          result.push_back(wrap(part));
+        }
+      } catch (const std::exception &e) {
+        return absl::InternalError(describe(e));
+      }
+      buffer = at::Tensor();
+      return result;
+    }
+    absl::Status failed(const std::exception &e) {
+      std::string why = job.diagnose(ranks);
+      return absl::UnavailableError(absl::StrCat(
+          "transfer from rank ", ranks[0], " to rank ", ranks[1], " failed",
+          why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+    }
+
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor buffer;
+    std::vector<int64_t> offsets;
+    std::vector<TensorType> types;
+
+  private:
+    Job &job;
+    std::vector<int64_t> ranks;
+    std::optional<absl::Status> transfer;
+  };
+
+  static int64_t layout(const std::vector<TensorType> &types,
+                        std::vector<int64_t> &offsets) {
+    int64_t total = 0;
+    offsets.clear();
+    for (const TensorType &t : types) {
+      offsets.push_back(total);
+      total += (t.byteSize() + 7) / 8 * 8;
+    }
+    return std::max<int64_t>(total, 8);
+  }
+
+  Job &job;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+};
+
+absl::StatusOr<std::unique_ptr<PeerLink>> Job::createPeerLink() {
+  if (absl::Status s = openDevice(); !s.ok())
+    return s;
+  auto groupOptions =
+      c10d::ProcessGroupGloo::Options::create(this->options.timeout);
+  groupOptions->devices.push_back(device);
+  groupOptions->threads = kGlooThreadsPerGroup;
+  try {
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(
+            absl::StrCat("merak/p2p/", communicators++), store),
+        int(options.rank), int(options.worldSize), groupOptions);
+    return std::unique_ptr<PeerLink>(new GlooPeerLink(*this, std::move(pg)));
+  } catch (const std::exception &e) {
+    std::string why = diagnose(allRanks());
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect the ranks for point-to-point transfers within ",
+        seconds(this->options.timeout),
+        why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>>
 Job::createGlooCommunicator(const Program &program) {
   if (program.groups.empty())
     return std::unique_ptr<Communicator>(
         new GlooCommunicator(*this, std::vector<GlooCommunicator::Group>()));
-  try {
-    // One device (a listening socket and its event loop) serves every
-    // group of the job.
-    if (!device) {
-      if (isLoopback(options.masterAddr))
-        device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-      else if (!options.interface.empty())
-        device =
-            c10d::ProcessGroupGloo::createDeviceForInterface(options.interface);
-      else
-        device = c10d::ProcessGroupGloo::createDefaultDevice();
-    }
-  } catch (const std::exception &e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot open a Gloo device",
-                     options.interface.empty()
-                         ? std::string()
-                         : absl::StrCat(" on interface ", options.interface),
-                     ": ", describe(e)));
-  }
+  if (absl::Status s = openDevice(); !s.ok())
+    return s;
   std::vector<GlooCommunicator::Group> groups;
   int64_t generation = communicators++;
   for (const ProcessGroupSpec &spec : program.groups) {

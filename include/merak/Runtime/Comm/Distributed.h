@@ -14,6 +14,7 @@
 #define MERAK_RUNTIME_COMM_DISTRIBUTED_H
 
 #include "merak/Runtime/Communicator.h"
+#include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/Program.h"
 
 #include "absl/status/status.h"
@@ -65,6 +66,16 @@ public:
   /// the same program, as the groups connect collectively.
   virtual absl::StatusOr<std::unique_ptr<Communicator>>
   createGlooCommunicator(const Program &program) = 0;
+
+  /// A point-to-point link between every pair of ranks (pipeline
+  /// transfers). Every rank calls it, in the same order relative to
+  /// `createGlooCommunicator`.
+  virtual absl::StatusOr<std::unique_ptr<PeerLink>> createPeerLink() = 0;
+
+  /// Every rank's `value` under `key`, in rank order, on rank 0 (other
+  /// ranks get an empty list). For end-of-run reports and traces.
+  virtual absl::StatusOr<std::vector<std::string>>
+  gatherToRank0(const std::string &key, const std::string &value) = 0;
 
   /// Returns once every rank has called `barrier(name)`; an error after the
   /// time-out.
