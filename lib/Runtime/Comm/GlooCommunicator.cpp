@@ -29,6 +29,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -747,7 +748,8 @@ private:
 
 /// Point-to-point transfers over one process group of every rank. A
 /// transfer's tensors travel as one byte buffer, each at an 8-byte aligned
-/// offset, so the receiver can view its part as the element type.
+/// offset. c10d's send and receive works only complete inside `wait`, so a
+/// thread per transfer waits for it; `ready` asks that thread.
 class GlooPeerLink final : public PeerLink {
 public:
   GlooPeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
@@ -756,16 +758,13 @@ public:
   absl::StatusOr<std::unique_ptr<PendingCollective>>
   send(int64_t peer, int64_t tag, const std::vector<DeviceTensor *> &tensors,
        const std::vector<TensorType> &types) override {
-    auto pending = std::make_unique<GlooPending>(
-        job, std::vector<int64_t>{job.rank(), peer}, 0, -1);
+    auto pending = std::make_unique<Transfer>(job, job.rank(), peer);
     try {
-      std::vector<int64_t> offsets;
-      int64_t total = layout(types, offsets);
-      at::Tensor buffer;
+      int64_t total = layout(types, pending->offsets);
       {
         // Gloo reads it on its own threads: a normal tensor.
         c10::InferenceMode normal(false);
-        buffer = at::empty({total}, at::kByte);
+        pending->buffer = at::empty({total}, at::kByte);
       }
       {
         c10::InferenceMode guard;
@@ -773,13 +772,13 @@ public:
           at::Tensor t = unwrap(*tensors[k]).contiguous();
           int64_t bytes = t.numel() * int64_t(t.element_size());
           if (bytes)
-            std::memcpy(static_cast<uint8_t *>(buffer.data_ptr()) + offsets[k],
+            std::memcpy(static_cast<uint8_t *>(pending->buffer.data_ptr()) +
+                            pending->offsets[k],
                         t.data_ptr(), size_t(bytes));
         }
       }
-      std::vector<at::Tensor> list{buffer};
-      pending->work = pg->send(list, int(peer), int(tag));
-      pending->complete = [buffer] { return buffer; };
+      std::vector<at::Tensor> list{pending->buffer};
+      pending->start(pg->send(list, int(peer), int(tag)));
     } catch (const std::exception &e) {
       return pending->failed(e);
     }
@@ -789,8 +788,7 @@ public:
   absl::StatusOr<std::unique_ptr<PendingCollective>>
   recv(int64_t peer, int64_t tag,
        const std::vector<TensorType> &types) override {
-    auto pending = std::make_unique<ReceivePending>(
-        job, std::vector<int64_t>{peer, job.rank()});
+    auto pending = std::make_unique<Transfer>(job, peer, job.rank());
     try {
       int64_t total = layout(types, pending->offsets);
       {
@@ -799,7 +797,7 @@ public:
       }
       pending->types = types;
       std::vector<at::Tensor> list{pending->buffer};
-      pending->work = pg->recv(list, int(peer), int(tag));
+      pending->start(pg->recv(list, int(peer), int(tag)));
     } catch (const std::exception &e) {
       return pending->failed(e);
     }
@@ -807,26 +805,33 @@ public:
   }
 
 private:
-  /// A receive: its buffer, cut into the expected tensors at the end.
-  class ReceivePending final : public PendingCollective {
+  /// A send or a receive in flight; a receive cuts its buffer into the
+  /// expected tensors at the end.
+  class Transfer final : public PendingCollective {
   public:
-    ReceivePending(Job &job, std::vector<int64_t> ranks)
-        : job(job), ranks(std::move(ranks)) {}
+    Transfer(Job &job, int64_t from, int64_t to)
+        : job(job), from(from), to(to) {}
+    ~Transfer() override {
+      // The waiting thread must not outlive the work it waits for.
+      if (waiter.valid())
+        waiter.wait();
+    }
+
+    void start(c10::intrusive_ptr<c10d::Work> w) {
+      work = std::move(w);
+      waiter = std::async(std::launch::async, [work = work] { work->wait(); });
+    }
 
     bool ready() override {
-      if (transfer || !work)
-        return true;
-      try {
-        return work->isCompleted();
-      } catch (const std::exception &) {
-        return true;
-      }
+      return transfer || !waiter.valid() ||
+             waiter.wait_for(std::chrono::seconds(0)) ==
+                 std::future_status::ready;
     }
     absl::Status wait() override {
       if (transfer)
         return *transfer;
       try {
-        work->wait();
+        waiter.get();
         transfer = absl::OkStatus();
       } catch (const std::exception &e) {
         transfer = failed(e);
@@ -858,20 +863,21 @@ private:
       return result;
     }
     absl::Status failed(const std::exception &e) {
-      std::string why = job.diagnose(ranks);
+      std::string why = job.diagnose({from, to});
       return absl::UnavailableError(absl::StrCat(
-          "transfer from rank ", ranks[0], " to rank ", ranks[1], " failed",
+          "transfer from rank ", from, " to rank ", to, " failed",
           why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
     }
 
-    c10::intrusive_ptr<c10d::Work> work;
     at::Tensor buffer;
     std::vector<int64_t> offsets;
-    std::vector<TensorType> types;
+    std::vector<TensorType> types; // a receive's
 
   private:
     Job &job;
-    std::vector<int64_t> ranks;
+    int64_t from, to;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::future<void> waiter;
     std::optional<absl::Status> transfer;
   };
 
