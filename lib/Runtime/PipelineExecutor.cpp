@@ -551,6 +551,10 @@ struct PipelineExecutor::Impl {
       if (meshRank == 0) {
         // Pick the best ready task; wait (polling) while none is.
         while (chosen < 0) {
+          if (!link)
+            return absl::InternalError("no task is ready on a pipeline of "
+                                       "one rank");
+          int64_t seen = link->finished();
           int64_t inflight =
               int64_t(forwardDone.size()) - int64_t(backwardDone.size());
           std::vector<size_t> order(pendingTasks.size());
@@ -575,7 +579,7 @@ struct PipelineExecutor::Impl {
           if (chosen < 0) {
             if (absl::Status s = pollSends(false); !s.ok())
               return s;
-            std::this_thread::sleep_for(std::chrono::microseconds(20));
+            link->waitForProgress(seen, std::chrono::milliseconds(50));
           }
         }
         // The mesh peers run the same task, so their collectives match.

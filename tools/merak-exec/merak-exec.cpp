@@ -370,10 +370,10 @@ private:
 /// up) beside the schedule's unit-time figure, and writes the trace.
 absl::Status reportPipeline(const PipelinePlan &plan,
                             const PipelineExecutor &executor, Backend &backend,
-                            int64_t firstStep, int64_t meshSize, int64_t rank,
-                            bool reporter) {
+                            int64_t stateBytes, int64_t firstStep,
+                            int64_t meshSize, bool reporter) {
   std::string payload =
-      absl::StrCat(backend.memoryStats().peakBytes, "\n",
+      absl::StrCat(backend.memoryStats().peakBytes, " ", stateBytes, "\n",
                    serializeEvents(executor.events()));
   std::vector<std::string> all;
   if (job) {
@@ -388,12 +388,15 @@ absl::Status reportPipeline(const PipelinePlan &plan,
   if (!reporter)
     return absl::OkStatus();
   std::vector<std::vector<PipelineEvent>> events;
-  std::vector<int64_t> peaks;
+  std::vector<int64_t> peaks, states;
   std::vector<std::string> names;
   int64_t lastStep = firstStep;
   for (size_t r = 0; r < all.size(); ++r) {
     size_t eol = all[r].find('\n');
-    peaks.push_back(std::atoll(all[r].substr(0, eol).c_str()));
+    long long peak = 0, state = 0;
+    std::sscanf(all[r].substr(0, eol).c_str(), "%lld %lld", &peak, &state);
+    peaks.push_back(peak);
+    states.push_back(state);
     absl::StatusOr<std::vector<PipelineEvent>> parsed =
         deserializeEvents(all[r].substr(eol + 1));
     if (!parsed.ok())
@@ -423,12 +426,17 @@ absl::Status reportPipeline(const PipelinePlan &plan,
               100 * bubble.fraction, (long long)bubble.steps,
               bubble.steps == 1 ? "" : "s", 100 * plan.unitTimeBubble);
   std::string line = "peak memory per rank (MB):";
-  for (int64_t peak : peaks) {
+  std::string activations =
+      "peak memory above the state (activations, transfers) per rank (MB):";
+  for (size_t r = 0; r < peaks.size(); ++r) {
     char text[32];
-    std::snprintf(text, sizeof(text), " %.3f", peak / 1e6);
+    std::snprintf(text, sizeof(text), " %.3f", peaks[r] / 1e6);
     line += text;
+    std::snprintf(text, sizeof(text), " %.3f",
+                  std::max<int64_t>(0, peaks[r] - states[r]) / 1e6);
+    activations += text;
   }
-  std::printf("%s\n", line.c_str());
+  std::printf("%s\n%s\n", line.c_str(), activations.c_str());
   std::fflush(stdout);
   if (!traceFile.empty()) {
     std::string json = pipelineTraceJson(events, names);
@@ -908,6 +916,9 @@ int main(int argc, char **argv) {
     progress = Progress(first, steps, /*enabled=*/false);
   OpProfile profile;
   double profiledMs = 0;
+  // What the state holds before the first step: a pipeline reports the
+  // peak above it (activations and transfers).
+  const int64_t stateBytes = backend->memoryStats().liveBytes;
   for (int64_t step = first; step <= steps; ++step) {
     if (job)
       job->setProgress(step, -1);
@@ -1000,8 +1011,8 @@ int main(int argc, char **argv) {
   if (profileOps && reporter)
     printProfile(profile, profiledMs);
   if (piped) {
-    if (absl::Status s = reportPipeline(*plan, *piped, *backend, first,
-                                        stageMeshSize, env.rank, reporter);
+    if (absl::Status s = reportPipeline(*plan, *piped, *backend, stateBytes,
+                                        first, stageMeshSize, reporter);
         !s.ok())
       return fail(s);
   }

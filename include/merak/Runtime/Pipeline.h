@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -124,6 +125,11 @@ public:
   /// one handle per type.
   virtual absl::StatusOr<std::unique_ptr<PendingCollective>>
   recv(int64_t peer, int64_t tag, const std::vector<TensorType> &types) = 0;
+  /// How many transfers of this link have finished so far.
+  virtual int64_t finished() = 0;
+  /// Blocks until `finished()` differs from `since`, at most `limit`.
+  virtual void waitForProgress(int64_t since,
+                               std::chrono::microseconds limit) = 0;
 };
 
 /// What a run records of each task (steady-clock seconds).

@@ -758,7 +758,7 @@ public:
   absl::StatusOr<std::unique_ptr<PendingCollective>>
   send(int64_t peer, int64_t tag, const std::vector<DeviceTensor *> &tensors,
        const std::vector<TensorType> &types) override {
-    auto pending = std::make_unique<Transfer>(job, job.rank(), peer);
+    auto pending = std::make_unique<Transfer>(job, progress, job.rank(), peer);
     try {
       int64_t total = layout(types, pending->offsets);
       {
@@ -788,7 +788,7 @@ public:
   absl::StatusOr<std::unique_ptr<PendingCollective>>
   recv(int64_t peer, int64_t tag,
        const std::vector<TensorType> &types) override {
-    auto pending = std::make_unique<Transfer>(job, peer, job.rank());
+    auto pending = std::make_unique<Transfer>(job, progress, peer, job.rank());
     try {
       int64_t total = layout(types, pending->offsets);
       {
@@ -804,13 +804,34 @@ public:
     return std::unique_ptr<PendingCollective>(std::move(pending));
   }
 
+  int64_t finished() override {
+    std::lock_guard<std::mutex> guard(progress->mutex);
+    return progress->completed;
+  }
+
+  void waitForProgress(int64_t since,
+                       std::chrono::microseconds limit) override {
+    std::unique_lock<std::mutex> lock(progress->mutex);
+    progress->changed.wait_for(lock, limit,
+                               [&] { return progress->completed != since; });
+  }
+
 private:
+  /// Counts finished transfers, so a rank with nothing ready can sleep
+  /// until one finishes.
+  struct Progress {
+    std::mutex mutex;
+    std::condition_variable changed;
+    int64_t completed = 0;
+  };
+
   /// A send or a receive in flight; a receive cuts its buffer into the
   /// expected tensors at the end.
   class Transfer final : public PendingCollective {
   public:
-    Transfer(Job &job, int64_t from, int64_t to)
-        : job(job), from(from), to(to) {}
+    Transfer(Job &job, std::shared_ptr<Progress> progress, int64_t from,
+             int64_t to)
+        : job(job), progress(std::move(progress)), from(from), to(to) {}
     ~Transfer() override {
       // The waiting thread must not outlive the work it waits for.
       if (waiter.valid())
@@ -819,7 +840,22 @@ private:
 
     void start(c10::intrusive_ptr<c10d::Work> w) {
       work = std::move(w);
-      waiter = std::async(std::launch::async, [work = work] { work->wait(); });
+      waiter = std::async(std::launch::async,
+                          [work = work, progress = progress] {
+                            auto done = [&] {
+                              std::lock_guard<std::mutex> guard(
+                                  progress->mutex);
+                              ++progress->completed;
+                              progress->changed.notify_all();
+                            };
+                            try {
+                              work->wait();
+                            } catch (...) {
+                              done();
+                              throw;
+                            }
+                            done();
+                          });
     }
 
     bool ready() override {
@@ -875,6 +911,7 @@ private:
 
   private:
     Job &job;
+    std::shared_ptr<Progress> progress;
     int64_t from, to;
     c10::intrusive_ptr<c10d::Work> work;
     std::future<void> waiter;
@@ -894,6 +931,7 @@ private:
 
   Job &job;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  std::shared_ptr<Progress> progress = std::make_shared<Progress>();
 };
 
 absl::StatusOr<std::unique_ptr<PeerLink>> Job::createPeerLink() {
