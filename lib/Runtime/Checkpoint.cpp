@@ -323,32 +323,52 @@ shardState(const Program &program, GlobalState &state) {
   return result;
 }
 
+/// The global rank of mesh rank `meshRank` of the pipeline rank saving
+/// `name` (the mesh rank itself without a pipeline).
+static int64_t savingRank(const PipelineOwnership *pipeline,
+                          const std::string &name, int64_t meshRank,
+                          int64_t meshSize) {
+  if (!pipeline)
+    return meshRank;
+  auto it = pipeline->owner.find(name);
+  int64_t owner = it == pipeline->owner.end() ? 0 : it->second;
+  return owner * meshSize + meshRank;
+}
+
 absl::Status
 writeCheckpointShard(const std::string &path, const Program &program,
                      const std::map<std::string, HostTensor> &tensors,
-                     const std::map<std::string, std::string> &metadata) {
+                     const std::map<std::string, std::string> &metadata,
+                     const PipelineOwnership *pipeline) {
   std::vector<int64_t> meshShape = meshShapeOf(program);
+  int64_t meshSize = program.worldSize();
+  int64_t fileRank =
+      pipeline ? pipeline->pipelineRank * meshSize + program.rank
+               : program.rank;
   std::map<std::string, HostTensor> owned;
   for (const Argument *arg : stateArguments(program)) {
     auto it = tensors.find(arg->name);
     if (it != tensors.end() &&
-        ownsBlock(arg->sharding, meshShape, program.rank))
+        ownsBlock(arg->sharding, meshShape, program.rank) &&
+        savingRank(pipeline, arg->name, program.rank, meshSize) == fileRank)
       owned[arg->name] = it->second;
   }
   auto id = metadata.find("checkpoint_id");
   if (id == metadata.end() || id->second.empty())
     return absl::InvalidArgumentError("a sharded save needs a checkpoint_id");
   std::map<std::string, std::string> meta = metadata;
-  meta["rank"] = std::to_string(program.rank);
-  return writeSafetensors(shardFilePath(path, id->second, program.rank), owned,
+  meta["rank"] = std::to_string(fileRank);
+  return writeSafetensors(shardFilePath(path, id->second, fileRank), owned,
                           meta);
 }
 
 absl::Status
 writeCheckpointIndex(const std::string &path, const Program &program,
-                     const std::map<std::string, std::string> &metadata) {
+                     const std::map<std::string, std::string> &metadata,
+                     const PipelineOwnership *pipeline) {
   std::vector<int64_t> meshShape = meshShapeOf(program);
-  int64_t world = program.worldSize();
+  int64_t meshSize = program.worldSize();
+  int64_t world = meshSize * (pipeline ? pipeline->pipelineRanks : 1);
   auto idIt = metadata.find("checkpoint_id");
   if (idIt == metadata.end() || idIt->second.empty())
     return absl::InvalidArgumentError("a sharded save needs a checkpoint_id");
@@ -369,14 +389,15 @@ writeCheckpointIndex(const std::string &path, const Program &program,
     std::vector<int64_t> shape =
         globalShape(local.shape, arg->sharding, meshShape);
     json blocks = json::array();
-    for (int64_t r = 0; r < world; ++r) {
+    for (int64_t r = 0; r < meshSize; ++r) {
       if (!ownsBlock(arg->sharding, meshShape, r))
         continue;
       absl::StatusOr<TensorBlock> block =
           shardBlock(shape, arg->sharding, meshShape, r);
       if (!block.ok())
         return block.status();
-      blocks.push_back({{"file", baseName(shardFilePath(path, id, r))},
+      int64_t file = savingRank(pipeline, arg->name, r, meshSize);
+      blocks.push_back({{"file", baseName(shardFilePath(path, id, file))},
                         {"offsets", block->offsets},
                         {"shape", block->sizes}});
     }

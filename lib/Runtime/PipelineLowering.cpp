@@ -199,10 +199,14 @@ FailureOr<PipelinePlan> lowerPipeline(ModuleOp module, int64_t pipelineRank) {
       return failure();
   }
 
-  // Tied parameters, from any stage function's arguments.
+  // Tied parameters and where every state tensor lives, from any stage
+  // function's arguments.
   for (int64_t s = 0; s < plan.stages; ++s)
     for (auto &[phase, f] : byStage[s])
       for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+        for (StringRef role : {kParamAttr, kBufferAttr, kOptStateAttr})
+          if (auto name = f.getArgAttrOfType<StringAttr>(i, role))
+            plan.stateStage.try_emplace(name.str(), s);
         auto tied = f.getArgAttrOfType<DenseI64ArrayAttr>(i, kTiedAttr);
         auto name = f.getArgAttrOfType<StringAttr>(i, kParamAttr);
         if (tied && name)

@@ -573,6 +573,10 @@ int main(int argc, char **argv) {
                (program.mesh ? " × @" + program.mesh->name + " " +
                                    program.mesh->str()
                              : std::string());
+  if (launching && nproc != meshSize && pipelined)
+    return fail("--nproc " + std::to_string(nproc) +
+                " does not match the pipeline plan: " + meshText + " make " +
+                std::to_string(meshSize) + " processes");
   if (launching && nproc != meshSize)
     return fail(meshSize > 1
                     ? "--nproc " + std::to_string(nproc) +
@@ -922,7 +926,7 @@ int main(int argc, char **argv) {
   for (int64_t step = first; step <= steps; ++step) {
     if (job)
       job->setProgress(step, -1);
-    if (fault && fault->trigger(program.rank, step))
+    if (fault && fault->trigger(env.rank, step))
       return fail("injected failure at step " + std::to_string(step) +
                   " (MERAK_EXEC_FAULT)");
     // The first step warms caches and allocators; profile the others.
@@ -1041,14 +1045,24 @@ int main(int argc, char **argv) {
       if (!id.ok())
         return fail(id.status());
       metadata["checkpoint_id"] = *id;
-      if (absl::Status s =
-              writeCheckpointShard(saveFile, program, *state, metadata);
+      std::optional<PipelineOwnership> owners;
+      if (plan) {
+        owners.emplace();
+        owners->pipelineRanks = plan->pp;
+        owners->pipelineRank = plan->rank;
+        for (const auto &[name, stage] : plan->stateStage)
+          owners->owner[name] = plan->rankOf(stage);
+      }
+      if (absl::Status s = writeCheckpointShard(saveFile, program, *state,
+                                                metadata,
+                                                owners ? &*owners : nullptr);
           !s.ok())
         return fail(s);
       if (absl::Status s = job->barrier("save"); !s.ok())
         return fail(s);
-      if (program.rank == 0) {
-        if (absl::Status s = writeCheckpointIndex(saveFile, program, metadata);
+      if (env.rank == 0) {
+        if (absl::Status s = writeCheckpointIndex(
+                saveFile, program, metadata, owners ? &*owners : nullptr);
             !s.ok())
           return fail(s);
         removeStaleCheckpoint(saveFile, /*sharded=*/true);

@@ -80,10 +80,21 @@ shardState(const Program &program, GlobalState &state);
 /// rank's state by name, as `Executor::stateToHost` gives it), keeping the
 /// blocks this rank owns, with `metadata`, whose `checkpoint_id` (the same
 /// on every rank) names the save. Atomic (written, then renamed).
+///
+/// `pipeline` (pipeline plans): the file is the global rank's, and only the
+/// tensors whose owner is this pipeline rank are kept.
+struct PipelineOwnership {
+  int64_t pipelineRanks = 1;
+  int64_t pipelineRank = 0;
+  /// Per state tensor: the pipeline rank that saves it (the rank of the
+  /// first stage holding it; a tied parameter is saved once).
+  std::map<std::string, int64_t> owner;
+};
 absl::Status
 writeCheckpointShard(const std::string &path, const Program &program,
                      const std::map<std::string, HostTensor> &tensors,
-                     const std::map<std::string, std::string> &metadata);
+                     const std::map<std::string, std::string> &metadata,
+                     const PipelineOwnership *pipeline = nullptr);
 
 /// Writes `shardIndexPath(path)` for `program` run on every rank of its
 /// mesh (rank 0 does this once every rank's file is in place). The blocks
@@ -92,7 +103,8 @@ writeCheckpointShard(const std::string &path, const Program &program,
 /// previous checkpoint whole. Then the previous save's shard files go.
 absl::Status
 writeCheckpointIndex(const std::string &path, const Program &program,
-                     const std::map<std::string, std::string> &metadata);
+                     const std::map<std::string, std::string> &metadata,
+                     const PipelineOwnership *pipeline = nullptr);
 
 /// Removes what an earlier save to `path` in the other layout left, so
 /// `openCheckpoint(path)` finds the newest: the single file after a sharded

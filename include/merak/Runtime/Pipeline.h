@@ -102,6 +102,9 @@ struct PipelinePlan {
   std::vector<StageTransfer> forwardSends, backwardSends;
   /// Parameters held by several stages, with those stages.
   std::map<std::string, std::vector<int64_t>> tied;
+  /// Every state tensor of the model (any stage's) and the first stage
+  /// holding it: its rank saves it in checkpoints.
+  std::map<std::string, int64_t> stateStage;
   /// The stage whose forward returns the loss (the last).
   int64_t lossStage = 0;
 
