@@ -13,6 +13,7 @@
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
 #include "merak/Runtime/Executor.h"
+#include "merak/Runtime/Pipeline.h"
 
 #include "gtest/gtest.h"
 
@@ -94,6 +95,26 @@ HostTensor toHost(const at::Tensor &t) {
 
 at::Tensor fromHost(const HostTensor &h) {
   at::Tensor t = at::empty(h.type.shape, at::kFloat);
+  std::memcpy(t.data_ptr(), h.data, h.byteSize());
+  return t;
+}
+
+/// As toHost / fromHost, for f32, i64 and bool tensors.
+HostTensor toHostTyped(const at::Tensor &t) {
+  DType dtype = t.scalar_type() == at::kLong   ? DType::I64
+                : t.scalar_type() == at::kBool ? DType::Bool
+                                               : DType::F32;
+  HostTensor h = HostTensor::allocate(
+      {dtype, Shape(t.sizes().begin(), t.sizes().end())});
+  std::memcpy(h.mutableBytes(), t.contiguous().data_ptr(), h.byteSize());
+  return h;
+}
+
+at::Tensor fromHostTyped(const HostTensor &h) {
+  at::ScalarType type = h.type.dtype == DType::I64    ? at::kLong
+                        : h.type.dtype == DType::Bool ? at::kBool
+                                                      : at::kFloat;
+  at::Tensor t = at::empty(h.type.shape, type);
   std::memcpy(t.data_ptr(), h.data, h.byteSize());
   return t;
 }
@@ -428,6 +449,97 @@ TEST(CommunicatorTest, OverlappedCollectivesGiveTheBlockingResults) {
                           results[0][r][0].byteSize()),
               0)
         << "rank " << r;
+  }
+}
+
+// Pipeline transfers: mixed element types in one message, receives posted
+// before their sends, two tags between the same pair matched by tag, and
+// `ready` / `finished` telling a rank that a transfer has arrived.
+TEST(CommunicatorTest, PeerLinkMovesTensorsBetweenRanks) {
+  absl::StatusOr<int> port = pickFreePort();
+  ASSERT_TRUE(port.ok());
+  const std::vector<TensorType> types = {TensorType{DType::F32, {2, 3}},
+                                         TensorType{DType::I64, {5}},
+                                         TensorType{DType::Bool, {}}};
+  std::vector<std::string> failures(2);
+  std::vector<std::vector<at::Tensor>> got(2);
+  auto rankMain = [&](int64_t rank) {
+    auto fail = [&](const absl::Status &s) {
+      failures[rank] = std::string(s.message());
+    };
+    RendezvousOptions options;
+    options.rank = rank;
+    options.worldSize = 2;
+    options.port = *port;
+    options.timeout = std::chrono::milliseconds(30000);
+    absl::StatusOr<std::unique_ptr<DistributedJob>> job =
+        DistributedJob::join(options, nullptr);
+    if (!job.ok())
+      return fail(job.status());
+    absl::StatusOr<std::unique_ptr<PeerLink>> link = (*job)->createPeerLink();
+    if (!link.ok())
+      return fail(link.status());
+    std::unique_ptr<Backend> backend = createCpuBackend({1});
+    int64_t peer = 1 - rank;
+    // Each rank posts both receives first, then sends tag 8 before tag 7.
+    absl::StatusOr<std::unique_ptr<PendingCollective>> first =
+        (*link)->recv(peer, 7, types);
+    absl::StatusOr<std::unique_ptr<PendingCollective>> second =
+        (*link)->recv(peer, 8, {TensorType{DType::F32, {1}}});
+    if (!first.ok() || !second.ok())
+      return fail(!first.ok() ? first.status() : second.status());
+    auto upload = [&](const at::Tensor &t) {
+      return *backend->upload(toHostTyped(t));
+    };
+    std::vector<TensorHandle> out = {
+        upload(at::arange(6, at::kFloat).reshape({2, 3}) + rank),
+        upload(at::arange(5, at::kLong) * (rank + 1)),
+        upload(at::full({}, rank == 0, at::kBool))};
+    TensorHandle marker = upload(at::full({1}, 100.0f + rank));
+    absl::StatusOr<std::unique_ptr<PendingCollective>> sendMarker =
+        (*link)->send(peer, 8, {marker.get()}, {TensorType{DType::F32, {1}}});
+    absl::StatusOr<std::unique_ptr<PendingCollective>> sendMain =
+        (*link)->send(peer, 7, {out[0].get(), out[1].get(), out[2].get()},
+                      types);
+    if (!sendMarker.ok() || !sendMain.ok())
+      return fail(!sendMarker.ok() ? sendMarker.status()
+                                   : sendMain.status());
+    out.clear(); // the link keeps what it sends
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!(*first)->ready() || !(*second)->ready()) {
+      if (std::chrono::steady_clock::now() > deadline)
+        return fail(absl::DeadlineExceededError("never ready"));
+      (*link)->waitForProgress((*link)->finished(),
+                               std::chrono::milliseconds(5));
+    }
+    absl::StatusOr<std::vector<TensorHandle>> a = (*first)->finish();
+    absl::StatusOr<std::vector<TensorHandle>> b = (*second)->finish();
+    if (!a.ok() || !b.ok())
+      return fail(!a.ok() ? a.status() : b.status());
+    for (size_t k = 0; k < types.size(); ++k)
+      got[rank].push_back(
+          fromHostTyped(*backend->download(*(*a)[k], types[k])));
+    got[rank].push_back(fromHostTyped(
+        *backend->download(*(*b)[0], TensorType{DType::F32, {1}})));
+    for (auto *p : {&*sendMarker, &*sendMain})
+      if (absl::Status s = (*p)->wait(); !s.ok())
+        return fail(s);
+    if (absl::Status s = (*job)->finish(); !s.ok())
+      fail(s);
+  };
+  std::thread t0(rankMain, 0), t1(rankMain, 1);
+  t0.join();
+  t1.join();
+  for (int64_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(failures[r], "") << "rank " << r;
+    int64_t peer = 1 - r;
+    ASSERT_EQ(got[r].size(), 4u);
+    EXPECT_TRUE(at::equal(got[r][0],
+                          at::arange(6, at::kFloat).reshape({2, 3}) + peer));
+    EXPECT_TRUE(at::equal(got[r][1], at::arange(5, at::kLong) * (peer + 1)));
+    EXPECT_EQ(got[r][2].dim(), 0);
+    EXPECT_EQ(got[r][2].item<bool>(), peer == 0);
+    EXPECT_EQ(got[r][3].item<float>(), 100.0f + peer);
   }
 }
 
