@@ -342,9 +342,8 @@ writeCheckpointShard(const std::string &path, const Program &program,
                      const PipelineOwnership *pipeline) {
   std::vector<int64_t> meshShape = meshShapeOf(program);
   int64_t meshSize = program.worldSize();
-  int64_t fileRank =
-      pipeline ? pipeline->pipelineRank * meshSize + program.rank
-               : program.rank;
+  int64_t fileRank = pipeline ? pipeline->pipelineRank * meshSize + program.rank
+                              : program.rank;
   std::map<std::string, HostTensor> owned;
   for (const Argument *arg : stateArguments(program)) {
     auto it = tensors.find(arg->name);

@@ -119,8 +119,8 @@ Executor::loadState(const std::map<std::string, HostTensor> &tensors,
     if (!arg.isState())
       continue;
     absl::StatusOr<TensorHandle> handle =
-        loadStateArgument(backend, arg, program.values[arg.value].type,
-                          tensors, sourceName, requireOptimizerState);
+        loadStateArgument(backend, arg, program.values[arg.value].type, tensors,
+                          sourceName, requireOptimizerState);
     if (!handle.ok())
       return handle.status();
     loaded[i] = *std::move(handle);
@@ -213,7 +213,8 @@ Executor::runStep(const StepContext &step,
 
   std::optional<absl::StatusOr<StepOutcome>> stopped;
   if (absl::Status s = runInstructions(
-          step, live, lrValue, stepValue, [&]() -> absl::Status {
+          step, live, lrValue, stepValue,
+          [&]() -> absl::Status {
             // Nothing the step replaces has been written yet (the plan
             // reuses state buffers only after the loss), so stopping here
             // drops it.
@@ -406,9 +407,8 @@ Executor::call(const StepContext &step, std::vector<TensorHandle> arguments) {
   const auto &values = program.values;
   if (arguments.size() != program.arguments.size())
     return absl::InvalidArgumentError(
-        absl::StrCat("@", program.function, " takes ",
-                     program.arguments.size(), " arguments, got ",
-                     arguments.size()));
+        absl::StrCat("@", program.function, " takes ", program.arguments.size(),
+                     " arguments, got ", arguments.size()));
   std::vector<TensorHandle> live(values.size());
   ValueId lrValue = kNoValue, stepValue = kNoValue;
   for (size_t i = 0; i < program.arguments.size(); ++i) {
@@ -421,15 +421,13 @@ Executor::call(const StepContext &step, std::vector<TensorHandle> arguments) {
       continue;
     if (!arguments[i])
       return absl::InvalidArgumentError(
-          absl::StrCat("@", program.function, ": ",
-                       argumentRoleNoun(arg.role), " '", arg.name,
-                       "' has no value"));
+          absl::StrCat("@", program.function, ": ", argumentRoleNoun(arg.role),
+                       " '", arg.name, "' has no value"));
     live[arg.value] = std::move(arguments[i]);
   }
   for (const ProgramConstant &c : program.constants)
     live[c.value] = constants[c.value];
-  if (absl::Status s =
-          runInstructions(step, live, lrValue, stepValue, nullptr);
+  if (absl::Status s = runInstructions(step, live, lrValue, stepValue, nullptr);
       !s.ok())
     return s;
   std::vector<TensorHandle> results;

@@ -50,12 +50,11 @@ using Clock = std::chrono::steady_clock;
 
 // Control tags, below every transfer tag.
 constexpr int64_t kLossTag = 1;
-constexpr int64_t kTiedTagBase = 2;       // + the parameter's index (< 30)
+constexpr int64_t kTiedTagBase = 2;         // + the parameter's index (< 30)
 constexpr int64_t kChoiceTagBase = 1 << 24; // + the choice's number
 
 double now() {
-  return std::chrono::duration<double>(Clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
 const char *category(Kind kind) {
@@ -250,10 +249,10 @@ struct PipelineExecutor::Impl {
               absl::StrCat("no data for input '", arg.name, "'"));
         const TensorType &type = program.values[arg.value].type;
         if (it->second.type != type)
-          return absl::InvalidArgumentError(absl::StrCat(
-              "input '", arg.name, "' of micro-batch ", micro, " is ",
-              it->second.type.str(), ", but @", program.function,
-              " expects ", type.str()));
+          return absl::InvalidArgumentError(
+              absl::StrCat("input '", arg.name, "' of micro-batch ", micro,
+                           " is ", it->second.type.str(), ", but @",
+                           program.function, " expects ", type.str()));
         absl::StatusOr<TensorHandle> h = backend.upload(it->second);
         if (!h.ok())
           return h.status();
@@ -274,10 +273,10 @@ struct PipelineExecutor::Impl {
       case ArgumentRole::Value: {
         auto it = values.find({micro, arg.pipelineValue});
         if (it == values.end())
-          return absl::FailedPreconditionError(absl::StrCat(
-              "@", program.function, " needs value ", arg.pipelineValue,
-              " of micro-batch ", micro,
-              ", which no earlier task computed or received"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("@", program.function, " needs value ",
+                           arg.pipelineValue, " of micro-batch ", micro,
+                           ", which no earlier task computed or received"));
         args[i] = it->second;
         break;
       }
@@ -301,8 +300,8 @@ struct PipelineExecutor::Impl {
     if (!results.ok())
       return absl::Status(results.status().code(),
                           absl::StrCat("@", program.function, " (micro-batch ",
-                                       micro, "): ",
-                                       results.status().message()));
+                                       micro,
+                                       "): ", results.status().message()));
     for (size_t r = 0; r < program.results.size(); ++r) {
       const ResultInfo &res = program.results[r];
       TensorHandle &h = (*results)[r];
@@ -394,9 +393,9 @@ struct PipelineExecutor::Impl {
       return absl::OkStatus();
     absl::StatusOr<std::vector<TensorHandle>> got = pending->finish();
     if (!got.ok())
-      return absl::Status(got.status().code(),
-                          absl::StrCat("'", task.text,
-                                       "': ", got.status().message()));
+      return absl::Status(
+          got.status().code(),
+          absl::StrCat("'", task.text, "': ", got.status().message()));
     const StageTransfer &t = transferOf(task);
     for (size_t k = 0; k < t.values.size(); ++k)
       store(task.microbatch, t.values[k], (*got)[k]);
@@ -412,8 +411,7 @@ struct PipelineExecutor::Impl {
         continue;
       }
       if (absl::Status s = it->pending->wait(); !s.ok())
-        return absl::Status(s.code(), absl::StrCat("'",
-                                                   events[it->event].name,
+        return absl::Status(s.code(), absl::StrCat("'", events[it->event].name,
                                                    "': ", s.message()));
       events[it->event].end = now();
       it = sends.erase(it);
@@ -540,9 +538,7 @@ struct PipelineExecutor::Impl {
       }
     };
     auto rankOrder = [&](const PipelineTask &t) {
-      int group = t.kind == Kind::Backward ? 0
-                  : isForward(t.kind)      ? 1
-                                           : 2;
+      int group = t.kind == Kind::Backward ? 0 : isForward(t.kind) ? 1 : 2;
       return std::make_tuple(group, t.microbatch, -t.stage);
     };
     int64_t choices = 0;
@@ -588,13 +584,13 @@ struct PipelineExecutor::Impl {
               HostTensor::scalar(DType::I64, double(pendingTasks[chosen])));
           if (!h.ok())
             return h.status();
-          absl::StatusOr<std::unique_ptr<PendingCollective>> p = link->send(
-              plan.rank * meshSize + peer, kChoiceTagBase + choices,
-              {h->get()}, {TensorType{DType::I64, {}}});
+          absl::StatusOr<std::unique_ptr<PendingCollective>> p =
+              link->send(plan.rank * meshSize + peer, kChoiceTagBase + choices,
+                         {h->get()}, {TensorType{DType::I64, {}}});
           if (!p.ok())
             return p.status();
-          sends.push_back({*std::move(p), record("choice", "send", now(),
-                                                 now(), false)});
+          sends.push_back(
+              {*std::move(p), record("choice", "send", now(), now(), false)});
         }
       } else {
         absl::StatusOr<std::unique_ptr<PendingCollective>> p =
@@ -616,8 +612,7 @@ struct PipelineExecutor::Impl {
               absl::StrCat("the mesh's first rank chose task #", index,
                            ", which this rank has run or does not have"));
         chosen = int64_t(it - pendingTasks.begin());
-        absl::StatusOr<bool> ready =
-            isReady(plan.tasks[index], /*block=*/true);
+        absl::StatusOr<bool> ready = isReady(plan.tasks[index], /*block=*/true);
         if (!ready.ok())
           return ready.status();
         if (!*ready)
@@ -784,10 +779,9 @@ struct PipelineExecutor::Impl {
       const std::vector<std::map<std::string, HostTensor>> &batch,
       bool skipNonFinite) {
     if (int64_t(batch.size()) != plan.microbatches)
-      return absl::InvalidArgumentError(
-          absl::StrCat("the step has ", batch.size(),
-                       " micro-batches of inputs, the schedule ",
-                       plan.microbatches));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the step has ", batch.size(),
+          " micro-batches of inputs, the schedule ", plan.microbatches));
     step = &ctx;
     inputs = &batch;
     values.clear();
@@ -805,9 +799,9 @@ struct PipelineExecutor::Impl {
     if (s.ok())
       s = pollSends(/*wait=*/true);
     if (!s.ok())
-      return absl::Status(s.code(), absl::StrCat(where(), ", step ",
-                                                 ctx.globalStep, ": ",
-                                                 s.message()));
+      return absl::Status(
+          s.code(),
+          absl::StrCat(where(), ", step ", ctx.globalStep, ": ", s.message()));
     values.clear();
 
     absl::StatusOr<std::optional<double>> loss = shareLoss();
@@ -918,9 +912,9 @@ void PipelineExecutor::setInjectedDelay(const InjectedDelay &delay) {
 // Traces and the bubble
 //===----------------------------------------------------------------------===//
 
-std::string pipelineTraceJson(
-    const std::vector<std::vector<PipelineEvent>> &eventsByRank,
-    const std::vector<std::string> &rankNames) {
+std::string
+pipelineTraceJson(const std::vector<std::vector<PipelineEvent>> &eventsByRank,
+                  const std::vector<std::string> &rankNames) {
   double origin = INFINITY;
   for (const auto &events : eventsByRank)
     for (const PipelineEvent &e : events)
@@ -936,11 +930,12 @@ std::string pipelineTraceJson(
                      {"pid", r},
                      {"args", {{"sort_index", r}}}});
     for (int tid = 0; tid < 2; ++tid)
-      trace.push_back({{"name", "thread_name"},
-                       {"ph", "M"},
-                       {"pid", r},
-                       {"tid", tid},
-                       {"args", {{"name", tid == 0 ? "compute" : "transfers"}}}});
+      trace.push_back(
+          {{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", r},
+           {"tid", tid},
+           {"args", {{"name", tid == 0 ? "compute" : "transfers"}}}});
     for (const PipelineEvent &e : eventsByRank[r]) {
       bool comm = e.category == "send" || e.category == "recv" ||
                   e.category == "collective";
@@ -992,8 +987,7 @@ std::string serializeEvents(const std::vector<PipelineEvent> &events) {
   out.precision(17);
   for (const PipelineEvent &e : events)
     out << e.step << '\t' << e.start << '\t' << e.end << '\t'
-        << (e.compute ? 1 : 0) << '\t' << e.category << '\t' << e.name
-        << '\n';
+        << (e.compute ? 1 : 0) << '\t' << e.category << '\t' << e.name << '\n';
   return out.str();
 }
 
@@ -1027,8 +1021,7 @@ deserializeEvents(const std::string &text) {
 
 namespace merak::runtime {
 
-absl::StatusOr<Program> bindPipelineToRank(PipelinePlan &plan,
-                                           int64_t meshRank,
+absl::StatusOr<Program> bindPipelineToRank(PipelinePlan &plan, int64_t meshRank,
                                            int64_t meshSize,
                                            CollectiveMode mode) {
   Program groups;
@@ -1047,9 +1040,10 @@ absl::StatusOr<Program> bindPipelineToRank(PipelinePlan &plan,
       ProcessGroupSpec spec = program.groups[g];
       for (int64_t &r : spec.members.ranks)
         r += plan.rank * meshSize;
-      auto it = std::find_if(
-          groups.groups.begin(), groups.groups.end(),
-          [&](const ProcessGroupSpec &u) { return u.meshAxes == spec.meshAxes; });
+      auto it = std::find_if(groups.groups.begin(), groups.groups.end(),
+                             [&](const ProcessGroupSpec &u) {
+                               return u.meshAxes == spec.meshAxes;
+                             });
       if (it == groups.groups.end()) {
         groups.groups.push_back(spec);
         it = groups.groups.end() - 1;

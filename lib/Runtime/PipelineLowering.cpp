@@ -121,8 +121,7 @@ FailureOr<PipelinePlan> lowerPipeline(ModuleOp module, int64_t pipelineRank) {
   if (auto limits = dict.getAs<DenseI64ArrayAttr>("inflight_limit"))
     plan.inflightLimit.assign(limits.asArrayRef().begin(),
                               limits.asArrayRef().end());
-  if (llvm::Expected<pipeline::Simulation> sim =
-          pipeline::simulate(*schedule))
+  if (llvm::Expected<pipeline::Simulation> sim = pipeline::simulate(*schedule))
     plan.unitTimeBubble = sim->bubble();
   else
     llvm::consumeError(sim.takeError());

@@ -7,9 +7,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/ProgramLowering.h"
+#include "merak/Analysis/PipelineAttrNames.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
-#include "merak/Analysis/PipelineAttrNames.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
@@ -59,7 +59,6 @@ FailureOr<TensorType> toTensorType(Type type) {
 }
 
 namespace {
-
 
 /// `file:line:col` of the first file location inside `loc`.
 std::string locationString(Location loc) {

@@ -408,13 +408,11 @@ absl::Status reportPipeline(const PipelinePlan &plan,
     std::string stages;
     for (int64_t s = p; s < plan.stages; s += plan.pp)
       absl::StrAppend(&stages, stages.empty() ? "" : ",", s);
-    names.push_back(absl::StrCat("rank ", r, " (stage", plan.virtualStages > 1 ? "s " : " ",
-                                 stages,
-                                 meshSize > 1
-                                     ? absl::StrCat(", mesh rank ",
-                                                    int64_t(r) % meshSize)
-                                     : std::string(),
-                                 ")"));
+    names.push_back(absl::StrCat(
+        "rank ", r, " (stage", plan.virtualStages > 1 ? "s " : " ", stages,
+        meshSize > 1 ? absl::StrCat(", mesh rank ", int64_t(r) % meshSize)
+                     : std::string(),
+        ")"));
   }
   int64_t from = lastStep > firstStep ? firstStep + 1 : firstStep;
   BubbleMeasurement bubble = measureBubble(events, from);
@@ -535,8 +533,8 @@ int main(int argc, char **argv) {
   // A pipeline schedule runs on pp × mesh ranks; @train_step (its
   // unpartitioned step, still in the module) tells the state, the inputs
   // and their shardings.
-  auto scheduleAttr = (*module)->getAttrOfType<DictionaryAttr>(
-      "merak.pipeline_schedule");
+  auto scheduleAttr =
+      (*module)->getAttrOfType<DictionaryAttr>("merak.pipeline_schedule");
   const bool pipelined = entry.empty() && scheduleAttr;
   int64_t pp = 1;
   if (pipelined) {
@@ -569,10 +567,10 @@ int main(int argc, char **argv) {
       program.mesh ? "@" + program.mesh->name + " " + program.mesh->str()
                    : std::string();
   if (pipelined)
-    meshText = std::to_string(pp) + " pipeline ranks" +
-               (program.mesh ? " × @" + program.mesh->name + " " +
-                                   program.mesh->str()
-                             : std::string());
+    meshText =
+        std::to_string(pp) + " pipeline ranks" +
+        (program.mesh ? " × @" + program.mesh->name + " " + program.mesh->str()
+                      : std::string());
   if (launching && nproc != meshSize && pipelined)
     return fail("--nproc " + std::to_string(nproc) +
                 " does not match the pipeline plan: " + meshText + " make " +
@@ -864,8 +862,8 @@ int main(int argc, char **argv) {
     source = syntheticBatches(inputs, runSeed);
   }
   if (!pipelined)
-    source = shardBatches(std::move(source), shardedInputs, meshShape,
-                          program.rank);
+    source =
+        shardBatches(std::move(source), shardedInputs, meshShape, program.rank);
   // Micro-batch m of a global batch, cut to this rank's shards.
   auto microBatches = [&](const std::vector<HostTensor> &batch)
       -> absl::StatusOr<std::vector<std::map<std::string, HostTensor>>> {
@@ -878,8 +876,8 @@ int main(int argc, char **argv) {
         if (!micro.empty())
           block.offsets[0] = m * micro[0];
         HostTensor slice = extractBlock(batch[i], block);
-        absl::StatusOr<HostTensor> shard = cutShard(
-            slice, shardedInputs[i].sharding, meshShape, program.rank);
+        absl::StatusOr<HostTensor> shard =
+            cutShard(slice, shardedInputs[i].sharding, meshShape, program.rank);
         if (!shard.ok())
           return shard.status();
         result[size_t(m)][inputs[i].name] = *std::move(shard);
@@ -1053,16 +1051,15 @@ int main(int argc, char **argv) {
         for (const auto &[name, stage] : plan->stateStage)
           owners->owner[name] = plan->rankOf(stage);
       }
-      if (absl::Status s = writeCheckpointShard(saveFile, program, *state,
-                                                metadata,
-                                                owners ? &*owners : nullptr);
+      if (absl::Status s = writeCheckpointShard(
+              saveFile, program, *state, metadata, owners ? &*owners : nullptr);
           !s.ok())
         return fail(s);
       if (absl::Status s = job->barrier("save"); !s.ok())
         return fail(s);
       if (env.rank == 0) {
-        if (absl::Status s = writeCheckpointIndex(
-                saveFile, program, metadata, owners ? &*owners : nullptr);
+        if (absl::Status s = writeCheckpointIndex(saveFile, program, metadata,
+                                                  owners ? &*owners : nullptr);
             !s.ok())
           return fail(s);
         removeStaleCheckpoint(saveFile, /*sharded=*/true);

@@ -104,8 +104,8 @@ HostTensor toHostTyped(const at::Tensor &t) {
   DType dtype = t.scalar_type() == at::kLong   ? DType::I64
                 : t.scalar_type() == at::kBool ? DType::Bool
                                                : DType::F32;
-  HostTensor h = HostTensor::allocate(
-      {dtype, Shape(t.sizes().begin(), t.sizes().end())});
+  HostTensor h =
+      HostTensor::allocate({dtype, Shape(t.sizes().begin(), t.sizes().end())});
   std::memcpy(h.mutableBytes(), t.contiguous().data_ptr(), h.byteSize());
   return h;
 }
@@ -498,12 +498,10 @@ TEST(CommunicatorTest, PeerLinkMovesTensorsBetweenRanks) {
     TensorHandle marker = upload(at::full({1}, 100.0f + rank));
     absl::StatusOr<std::unique_ptr<PendingCollective>> sendMarker =
         (*link)->send(peer, 8, {marker.get()}, {TensorType{DType::F32, {1}}});
-    absl::StatusOr<std::unique_ptr<PendingCollective>> sendMain =
-        (*link)->send(peer, 7, {out[0].get(), out[1].get(), out[2].get()},
-                      types);
+    absl::StatusOr<std::unique_ptr<PendingCollective>> sendMain = (*link)->send(
+        peer, 7, {out[0].get(), out[1].get(), out[2].get()}, types);
     if (!sendMarker.ok() || !sendMain.ok())
-      return fail(!sendMarker.ok() ? sendMarker.status()
-                                   : sendMain.status());
+      return fail(!sendMarker.ok() ? sendMarker.status() : sendMain.status());
     out.clear(); // the link keeps what it sends
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!(*first)->ready() || !(*second)->ready()) {
@@ -534,8 +532,8 @@ TEST(CommunicatorTest, PeerLinkMovesTensorsBetweenRanks) {
     ASSERT_EQ(failures[r], "") << "rank " << r;
     int64_t peer = 1 - r;
     ASSERT_EQ(got[r].size(), 4u);
-    EXPECT_TRUE(at::equal(got[r][0],
-                          at::arange(6, at::kFloat).reshape({2, 3}) + peer));
+    EXPECT_TRUE(
+        at::equal(got[r][0], at::arange(6, at::kFloat).reshape({2, 3}) + peer));
     EXPECT_TRUE(at::equal(got[r][1], at::arange(5, at::kLong) * (peer + 1)));
     EXPECT_EQ(got[r][2].dim(), 0);
     EXPECT_EQ(got[r][2].item<bool>(), peer == 0);

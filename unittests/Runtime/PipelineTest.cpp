@@ -19,7 +19,8 @@ TEST(PipelineTest, BubbleOfTwoRanks) {
   // Step 2 spans [10, 14]: rank 0 busy 3, rank 1 busy 2 → 1 - 5/8.
   std::vector<std::vector<PipelineEvent>> events = {
       {compute(1, 0, 1), compute(2, 10, 12), compute(2, 12, 13)},
-      {compute(1, 1, 2), compute(2, 12, 14),
+      {compute(1, 1, 2),
+       compute(2, 12, 14),
        {"send F(0,0) -> 1", "send", 2, 9, 20, false}}};
   BubbleMeasurement all = measureBubble(events, 1);
   EXPECT_EQ(all.steps, 2);

@@ -106,8 +106,8 @@ private:
   /// an error from it ends the run (a cancelled one after draining the
   /// collectives in flight).
   absl::Status runInstructions(const StepContext &step,
-                               std::vector<TensorHandle> &live,
-                               ValueId lrValue, ValueId stepValue,
+                               std::vector<TensorHandle> &live, ValueId lrValue,
+                               ValueId stepValue,
                                const std::function<absl::Status()> &atLoss);
 
   const Program &program;

@@ -199,8 +199,8 @@ private:
 /// per list of mesh axes), members as global ranks (pipeline rank × mesh
 /// size + mesh rank); each program's collectives are renumbered into that
 /// union. It is what `DistributedJob::createGlooCommunicator` takes.
-absl::StatusOr<Program> bindPipelineToRank(PipelinePlan &plan,
-                                           int64_t meshRank, int64_t meshSize,
+absl::StatusOr<Program> bindPipelineToRank(PipelinePlan &plan, int64_t meshRank,
+                                           int64_t meshSize,
                                            CollectiveMode mode);
 
 /// The tag of a transfer: unique per (payload, stage, micro-batch) within a
@@ -211,9 +211,9 @@ int64_t pipelineTransferTag(bool backward, int64_t stage, int64_t microbatch,
 /// Chrome / Perfetto trace JSON of `eventsByRank` (one process track per
 /// rank, compute and communication as its two threads), times relative to
 /// the earliest event.
-std::string pipelineTraceJson(
-    const std::vector<std::vector<PipelineEvent>> &eventsByRank,
-    const std::vector<std::string> &rankNames);
+std::string
+pipelineTraceJson(const std::vector<std::vector<PipelineEvent>> &eventsByRank,
+                  const std::vector<std::string> &rankNames);
 
 /// The measured bubble: per step, 1 − (busy time summed over ranks) /
 /// (ranks × the step's span from the first compute task to the last, over

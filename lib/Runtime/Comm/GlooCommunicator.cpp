@@ -279,8 +279,7 @@ public:
     try {
       if (!device) {
         if (isLoopback(options.masterAddr))
-          device =
-              c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+          device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
         else if (!options.interface.empty())
           device = c10d::ProcessGroupGloo::createDeviceForInterface(
               options.interface);
@@ -840,22 +839,21 @@ private:
 
     void start(c10::intrusive_ptr<c10d::Work> w) {
       work = std::move(w);
-      waiter = std::async(std::launch::async,
-                          [work = work, progress = progress] {
-                            auto done = [&] {
-                              std::lock_guard<std::mutex> guard(
-                                  progress->mutex);
-                              ++progress->completed;
-                              progress->changed.notify_all();
-                            };
-                            try {
-                              work->wait();
-                            } catch (...) {
-                              done();
-                              throw;
-                            }
-                            done();
-                          });
+      waiter =
+          std::async(std::launch::async, [work = work, progress = progress] {
+            auto done = [&] {
+              std::lock_guard<std::mutex> guard(progress->mutex);
+              ++progress->completed;
+              progress->changed.notify_all();
+            };
+            try {
+              work->wait();
+            } catch (...) {
+              done();
+              throw;
+            }
+            done();
+          });
     }
 
     bool ready() override {
