@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The main job: traces the in-tree GPT-2-style model with PyTorch, imports it
 # with merak-opt (summary: parameter count, op histogram), compiles its
-# training step (autodiff + AdamW in the IR), partitions it for a 2x2 mesh
-# (data x tensor parallelism) and trains it on 4 local ranks with
-# merak-exec, printing the loss of every step and comparing the losses with
-# single-process PyTorch.
+# training step (autodiff + AdamW in the IR), partitions it in 3D (data x
+# tensor x pipeline parallelism, 2x2x2, 1F1B over 4 micro-batches) and trains
+# it on 8 local ranks with merak-exec, printing the loss of every step and the
+# measured pipeline bubble, writing a trace a browser opens, and comparing the
+# losses with single-process PyTorch.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${MERAK_BUILD_DIR:-$root/build}"
@@ -25,27 +26,32 @@ echo "== compiling the training step (autodiff + AdamW)"
   --merak-train="optimizer=adamw lr=3e-3 weight-decay=0.1" -o "$out/step.mlir"
 echo "   IR: $out/step.mlir ($(grep -c 'merak\.' "$out/step.mlir") merak ops and attributes)"
 
-echo "== partitioning for 4 ranks: data parallel x tensor parallel (dp=2 tp=2)"
-"$build/bin/merak-opt" "$out/step.mlir" --merak-parallelize="dp=2 tp=2" \
+echo "== partitioning for 8 ranks: data x tensor x pipeline parallelism (dp=2 tp=2 pp=2)"
+"$build/bin/merak-opt" "$out/step.mlir" \
+  --merak-parallelize="dp=2 tp=2 pp=2 microbatches=4 schedule=1f1b" \
   -o "$out/plan.mlir"
-echo "   plan: $out/plan.mlir; collectives per step:"
-grep -oE 'mesh\.(all_reduce|all_gather|reduce_scatter|all_to_all|all_slice) .*mesh_axes = \[[0-9, ]*\]' \
-  "$out/plan.mlir" | sed -E 's/^mesh\.([a-z_]+) .*mesh_axes = \[([0-9, ]*)\]/\1 over axis \2/' \
-  | sed -e 's/axis 0$/dp/' -e 's/axis 1$/tp/' -e 's/axis 0, 1$/dp and tp/' \
-  | sort | uniq -c | sed 's/^/     /'
+echo "   plan: $out/plan.mlir; stage functions and the collectives in them:"
+for f in $(grep -oE 'func\.func @stage[0-9]+_[a-z_]+' "$out/plan.mlir" | sed 's/func.func @//'); do
+  n=$(awk "/func.func @$f\(/,/^  }/" "$out/plan.mlir" | grep -cE 'mesh\.(all_reduce|all_gather|reduce_scatter|all_to_all)' || true)
+  printf '     %-24s %s collectives\n' "$f" "$n"
+done
+echo "   schedule of pipeline rank 0: $(grep -oE 'ranks = \[\[[^]]*\]' "$out/plan.mlir" | head -1 | cut -c11-200)..."
 
-echo "== training 20 steps on 4 local ranks (Gloo), 8 recurring batches"
+echo "== training 20 steps on 8 local ranks (Gloo), 4 micro-batches of 2 per step"
 $py "$root/test/e2e/make_batches.py" --fixture gpt2 --fixtures-dir "$out" \
-  --steps 20 --seed 0 --cycle 8 --out "$out/batches.safetensors"
+  --steps 20 --seed 0 --cycle 8 --microbatches 4 --out "$out/batches.safetensors"
 rm -f "$out/train.jsonl"
-"$build/bin/merak-exec" "$out/plan.mlir" --nproc 4 --init "$out/gpt2.pt" \
+"$build/bin/merak-exec" "$out/plan.mlir" --nproc 8 --init "$out/gpt2.pt" \
   --data "$out/batches.safetensors" --steps 20 --threads 1 \
-  --log-jsonl "$out/train.jsonl" --save "$out/checkpoint.safetensors"
-echo "   log: $out/train.jsonl  checkpoint: $out/checkpoint.safetensors (one shard file per rank + index)"
+  --log-jsonl "$out/train.jsonl" --save "$out/checkpoint.safetensors" \
+  --trace "$out/trace.json"
+echo "   log: $out/train.jsonl  checkpoint: $out/checkpoint.safetensors (shard files + index)"
+echo "   trace: $out/trace.json (open in https://ui.perfetto.dev or chrome://tracing)"
 
-echo "== the same 20 steps in single-process PyTorch"
+echo "== the same 20 steps in single-process PyTorch (accumulating the micro-batches)"
 $py "$root/test/e2e/reference.py" --model "$out/gpt2.pt" \
   --data "$out/batches.safetensors" --steps 20 --optimizer adamw --lr 3e-3 \
-  --weight-decay 0.1 --threads 1 --out-jsonl "$out/reference.jsonl" > /dev/null
+  --weight-decay 0.1 --microbatches 4 --threads 1 \
+  --out-jsonl "$out/reference.jsonl" > /dev/null
 $py "$root/test/e2e/compare_losses.py" "$out/train.jsonl" \
   "$out/reference.jsonl" --rtol 1e-4 | tail -1

@@ -12,6 +12,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshDialect.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseSet.h"
@@ -90,8 +91,7 @@ double convolutionFlops(Type output, Type weight) {
 /// mesh cannot be found).
 int64_t groupSize(Operation *op, FlatSymbolRefAttr meshRef,
                   ArrayRef<mesh::MeshAxis> axes) {
-  auto meshOp =
-      SymbolTable::lookupNearestSymbolFrom<mesh::MeshOp>(op, meshRef);
+  auto meshOp = SymbolTable::lookupNearestSymbolFrom<mesh::MeshOp>(op, meshRef);
   if (!meshOp)
     return 1;
   int64_t n = 1;

@@ -8,6 +8,7 @@
 #include "merak/Analysis/CostModel.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshDialect.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -57,7 +58,7 @@ bool isCarrier(Operation *op) {
   return op->getNumOperands() == 1 && op->getNumResults() == 1 &&
          (op->getName().getDialectNamespace() ==
               mesh::MeshDialect::getDialectNamespace() ||
-          isa<ReshapeOp>(op));
+          isa<merak::ReshapeOp>(op));
 }
 } // namespace
 
@@ -76,6 +77,19 @@ llvm::DenseSet<Operation *> merak::optimizerStepOps(func::FuncOp func) {
         }))
       ops.insert(&op);
   }
+  // A slice of a gradient computed in backward shrinks it without
+  // communicating: it stays with backward, so the gradient the optimizer
+  // step starts from is as small as the update allows.
+  for (Operation &op : body.without_terminator()) {
+    if (!ops.contains(&op) || !isa<mesh::AllSliceOp>(op))
+      continue;
+    // (Not the slice of a sum: the sum may add contributions of several
+    // stages, which the runtime adds before the optimizer step.)
+    Operation *def = op.getOperand(0).getDefiningOp();
+    if (def && !ops.contains(def) && !isOptimizerUpdate(def) &&
+        !isConstantLike(def) && !isa<merak::AddOp>(def))
+      ops.erase(&op);
+  }
   // After them.
   for (Operation &op : body.without_terminator()) {
     if (!isUntagged(&op) || ops.contains(&op))
@@ -87,6 +101,16 @@ llvm::DenseSet<Operation *> merak::optimizerStepOps(func::FuncOp func) {
       ops.insert(&op);
   }
   return ops;
+}
+
+Value merak::getUpdatedParamSource(Operation *update) {
+  Value v = getUpdatedParam(update);
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isCarrier(def))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
 }
 
 Value merak::getUpdateGradientSource(
@@ -152,9 +176,11 @@ unsigned merak::tagUntaggedOps(func::FuncOp func) {
     if (!untagged(&op))
       continue;
     std::optional<int64_t> gradOf;
+    // (Constants may carry the tag of whichever op canonicalization merged
+    // them with; they say nothing.)
     for (Value operand : op.getOperands())
       if (Operation *def = operand.getDefiningOp())
-        if ((gradOf = getGradOf(def)))
+        if (!isConstantLike(def) && (gradOf = getGradOf(def)))
           break;
     if (!gradOf) {
       auto it = backwardBound.find(&op);

@@ -176,4 +176,93 @@ TEST(TrainStep, WeightGradientOps) {
   EXPECT_EQ(names, (std::vector<std::string>{"merak.permute", "merak.matmul"}));
 }
 
+TEST(CostModel, CollectivesCountTheBytesTheySend) {
+  // Ring algorithms over a group of 2 (one axis of the 2x4 mesh) or 8.
+  ParsedModule m(R"(
+    mesh.mesh @mesh(shape = 2x4)
+    func.func @f(%x: tensor<16x8xf32>) -> (tensor<16x8xf32>, tensor<16x8xf32>, tensor<8x8xf32>, tensor<32x8xf32>, tensor<8x8xf32>) {
+      %a = mesh.all_reduce %x on @mesh mesh_axes = [0] : tensor<16x8xf32> -> tensor<16x8xf32>
+      %b = mesh.all_reduce %x on @mesh mesh_axes = [0, 1] : tensor<16x8xf32> -> tensor<16x8xf32>
+      %c = mesh.reduce_scatter %x on @mesh mesh_axes = [0] scatter_axis = 0 : tensor<16x8xf32> -> tensor<8x8xf32>
+      %d = mesh.all_gather %x on @mesh mesh_axes = [0] gather_axis = 0 : tensor<16x8xf32> -> tensor<32x8xf32>
+      %e = mesh.all_slice %x on @mesh mesh_axes = [0] slice_axis = 0 : tensor<16x8xf32> -> tensor<8x8xf32>
+      return %a, %b, %c, %d, %e : tensor<16x8xf32>, tensor<16x8xf32>, tensor<8x8xf32>, tensor<32x8xf32>, tensor<8x8xf32>
+    })");
+  ASSERT_TRUE(m.module);
+  std::vector<OpCost> costs;
+  m.func("f").walk([&](Operation *op) {
+    if (op->getName().getDialectNamespace() == "mesh")
+      costs.push_back(estimateOp(op));
+  });
+  ASSERT_EQ(costs.size(), 5u);
+  int64_t bytes = 16 * 8 * 4;
+  EXPECT_EQ(costs[0].bytesCommunicated, bytes);         // 2 (n-1)/n, n = 2
+  EXPECT_EQ(costs[1].bytesCommunicated, bytes * 7 / 4); // n = 8
+  EXPECT_DOUBLE_EQ(costs[0].flops, 16 * 8);
+  EXPECT_EQ(costs[2].bytesCommunicated, bytes / 2);
+  EXPECT_EQ(costs[3].bytesCommunicated, bytes); // of the result
+  EXPECT_EQ(costs[4].bytesCommunicated, 0);     // local
+  EXPECT_EQ(costs[4].collectives, 0);
+  // Time: roofline plus latency and the bytes at the collective bandwidth.
+  HardwareProfile hw;
+  hw.collectiveBandwidth = 1e9;
+  hw.collectiveLatency = 1e-5;
+  CostModel model(hw);
+  OpCost local = costs[0];
+  local.bytesCommunicated = 0;
+  local.collectives = 0;
+  EXPECT_DOUBLE_EQ(model.time(costs[0]),
+                   model.time(local) + 1e-5 + double(bytes) / 1e9);
+}
+
+// A partitioned step: the collectives and local forms --merak-spmdize
+// builds carry no role; the optimizer step's reductions do not get one.
+constexpr llvm::StringLiteral kPartitionedStep = R"(
+  mesh.mesh @mesh(shape = 2x2) {merak.axes = ["dp", "tp"]}
+  func.func @train_step(%x: tensor<4x8xf32>, %w: tensor<16x8xf32> {merak.param = "w"}, %lr: tensor<f32>, %step: tensor<i64>) -> (tensor<f32>, tensor<16x8xf32>, tensor<16x8xf32>) {
+    %y = merak.linear %x, %w {merak.id = 0 : i64} : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+    %r = mesh.all_reduce %y on @mesh mesh_axes = [1] : tensor<4x16xf32> -> tensor<4x16xf32>
+    %l = merak.reduce_sum %r {dims = array<i64>, merak.id = 1 : i64} : (tensor<4x16xf32>) -> tensor<f32>
+    %g = merak.expand %l {merak.grad_of = 1 : i64, shape = array<i64: 4, 16>} : (tensor<f32>) -> tensor<4x16xf32>
+    %n = merak.neg %g : tensor<4x16xf32>
+    %gt = merak.permute %n {merak.grad_of = 0 : i64, permutation = array<i64: 1, 0>} : (tensor<4x16xf32>) -> tensor<16x4xf32>
+    %gw = merak.matmul %gt, %x {merak.grad_of = 0 : i64} : (tensor<16x4xf32>, tensor<4x8xf32>) -> tensor<16x8xf32>
+    %s = mesh.all_reduce %gw on @mesh mesh_axes = [0] : tensor<16x8xf32> -> tensor<16x8xf32>
+    %p, %m = merak.sgd_update %w, %s, %s, %lr, %step {dampening = 0.0 : f64, momentum = 0.0 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<f32>, tensor<i64>) -> (tensor<16x8xf32>, tensor<16x8xf32>)
+    %q = mesh.all_gather %p on @mesh mesh_axes = [1] gather_axis = 0 : tensor<16x8xf32> -> tensor<32x8xf32>
+    return %l, %p, %m : tensor<f32>, tensor<16x8xf32>, tensor<16x8xf32>
+  })";
+
+TEST(TrainStep, OptimizerStepOpsAndRoles) {
+  ParsedModule m(kPartitionedStep);
+  ASSERT_TRUE(m.module);
+  func::FuncOp step = m.func("train_step");
+  auto find = [&](StringRef name, unsigned n = 0) -> Operation * {
+    for (Operation &op : step.getBody().front())
+      if (op.getName().getStringRef() == name && n-- == 0)
+        return &op;
+    return nullptr;
+  };
+  Operation *forwardReduce = find("mesh.all_reduce", 0);
+  Operation *gradReduce = find("mesh.all_reduce", 1);
+  Operation *gather = find("mesh.all_gather");
+  Operation *neg = find("merak.neg");
+  Operation *update = find("merak.sgd_update");
+  llvm::DenseSet<Operation *> optimizer = optimizerStepOps(step);
+  EXPECT_TRUE(optimizer.contains(gradReduce));
+  EXPECT_TRUE(optimizer.contains(gather));
+  EXPECT_FALSE(optimizer.contains(forwardReduce));
+  EXPECT_EQ(getUpdateGradientSource(update, optimizer),
+            gradReduce->getOperand(0));
+
+  // The forward all-reduce becomes a forward op with a fresh id; the neg,
+  // which reads a backward value, joins backward; the optimizer's ops keep
+  // no role.
+  EXPECT_EQ(tagUntaggedOps(step), 2u);
+  EXPECT_EQ(getForwardId(forwardReduce), std::optional<int64_t>(2));
+  EXPECT_EQ(getGradOf(neg), std::optional<int64_t>(1));
+  EXPECT_TRUE(isUntagged(gradReduce));
+  EXPECT_TRUE(isUntagged(gather));
+}
+
 } // namespace

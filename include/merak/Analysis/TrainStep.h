@@ -60,6 +60,10 @@ bool isUntagged(mlir::Operation *op);
 /// the updated shard). Pipelines run them once per step with the updates.
 llvm::DenseSet<mlir::Operation *> optimizerStepOps(mlir::func::FuncOp func);
 
+/// The parameter argument `update` changes: its parameter operand before
+/// the collectives and reshapes that slice it (ZeRO's shard).
+mlir::Value getUpdatedParamSource(mlir::Operation *update);
+
 /// The gradient `update` reads before the ops of `optimizerOps` reshard it:
 /// its gradient operand with the optimizer step's collectives stripped.
 mlir::Value

@@ -46,13 +46,16 @@ class Mixer(nn.Module):
 
 
 def main():
+    """new_model.py MODEL.pt BATCHES.safetensors STEPS [MICROBATCHES]: traces
+    at batch 4; a step holds MICROBATCHES batches of 4 (default 1)."""
     model_path, batches_path, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    micro = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     torch.manual_seed(0)
     model = Mixer().train()
     gen = torch.Generator().manual_seed(1)
-    images = torch.randn(steps, 4, 3, 16, 16, generator=gen)
-    labels = torch.randint(0, 7, (steps, 4), generator=gen)
-    merak_trace.save(model, (images[0], labels[0]), model_path)
+    images = torch.randn(steps, 4 * micro, 3, 16, 16, generator=gen)
+    labels = torch.randint(0, 7, (steps, 4 * micro), generator=gen)
+    merak_trace.save(model, (images[0, :4], labels[0, :4]), model_path)
     merak_safetensors.save({"images": images, "labels": labels}, batches_path)
 
 

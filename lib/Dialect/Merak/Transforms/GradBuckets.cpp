@@ -64,12 +64,20 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
 
   void runOnFunction(func::FuncOp func, MeshAxis dp) {
     // Gradient reductions: all-reduces over exactly the dp axis of values
-    // computed by backward ops.
+    // computed by backward ops, or of the gradients a pipeline's optimizer
+    // function takes (`merak.grad` arguments, accumulated over
+    // micro-batches).
+    auto isGradient = [&](Value v) {
+      if (Operation *def = v.getDefiningOp())
+        return def->hasAttr(kGradOfAttr);
+      auto arg = cast<BlockArgument>(v);
+      return arg.getOwner()->isEntryBlock() &&
+             func.getArgAttr(arg.getArgNumber(), kGradAttr);
+    };
     SmallVector<AllReduceOp> reductions;
     func.walk([&](AllReduceOp op) {
-      Operation *def = op.getInput().getDefiningOp();
-      if (op.getMeshAxes().size() == 1 && op.getMeshAxes()[0] == dp && def &&
-          def->hasAttr(kGradOfAttr))
+      if (op.getMeshAxes().size() == 1 && op.getMeshAxes()[0] == dp &&
+          isGradient(op.getInput()))
         reductions.push_back(op);
     });
     for (AllReduceOp op : reductions)

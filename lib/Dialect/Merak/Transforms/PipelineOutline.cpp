@@ -21,7 +21,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <map>
 #include <memory>
@@ -112,6 +114,8 @@ struct PipelineOutlinePass
   llvm::DenseMap<Operation *, StageFn *> placedIn;
   llvm::DenseSet<Operation *> weightOps;
   llvm::DenseSet<Operation *> invariant;
+  llvm::DenseSet<Operation *> optimizerOps;
+  llvm::DenseMap<Operation *, bool> stateDerived;
   int64_t nextId = 0;
 
   void runOnOperation() override {
@@ -366,11 +370,57 @@ struct PipelineOutlinePass
     return success();
   }
 
+  /// `v` in optimizer function `opt`: mapped already (the gradient
+  /// argument, a clone), an op of the optimizer step cloned after its
+  /// operands, or anything else through valueIn.
+  FailureOr<Value> optimizerValue(StageFn *opt, Value v, IRMapping &mapping,
+                                  Operation *update) {
+    if (Value local = mapping.lookupOrNull(v))
+      return local;
+    Operation *def = v.getDefiningOp();
+    if (!def || (!optimizerOps.contains(def) && !fromState(def)))
+      return valueIn(opt, v, update);
+    for (Value operand : def->getOperands()) {
+      FailureOr<Value> local = optimizerValue(opt, operand, mapping, update);
+      if (failed(local))
+        return failure();
+      mapping.map(operand, *local);
+    }
+    OpBuilder b = OpBuilder::atBlockEnd(opt->block);
+    Operation *clone = b.clone(*def, mapping);
+    clone->setAttr(kStageAttr, b.getI64IntegerAttr(opt->stage));
+    return mapping.lookup(v);
+  }
+
+  /// True for a pure op computed from the step's state only (parameters,
+  /// buffers, optimizer state, constants; no model input): a slice of a
+  /// parameter that backward also reads. The optimizer function computes it
+  /// again instead of receiving it.
+  bool fromState(Operation *op) {
+    auto it = stateDerived.find(op);
+    if (it != stateDerived.end())
+      return it->second;
+    bool result = isMemoryEffectFree(op) && op->getNumRegions() == 0 &&
+                  llvm::all_of(op->getOperands(), [&](Value v) {
+                    if (auto arg = dyn_cast<BlockArgument>(v))
+                      return arg.getOwner() == &step.getBody().front() &&
+                             !step.getArgAttr(arg.getArgNumber(), kInputAttr);
+                    Operation *def = v.getDefiningOp();
+                    return isConstantLike(def) || fromState(def);
+                  });
+    stateDerived[op] = result;
+    return result;
+  }
+
   /// The update of one parameter goes to the optimizer function of every
-  /// stage that owns the parameter (one, or the tied ones).
+  /// stage that owns the parameter (one, or the tied ones), with the
+  /// optimizer step's collectives around it: the reductions of its gradient
+  /// before it (so the gradient argument is this rank's unreduced
+  /// contribution, and they run once per step on the accumulated
+  /// gradient), ZeRO's gather of the new shard after it.
   LogicalResult placeUpdate(Operation *update,
                             const llvm::DenseMap<Value, int> &returned) {
-    auto param = dyn_cast<BlockArgument>(getUpdatedParam(update));
+    auto param = dyn_cast<BlockArgument>(getUpdatedParamSource(update));
     auto name = param ? step.getArgAttrOfType<StringAttr>(param.getArgNumber(),
                                                           kParamAttr)
                       : StringAttr();
@@ -381,13 +431,30 @@ struct PipelineOutlinePass
     if (auto tied = step.getArgAttrOfType<DenseI64ArrayAttr>(
             param.getArgNumber(), kTiedAttr))
       owners.assign(tied.asArrayRef().begin(), tied.asArrayRef().end());
+
+    // The ops after the update, in block order.
+    SmallVector<Operation *> after;
+    {
+      llvm::SetVector<Operation *> seen;
+      SmallVector<Operation *> work = {update};
+      while (!work.empty()) {
+        Operation *op = work.pop_back_val();
+        for (Operation *user : op->getUsers())
+          if (optimizerOps.contains(user) && seen.insert(user))
+            work.push_back(user);
+      }
+      after.assign(seen.begin(), seen.end());
+      llvm::sort(after, [](Operation *a, Operation *b) {
+        return a->isBeforeInBlock(b);
+      });
+    }
+
+    Value grad = getUpdateGradientSource(update, optimizerOps);
     for (auto [i, owner] : llvm::enumerate(owners)) {
-      if (failed(exportGradient(owner, name.getValue(),
-                                getUpdateGradient(update), update)))
+      if (failed(exportGradient(owner, name.getValue(), grad, update)))
         return failure();
       StageFn *opt = fn(owner, Phase::Optimizer);
       IRMapping mapping;
-      Value grad = getUpdateGradient(update);
       {
         NamedAttrList attrs;
         attrs.set(kGradAttr, name);
@@ -396,20 +463,27 @@ struct PipelineOutlinePass
         source.grad = name.str();
         mapping.map(grad, opt->addArgument(grad.getType(), attrs, source));
       }
-      for (OpOperand &operand : update->getOpOperands()) {
-        // (SGD without momentum passes the gradient as its buffer too.)
-        if (operand.get() == grad)
-          continue;
-        FailureOr<Value> local = valueIn(opt, operand.get(), update);
+      // (SGD without momentum passes the gradient as its buffer too.)
+      for (Value operand : update->getOperands()) {
+        FailureOr<Value> local = optimizerValue(opt, operand, mapping, update);
         if (failed(local))
           return failure();
-        mapping.map(operand.get(), *local);
+        mapping.map(operand, *local);
       }
       OpBuilder b = OpBuilder::atBlockEnd(opt->block);
       Operation *clone = b.clone(*update, mapping);
       clone->setAttr(kStageAttr, b.getI64IntegerAttr(owner));
-      // Each new value updates the argument it replaces.
-      for (OpResult result : update->getResults()) {
+      SmallVector<Value> produced(update->getResults());
+      for (Operation *op : after) {
+        for (Value operand : op->getOperands())
+          if (failed(optimizerValue(opt, operand, mapping, update)))
+            return failure();
+        Operation *copy = b.clone(*op, mapping);
+        copy->setAttr(kStageAttr, b.getI64IntegerAttr(owner));
+        llvm::append_range(produced, op->getResults());
+      }
+      // Each new value updates the argument it replaces, in its sharding.
+      for (Value result : produced) {
         auto it = returned.find(result);
         if (it == returned.end())
           continue;
@@ -422,7 +496,8 @@ struct PipelineOutlinePass
         if (failed(arg))
           return failure();
         ResultInfo info;
-        info.value = clone->getResult(result.getResultNumber());
+        info.value = mapping.lookup(result);
+        info.attrs = NamedAttrList(step.getResultAttrDict(it->second));
         info.attrs.set(
             kUpdateArgAttr,
             b.getI64IntegerAttr(cast<BlockArgument>(*arg).getArgNumber()));
@@ -437,6 +512,8 @@ struct PipelineOutlinePass
     Block &body = step.getBody().front();
     weightOps = weightGradientOps(step);
     invariant = invariantOps(step);
+    optimizerOps = optimizerStepOps(step);
+    stateDerived.clear();
     std::set<int64_t> recomputing;
     for (Operation &op : body)
       if (getRecomputeOf(&op))
@@ -450,7 +527,7 @@ struct PipelineOutlinePass
 
     for (Operation &op : body.without_terminator()) {
       if (isConstantLike(&op) || invariant.contains(&op) ||
-          op.hasAttr(kTiedSumAttr))
+          op.hasAttr(kTiedSumAttr) || optimizerOps.contains(&op))
         continue;
       FailureOr<StageFn *> target = fnFor(&op);
       if (failed(target))
@@ -479,7 +556,7 @@ struct PipelineOutlinePass
       unsigned index = operand.getOperandNumber();
       Value v = operand.get();
       Operation *def = v.getDefiningOp();
-      if (def && isOptimizerUpdate(def))
+      if (def && (isOptimizerUpdate(def) || optimizerOps.contains(def)))
         continue;
       if (auto name = step.getResultAttrOfType<StringAttr>(index, kGradAttr)) {
         SmallVector<int64_t> owners;

@@ -15,8 +15,11 @@
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/PipelineInfo.h"
+#include "merak/Dialect/Merak/Transforms/Resharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshDialect.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -81,6 +84,33 @@ struct PipelinePartitionPass
     return success();
   }
 
+  /// A step partitioned over a mesh (--merak-parallelize) is cut as is:
+  /// every stage runs on its own copy of the mesh. Parameters split over
+  /// the data-parallel axis (ZeRO-3) would be gathered before every use in
+  /// every micro-batch; that is refused, as DeepSpeed refuses ZeRO-3 with
+  /// pipelines.
+  LogicalResult checkSharding(ModuleOp module, func::FuncOp func) {
+    mesh::MeshOp meshOp = lookupMesh(module);
+    int64_t dp = meshOp ? meshAxisIndex(meshOp, "dp") : -1;
+    if (dp < 0)
+      return success();
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttr);
+      auto sharding =
+          func.getArgAttrOfType<mesh::MeshShardingAttr>(i, kShardingAttr);
+      if (!name || !sharding)
+        continue;
+      for (mesh::MeshAxesAttr axes : sharding.getSplitAxes())
+        if (llvm::is_contained(axes.asArrayRef(), mesh::MeshAxis(dp)))
+          return emitError(func.getLoc(), "parameter '")
+                 << name.getValue()
+                 << "' is split over the data-parallel mesh axis (ZeRO-3): "
+                    "pipeline stages would gather it before every use in "
+                    "every micro-batch; use zero=0, 1 or 2 with pipelines";
+    }
+    return success();
+  }
+
   LogicalResult partition(ModuleOp module, func::FuncOp func) {
     if (pp < 1)
       return emitError(module.getLoc(), "pp must be at least 1, got ")
@@ -88,8 +118,11 @@ struct PipelinePartitionPass
     if (virtualStages < 1)
       return emitError(module.getLoc(), "virtual must be at least 1, got ")
              << int(virtualStages);
-    if (failed(checkStep(func)))
+    if (failed(checkStep(func)) || failed(checkSharding(module, func)))
       return failure();
+    // After --merak-spmdize: collectives and local forms join the forward
+    // or backward ops around them.
+    tagUntaggedOps(func);
 
     CostModel model;
     LayerAnalysis layers(func, model);
@@ -185,6 +218,13 @@ struct PipelinePartitionPass
     llvm::DenseMap<int64_t, int64_t> stageOfId;
     for (Operation *op : layers.forwardOps()) {
       int64_t stage = stageOfLayer[layers.layerOf(op)];
+      // A collective resharding a forward value runs with the op that
+      // computed it (spmdize puts it just before the value's reader).
+      if (isCollective(op))
+        if (Operation *def = op->getOperand(0).getDefiningOp())
+          if (getForwardId(def))
+            if (std::optional<int64_t> s = getStage(def))
+              stage = *s;
       setStage(op, stage);
       stageOfId[*getForwardId(op)] = stage;
     }
@@ -200,6 +240,7 @@ struct PipelinePartitionPass
             readers[arg].insert(*stage);
     }
 
+    llvm::DenseSet<Operation *> optimizerOps = optimizerStepOps(func);
     for (Operation &op : body) {
       if (op.hasAttr(kStageAttr))
         continue;
@@ -208,8 +249,14 @@ struct PipelinePartitionPass
         if (it != stageOfId.end())
           setStage(&op, it->second);
       } else if (isOptimizerUpdate(&op)) {
-        auto it = readers.find(getUpdatedParam(&op));
+        auto it = readers.find(getUpdatedParamSource(&op));
         setStage(&op, it == readers.end() ? 0 : *it->second.begin());
+      } else if (optimizerOps.contains(&op)) {
+        // After an update (a gather of the new shard): the update's stage.
+        for (Value operand : op.getOperands())
+          if (Operation *def = operand.getDefiningOp())
+            if (std::optional<int64_t> stage = getStage(def))
+              setStage(&op, *stage);
       }
     }
     // Constants and anything else: the first stage among their users.
@@ -233,16 +280,23 @@ struct PipelinePartitionPass
       auto arg = cast<BlockArgument>(param);
       func.setArgAttr(arg.getArgNumber(), kTiedAttr,
                       b.getDenseI64ArrayAttr(owners));
-      for (Operation *user : param.getUsers())
-        if (isOptimizerUpdate(user) && getUpdatedParam(user) == param) {
-          user->setAttr(kTiedAttr, b.getDenseI64ArrayAttr(owners));
-          markTiedSums(getUpdateGradient(user), owners.front());
+      for (Operation &user : body)
+        if (isOptimizerUpdate(&user) && getUpdatedParamSource(&user) == param) {
+          user.setAttr(kTiedAttr, b.getDenseI64ArrayAttr(owners));
+          markTiedSums(getUpdateGradientSource(&user, optimizerOps),
+                       owners.front());
         }
       auto name = func.getArgAttr(arg.getArgNumber(), kParamAttr);
       for (OpOperand &operand : ret->getOpOperands())
         if (func.getResultAttr(operand.getOperandNumber(), kGradAttr) == name)
           markTiedSums(operand.get(), owners.front());
     }
+  }
+
+  static bool isCollective(Operation *op) {
+    return op->getName().getDialectNamespace() ==
+               mesh::MeshDialect::getDialectNamespace() &&
+           op->getNumOperands() == 1;
   }
 
   /// The stages whose backward ops contribute to gradient `g`, marking the

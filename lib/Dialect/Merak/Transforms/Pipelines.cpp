@@ -100,17 +100,58 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
       *this, "bucket-mb",
       llvm::cl::desc("data-parallel gradient bucket size in megabytes"),
       llvm::cl::init(25.0)};
+  Option<int> pp{*this, "pp", llvm::cl::desc("pipeline-parallel degree"),
+                 llvm::cl::init(1)};
+  Option<int> virtualStages{
+      *this, "virtual",
+      llvm::cl::desc("model chunks per pipeline rank (interleaved schedules)"),
+      llvm::cl::init(1)};
+  ListOption<int64_t> stages{
+      *this, "stages",
+      llvm::cl::desc("manual cut: first layer of each stage after the first")};
+  Option<int> microbatches{*this, "microbatches",
+                           llvm::cl::desc("pipeline micro-batches per step"),
+                           llvm::cl::init(1)};
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("pipeline schedule: gpipe, 1f1b, interleaved-1f1b, "
+                     "merak-last-no-recompute, merak-shifted-critical-path, "
+                     "zb-h1, dynamic"),
+      llvm::cl::init("1f1b")};
+  Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("activation recomputation: none, full or selective"),
+      llvm::cl::init("none")};
+  Option<double> recomputeRatio{
+      *this, "recompute-ratio",
+      llvm::cl::desc("Merak's stage-aware recompute ratio (with full)"),
+      llvm::cl::init(-1.0)};
+
+  /// Whether any pipeline option is set: then the step is also cut into
+  /// stages, outlined and scheduled.
+  bool pipelined() const {
+    return pp != 1 || virtualStages != 1 || microbatches != 1 ||
+           !stages.empty() || recompute != "none" || recomputeRatio >= 0 ||
+           schedule != "1f1b";
+  }
 };
+
+/// A failed pipeline build is not an error to every driver; make it one.
+[[noreturn]] void fail(const llvm::Twine &message) {
+  llvm::report_fatal_error("merak-parallelize: " + message,
+                           /*gen_crash_diag=*/false);
+}
 
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {
-  if (o.sp != "none" && o.sp != "megatron" && o.sp != "ulysses") {
-    // A failed pipeline build is not an error to every driver; make it one.
-    llvm::report_fatal_error(llvm::Twine("merak-parallelize: sp must be "
-                                         "none, megatron or ulysses, got '") +
-                                 o.sp + "'",
-                             /*gen_crash_diag=*/false);
-  }
+  if (o.sp != "none" && o.sp != "megatron" && o.sp != "ulysses")
+    fail("sp must be none, megatron or ulysses, got '" + o.sp + "'");
+  bool pipelined = o.pipelined();
+  if (pipelined && o.zero == 3)
+    fail("zero=3 cannot be combined with pipeline parallelism: every stage "
+         "would gather its parameters before every use in every "
+         "micro-batch (DeepSpeed refuses ZeRO-3 with pipelines too); use "
+         "zero=1 or zero=2");
   merak::MeshOptions mesh;
   mesh.dp = o.dp;
   mesh.tp = o.tp;
@@ -127,9 +168,36 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   seq.ulysses = o.sp == "ulysses";
   pm.addPass(merak::createSequenceParallel(seq));
   pm.addPass(merak::createShardingPropagation());
-  pm.addPass(merak::createSpmdize());
+  merak::SpmdizeOptions spmdize;
+  // Pipelines place every op by its role in the step.
+  spmdize.keepRoles = pipelined;
+  pm.addPass(merak::createSpmdize(spmdize));
   merak::GradBucketsOptions buckets;
   buckets.bucketMb = o.bucketMb;
+  if (pipelined) {
+    // Pipelines: the spmdized step cut into stages, each stage on its own
+    // copy of the mesh. Gradient reductions move to the updates first, so
+    // that they land in the optimizer functions and run once per step on
+    // the gradients accumulated over micro-batches; buckets are then packed
+    // inside each optimizer function.
+    pm.addPass(merak::createDeferGradReductions());
+    pm.addPass(createCanonicalizerPass());
+    merak::PipelinePartitionOptions partition;
+    partition.pp = o.pp;
+    partition.virtualStages = o.virtualStages;
+    SmallVector<int64_t> cuts(o.stages.begin(), o.stages.end());
+    partition.stages = cuts;
+    pm.addPass(merak::createPipelinePartition(partition));
+    merak::RecomputeOptions recompute;
+    recompute.recompute = o.recompute;
+    recompute.ratio = o.recomputeRatio;
+    pm.addPass(merak::createRecompute(recompute));
+    pm.addPass(merak::createPipelineOutline());
+    merak::PipelineScheduleOptions schedule;
+    schedule.kind = o.schedule;
+    schedule.microbatches = o.microbatches;
+    pm.addPass(merak::createPipelineSchedule(schedule));
+  }
   pm.addPass(merak::createGradBuckets(buckets));
   // No CSE here: it would merge ZeRO-3's per-use parameter gathers into one
   // that stays alive for the whole step.
@@ -144,7 +212,10 @@ void merak::registerMerakPipelines() {
       "merak-parallelize",
       "Partition the training step: --merak-mesh, --merak-tensor-parallel, "
       "--merak-data-parallel, --merak-sequence-parallel, "
-      "--merak-sharding-propagation, --merak-spmdize, --merak-grad-buckets",
+      "--merak-sharding-propagation, --merak-spmdize, --merak-grad-buckets; "
+      "with pipeline options also --merak-defer-grad-reductions, "
+      "--merak-pipeline-partition, --merak-recompute, "
+      "--merak-pipeline-outline and --merak-pipeline-schedule",
       [](OpPassManager &pm, const ParallelizeOptions &o) {
         return buildParallelizePipeline(pm, o);
       });

@@ -53,6 +53,7 @@ FailureOr<MeshShardingAttr> definedSharding(Value v) {
 
 struct FunctionPartitioner {
   func::FuncOp func;
+  bool keepRoles;
   MeshOp mesh;
   FlatSymbolRefAttr meshRef;
   SymbolTableCollection &symbols;
@@ -117,6 +118,7 @@ struct FunctionPartitioner {
     }
 
     for (Operation &op : oldBlock.without_terminator()) {
+      Operation *last = newBlock->empty() ? nullptr : &newBlock->back();
       if (auto shard = dyn_cast<ShardOp>(op)) {
         Value src = shard.getSrc();
         MeshShardingAttr target = normalize(shard.getShard(), rankOf(src));
@@ -125,10 +127,13 @@ struct FunctionPartitioner {
           return failure();
         map.map(shard.getResult(), *v);
         current[shard.getResult()] = target;
-        continue;
-      }
-      if (failed(partitionOp(b, op)))
+      } else if (failed(partitionOp(b, op))) {
         return failure();
+      }
+      if (keepRoles)
+        giveRole(op,
+                 last ? std::next(Block::iterator(last)) : newBlock->begin(),
+                 newBlock->end());
     }
 
     // Results: an updated argument keeps the argument's sharding; every
@@ -165,6 +170,50 @@ struct FunctionPartitioner {
       if (!isReplicated(s))
         func.setResultAttr(i, kShardingAttr, s);
     return success();
+  }
+
+  /// The ops built for `op` (its local form, the collectives before it)
+  /// take its role: a backward op's `merak.grad_of`; a forward op's
+  /// `merak.id` goes to the op computing its first result, unless a clone
+  /// of the op carries it already (ids stay unique). The
+  /// collectives of an annotation read by backward ops only take the first
+  /// reader's `merak.grad_of`. Ops that carry a role already keep it.
+  void giveRole(Operation &op, Block::iterator begin, Block::iterator end) {
+    if (begin == end)
+      return;
+    auto untagged = [](Operation &o) {
+      return !o.hasAttr(kIdAttr) && !o.hasAttr(kGradOfAttr) &&
+             !o.hasTrait<OpTrait::ConstantLike>();
+    };
+    Attribute gradOf = op.getAttr(kGradOfAttr);
+    if (auto shard = dyn_cast<ShardOp>(op)) {
+      Operation *first = nullptr;
+      for (Operation *user : shard->getUsers()) {
+        if (!user->hasAttr(kGradOfAttr))
+          return;
+        if (!first || user->isBeforeInBlock(first))
+          first = user;
+      }
+      if (!first)
+        return;
+      gradOf = first->getAttr(kGradOfAttr);
+    }
+    if (gradOf) {
+      for (Operation &o : llvm::make_range(begin, end))
+        if (untagged(o))
+          o.setAttr(kGradOfAttr, gradOf);
+      return;
+    }
+    Attribute id = op.getAttr(kIdAttr);
+    if (!id || op.getNumResults() == 0 ||
+        llvm::any_of(llvm::make_range(begin, end),
+                     [&](Operation &o) { return o.getAttr(kIdAttr) == id; }))
+      return;
+    Value result = map.lookupOrNull(op.getResult(0));
+    Operation *def = result ? result.getDefiningOp() : nullptr;
+    for (Operation &o : llvm::make_range(begin, end))
+      if (&o == def && untagged(o))
+        o.setAttr(kIdAttr, id);
   }
 
   static bool isReplicated(MeshShardingAttr s) {
@@ -262,7 +311,8 @@ struct SpmdizePass : public merak::impl::SpmdizeBase<SpmdizePass> {
       });
       if (!oneMesh)
         return signalPassFailure();
-      FunctionPartitioner p{func, mesh, meshRef, symbols, {}, {}, {}};
+      FunctionPartitioner p{func,    keepRoles, mesh, meshRef,
+                            symbols, {},        {},   {}};
       if (failed(p.run()))
         return signalPassFailure();
     }

@@ -247,8 +247,16 @@ def Spmdize : Pass<"merak-spmdize", "mlir::ModuleOp"> {
     along the same axes becomes one `mesh.reduce_scatter` (half the bytes of
     all-reduce then slice). Arguments and results keep their sharding as
     `merak.sharding`; an updated argument's result is returned in the
-    argument's sharding, every other result replicated.
+    argument's sharding, every other result replicated. With `keep-roles`
+    the ops built for an op take its role in the training step: the ops
+    built for a backward op (its local form, the collectives before it)
+    its `merak.grad_of`, and the op computing a forward op's result its
+    `merak.id`, so that the pipeline passes can place them.
   }];
+  let options = [
+    Option<"keepRoles", "keep-roles", "bool", /*default=*/"false",
+           "Give the ops built for an op its merak.grad_of / merak.id">
+  ];
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
@@ -261,12 +269,34 @@ def GradBuckets : Pass<"merak-grad-buckets", "mlir::ModuleOp"> {
     type are packed into flat buckets of about `bucket-mb` megabytes (one
     `mesh.all_reduce` of the concatenated gradients, then slices), so the
     reductions overlap the rest of backward as DDP's do. `bucket-mb=0`
-    only moves them.
+    only moves them. In a pipeline's optimizer functions the all-reduces
+    over `dp` of the `merak.grad` arguments (gradients accumulated over
+    micro-batches) are packed the same way, each function on its own.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
            "Bucket size in megabytes (0: no packing)">
   ];
+}
+
+def DeferGradReductions : Pass<"merak-defer-grad-reductions",
+                               "mlir::ModuleOp"> {
+  let summary = "Move gradient reductions over the mesh to the optimizer "
+                "updates";
+  let description = [{
+    Runs after `--merak-spmdize`, for pipelines. Every sum over mesh axes
+    (`mesh.all_reduce`, `mesh.reduce_scatter`) whose result only reaches
+    optimizer updates moves past the linear ops between it and the update:
+    reshapes, slices, sums, `index_backward` and products with values that
+    are the same on every rank of the reduction's group, and past the adds
+    that sum contributions reduced the same way (a tied parameter's two
+    gradients). A slice over some of its axes turns the all-reduce into a
+    reduce-scatter over those and an all-reduce over the rest. The update
+    then reads local contributions summed and reduced once, so that a
+    pipeline can accumulate the contributions over micro-batches and run
+    the reductions once per step.
+  }];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
 //===----------------------------------------------------------------------===//
@@ -295,6 +325,13 @@ def PipelinePartition : Pass<"merak-pipeline-partition", "mlir::ModuleOp"> {
     those stages `merak.tied_sum`. The module gets `merak.pipeline` (pp,
     virtual, stages, layers, stage_layers). `report` prints the layers and
     every stage's estimated time, parameter and activation bytes.
+
+    A step partitioned by `--merak-spmdize` is cut as is (every stage runs
+    on its own copy of the mesh): the ops no pass gave a role (collectives,
+    local forms) first join the forward or backward ops around them, and a
+    collective resharding a forward value stays in the stage of the op
+    that computed it. Parameters split over the `dp` axis (ZeRO-3) are
+    refused.
   }];
   let options = [
     Option<"pp", "pp", "int", /*default=*/"1", "Pipeline ranks">,
@@ -346,7 +383,11 @@ def PipelineOutline : Pass<"merak-pipeline-outline", "mlir::ModuleOp"> {
     receive it); a value used several stages later is passed along through
     the stages in between. Weight gradients are results
     `{merak.grad = "name"}` that the runtime accumulates over micro-batches
-    and feeds to the optimizer function. `@train_step` is unchanged; with
+    and feeds to the optimizer function. In a partitioned step the
+    collectives between a gradient and its update (its reductions over the
+    mesh, ZeRO's slices and gathers) go to the optimizer function, so they
+    run once per step on the accumulated gradient; arguments and results
+    keep `@train_step`'s `merak.sharding`. `@train_step` is unchanged; with
     `driver` (default) `@pipeline_step` calls the stage functions in order
     for one micro-batch and computes what `@train_step` does.
   }];
