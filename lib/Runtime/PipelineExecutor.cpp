@@ -904,6 +904,11 @@ const std::vector<PipelineEvent> &PipelineExecutor::events() const {
   return impl->events;
 }
 
+void PipelineExecutor::setProfile(OpProfile *profile) {
+  for (auto &executor : impl->executors)
+    executor->setProfile(profile);
+}
+
 void PipelineExecutor::setInjectedDelay(const InjectedDelay &delay) {
   impl->delay = delay;
 }

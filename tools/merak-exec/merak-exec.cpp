@@ -557,10 +557,30 @@ int main(int argc, char **argv) {
   if (printProgramOnly) {
     // Without the ranks running, rank 0's program.
     int64_t rank = env.worldSize == meshSize ? env.rank : 0;
-    if (absl::Status s = bindToRank(program, rank, collectiveMode); !s.ok())
-      return fail(s);
-    if (rank == 0)
+    if (rank != 0)
+      return 0;
+    if (!pipelined) {
+      if (absl::Status s = bindToRank(program, rank, collectiveMode); !s.ok())
+        return fail(s);
       std::fputs(printProgram(program).c_str(), stdout);
+      return 0;
+    }
+    // A pipeline: rank 0's task list and its stage functions' programs.
+    FailureOr<PipelinePlan> plan = lowerPipeline(*module, 0);
+    if (failed(plan))
+      return 1;
+    if (absl::StatusOr<Program> groups =
+            bindPipelineToRank(*plan, 0, program.worldSize(), collectiveMode);
+        !groups.ok())
+      return fail(groups.status());
+    std::printf("pipeline %s: pp=%lld, virtual=%lld, %lld micro-batches; "
+                "rank 0 runs:\n",
+                plan->kind.c_str(), (long long)plan->pp,
+                (long long)plan->virtualStages, (long long)plan->microbatches);
+    for (const PipelineTask &task : plan->tasks)
+      std::printf("  %s\n", task.text.c_str());
+    for (const StageFunction &f : plan->functions)
+      std::fputs(printProgram(f.program).c_str(), stdout);
     return 0;
   }
   std::string meshText =
@@ -928,8 +948,8 @@ int main(int argc, char **argv) {
       return fail("injected failure at step " + std::to_string(step) +
                   " (MERAK_EXEC_FAULT)");
     // The first step warms caches and allocators; profile the others.
-    if (profileOps && step == first + 1 && single)
-      single->setProfile(&profile);
+    if (profileOps && step == first + 1)
+      single ? single->setProfile(&profile) : piped->setProfile(&profile);
     auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<HostTensor>> batch = source->batch(step);
     if (!batch.ok()) {

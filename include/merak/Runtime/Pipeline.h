@@ -184,6 +184,10 @@ public:
   /// This rank's state by name, each tied parameter once.
   absl::StatusOr<std::map<std::string, HostTensor>> stateToHost();
 
+  /// Accumulates the stage functions' kernel times into `profile` (null:
+  /// off), as `Executor::setProfile`.
+  void setProfile(OpProfile *profile);
+
   /// Events recorded so far (every step's tasks).
   const std::vector<PipelineEvent> &events() const;
   void setInjectedDelay(const InjectedDelay &delay);
