@@ -81,6 +81,13 @@ Executor::create(const Program &program, Backend &backend,
     executor->constants[c.value] = *std::move(handle);
   }
   executor->state.resize(program.arguments.size());
+  if (program.arenaBytes > 0) {
+    absl::StatusOr<TensorHandle> arena =
+        backend.allocateArena(program.arenaBytes);
+    if (!arena.ok())
+      return arena.status();
+    executor->arena = *std::move(arena);
+  }
   return executor;
 }
 
@@ -307,6 +314,7 @@ absl::Status Executor::runInstructions(
   KernelCall call;
   call.program = &program;
   call.step = &step;
+  call.arena = arena.get();
   for (size_t index = 0; index < program.instructions.size(); ++index) {
     const Instruction &inst = program.instructions[index];
     if (inst.kind == OpKind::Wait) {

@@ -7,6 +7,8 @@
 #include "absl/strings/str_join.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -431,6 +433,76 @@ absl::Status bindToRank(Program &program, int64_t rank, CollectiveMode mode) {
   return planProgram(program);
 }
 
+/// Gives every fresh buffer that dies within the step an offset in one
+/// arena. A kernel may allocate results of equal size in any order, so
+/// those of one instruction share the longest of their lifetimes.
+template <typename FreshResults>
+void placeInArena(Program &program, const std::vector<Buffer> &buffers,
+                  const FreshResults &fresh) {
+  constexpr int64_t kAlign = 64;
+  struct Slot {
+    int buffer, instruction, result;
+    int first, last;
+    int64_t bytes, offset = -1;
+  };
+  std::vector<Slot> slots;
+  for (const auto &f : fresh) {
+    const Buffer &b = buffers[f.buffer];
+    if (b.last == kKeepAlive || b.bytes <= 0)
+      continue;
+    slots.push_back({f.buffer, f.instruction, f.result, b.createdBy,
+                     std::max(b.last, b.createdBy),
+                     (b.bytes + kAlign - 1) / kAlign * kAlign});
+  }
+  // Equal sizes within one instruction: one lifetime, the longest. A
+  // result kept alive among them keeps the others off the arena.
+  std::map<std::pair<int, int64_t>, int> longest;
+  std::set<std::pair<int, int64_t>> kept;
+  for (const auto &f : fresh) {
+    const Buffer &b = buffers[f.buffer];
+    int64_t bytes = (b.bytes + kAlign - 1) / kAlign * kAlign;
+    if (b.last == kKeepAlive)
+      kept.insert({f.instruction, bytes});
+  }
+  for (const Slot &s : slots) {
+    int &l = longest[{s.instruction, s.bytes}];
+    l = std::max(l, s.last);
+  }
+  std::vector<Slot> placed;
+  std::vector<size_t> order;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    slots[k].last = longest[{slots[k].instruction, slots[k].bytes}];
+    if (!kept.count({slots[k].instruction, slots[k].bytes}))
+      order.push_back(k);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (slots[a].bytes != slots[b].bytes)
+      return slots[a].bytes > slots[b].bytes;
+    return slots[a].first < slots[b].first;
+  });
+  int64_t arena = 0;
+  for (size_t k : order) {
+    Slot &s = slots[k];
+    // The ranges taken by slots alive at the same time, by offset.
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (const Slot &p : placed)
+      if (p.first <= s.last && s.first <= p.last)
+        taken.push_back({p.offset, p.offset + p.bytes});
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (auto [begin, end] : taken) {
+      if (offset + s.bytes <= begin)
+        break;
+      offset = std::max(offset, end);
+    }
+    s.offset = offset;
+    arena = std::max(arena, offset + s.bytes);
+    placed.push_back(s);
+    program.instructions[s.instruction].storage[s.result].arenaOffset = offset;
+  }
+  program.arenaBytes = arena;
+}
+
 absl::Status planProgram(Program &program) {
   auto &values = program.values;
   const int numValues = int(values.size());
@@ -509,6 +581,10 @@ absl::Status planProgram(Program &program) {
 
   std::vector<Buffer> buffers;
   std::vector<bool> broadcast(numValues, false);
+  struct FreshResult {
+    int buffer, instruction, result;
+  };
+  std::vector<FreshResult> freshResult;
   auto newBuffer = [&](ValueId v, int createdBy) {
     Buffer b;
     b.bytes = values[v].type.byteSize();
@@ -579,8 +655,10 @@ absl::Status planProgram(Program &program) {
         placed = true;
         break;
       }
-      if (!placed)
+      if (!placed) {
         newBuffer(res, int(i));
+        freshResult.push_back({int(values[res].buffer), int(i), int(r)});
+      }
     }
     // An overlapped collective reads its operands until its wait (Gloo
     // works on their storage in the background): that storage must be
@@ -636,6 +714,7 @@ absl::Status planProgram(Program &program) {
       live -= buffers[id].bytes;
   }
   program.plannedPeakBytes = peak;
+  placeInArena(program, buffers, freshResult);
   return absl::OkStatus();
 }
 
@@ -644,7 +723,8 @@ std::string printProgram(const Program &program) {
   os << "program @" << program.function << ": " << program.values.size()
      << " values, " << program.instructions.size() << " instructions, "
      << program.constants.size() << " constants, planned peak "
-     << formatBytes(program.plannedPeakBytes) << "\n";
+     << formatBytes(program.plannedPeakBytes) << ", arena "
+     << formatBytes(program.arenaBytes) << "\n";
   for (const Argument &arg : program.arguments) {
     os << "  " << valueName(arg.value) << " = " << argumentRoleName(arg.role);
     if (!arg.name.empty())

@@ -5,6 +5,7 @@
 // The parameter and its momentum are written in place, after the loss.
 
 // CHECK-LABEL: program @train_step: 14 values, 7 instructions, 1 constants, planned peak
+// CHECK-SAME: , arena 128 B
 // CHECK-NEXT:    %0 = param "w" : 4x3xf32 (updated by result 1)
 // CHECK-NEXT:    %1 = opt_state "w/momentum_buffer" : 4x3xf32 (updated by result 2)
 // CHECK-NEXT:    %2 = input "x" : 2x3xf32

@@ -163,6 +163,11 @@ static cl::opt<std::string> pipelineDelay(
              "fraction F of each of its tasks, at a random share P of the "
              "steps (default 1)"),
     cl::value_desc("S:F[:P]"), cl::cat(category));
+static cl::opt<bool> noArena(
+    "no-arena",
+    cl::desc("Allocate every result from the allocator instead of placing "
+             "the step's temporaries in the planned arena"),
+    cl::cat(category));
 static cl::opt<bool>
     printProgramOnly("print-program",
                      cl::desc("Print the rank program and its memory plan, "
@@ -740,7 +745,7 @@ int main(int argc, char **argv) {
   }
 
   std::unique_ptr<Backend> backend =
-      createCpuBackend(CpuBackendOptions{kernelThreads});
+      createCpuBackend(CpuBackendOptions{kernelThreads, !noArena});
   std::unique_ptr<Executor> single;
   std::unique_ptr<PipelineExecutor> piped;
   if (pipelined) {

@@ -157,6 +157,52 @@ TEST_F(ProgramLoweringTest, ReusesDyingOperandsInPlace) {
   EXPECT_EQ(p->lossInstruction, 3);
 }
 
+// The arena: fresh results that die within the step get offsets; two that
+// are alive at the same time never share bytes; results the step returns
+// stay off it; its size is at most the planned peak of those results.
+TEST_F(ProgramLoweringTest, PlacesTemporariesInTheArena) {
+  FailureOr<Program> p = lower(kLinearRegression);
+  ASSERT_TRUE(succeeded(p));
+  struct Placed {
+    int first, last;
+    int64_t begin, end;
+  };
+  std::vector<Placed> placed;
+  for (size_t i = 0; i < p->instructions.size(); ++i) {
+    const Instruction &inst = p->instructions[i];
+    for (size_t r = 0; r < inst.storage.size(); ++r) {
+      int64_t offset = inst.storage[r].arenaOffset;
+      const ValueInfo &v = p->values[inst.results[r]];
+      if (v.lastUse == kKeepAlive) {
+        EXPECT_EQ(offset, -1) << "a result of the step in the arena";
+        continue;
+      }
+      if (offset < 0)
+        continue;
+      EXPECT_EQ(inst.storage[r].kind, ResultStorage::Kind::Fresh);
+      EXPECT_EQ(offset % 64, 0);
+      EXPECT_LE(offset + v.type.byteSize(), p->arenaBytes);
+      // Its storage lives until the last reader of any value in it.
+      int last = int(i);
+      for (const ValueInfo &other : p->values)
+        if (other.buffer == v.buffer && other.lastUse != kKeepAlive)
+          last = std::max(last, other.lastUse);
+      placed.push_back({int(i), last, offset, offset + v.type.byteSize()});
+    }
+  }
+  // y, d * d and the weight gradient's operands at least.
+  EXPECT_GE(placed.size(), 3u);
+  for (size_t a = 0; a < placed.size(); ++a)
+    for (size_t b = a + 1; b < placed.size(); ++b) {
+      bool together = placed[a].first <= placed[b].last &&
+                      placed[b].first <= placed[a].last;
+      bool share =
+          placed[a].begin < placed[b].end && placed[b].begin < placed[a].end;
+      EXPECT_FALSE(together && share) << "slots " << a << " and " << b;
+    }
+  EXPECT_GT(p->arenaBytes, 0);
+}
+
 TEST_F(ProgramLoweringTest, StateIsNotOverwrittenBeforeTheLoss) {
   // exp(w) is w's last use but comes before the loss: writing it into w
   // would lose the weights if the step were dropped for a NaN loss.

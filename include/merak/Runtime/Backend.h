@@ -56,6 +56,9 @@ struct KernelCall {
   const StepContext *step = nullptr;
   /// The program the instruction belongs to (for value types and uses).
   const Program *program = nullptr;
+  /// The program's arena (`allocateArena`), where fresh results with an
+  /// `arenaOffset` go; null without one.
+  DeviceTensor *arena = nullptr;
 };
 
 struct MemoryStats {
@@ -79,6 +82,14 @@ public:
   /// saved in another precision).
   virtual absl::StatusOr<TensorHandle> convert(const DeviceTensor &tensor,
                                                DType to) = 0;
+
+  /// Memory for a program's arena (`Program::arenaBytes`), allocated once
+  /// and reused by every step; a null handle when the backend places
+  /// results itself.
+  virtual absl::StatusOr<TensorHandle> allocateArena(int64_t bytes) {
+    (void)bytes;
+    return TensorHandle();
+  }
 
   /// `into += addend` (same type): sums gradients over micro-batches.
   virtual absl::Status accumulate(DeviceTensor &into,

@@ -117,6 +117,8 @@ private:
   std::vector<TensorHandle> state;
   /// Per value id: uploaded constants (kept for the whole run).
   std::vector<TensorHandle> constants;
+  /// Where the program's arena lives (null: the backend allocates).
+  TensorHandle arena;
   OpProfile *profile = nullptr;
 };
 

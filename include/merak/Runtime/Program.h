@@ -184,6 +184,9 @@ struct ResultStorage {
   };
   Kind kind = Kind::Fresh;
   int operand = -1; // index into Instruction::operands
+  /// A fresh result that dies within the step: its place in the program's
+  /// arena (`Program::arenaBytes`), else -1.
+  int64_t arenaOffset = -1;
 };
 
 struct Instruction {
@@ -309,6 +312,9 @@ struct Program {
   /// -1 when none defines it.
   int lossInstruction = -1;
   int64_t plannedPeakBytes = 0;
+  /// Filled by `planProgram`: the size of the arena the fresh results that
+  /// die within the step are placed in (offsets in `ResultStorage`).
+  int64_t arenaBytes = 0;
 
   const Argument *findArgument(ArgumentRole role) const;
   bool trains() const { return findArgument(ArgumentRole::LearningRate); }
@@ -316,14 +322,16 @@ struct Program {
   int64_t worldSize() const { return mesh ? mesh->size() : 1; }
 };
 
-/// Computes last uses, release points, views and in-place reuse, and the
-/// planned peak of live buffers. In-place reuse is decided for elementwise
-/// ops and optimizer updates whose operand has the result's type and dies
-/// there with every view of its storage; an argument's storage is reused
-/// only when the step replaces that argument and only after the loss is
-/// known, so a step dropped for a non-finite loss leaves the state intact.
-/// The storage an overlapped collective reads stays live, and unwritten,
-/// until its wait.
+/// Computes last uses, release points, views and in-place reuse, the
+/// planned peak of live buffers, and the arena: every fresh buffer that
+/// dies within the step gets a fixed offset, buffers live at the same time
+/// never overlapping (largest first, each at the lowest offset that fits).
+/// In-place reuse is decided for elementwise ops and optimizer updates whose
+/// operand has the result's type and dies there with every view of its storage;
+/// an argument's storage is reused only when the step replaces that argument
+/// and only after the loss is known, so a step dropped for a non-finite loss
+/// leaves the state intact. The storage an overlapped collective reads stays
+/// live, and unwritten, until its wait.
 absl::Status planProgram(Program &program);
 
 /// How the executor runs a program's communicating collectives.

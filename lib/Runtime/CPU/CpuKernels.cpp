@@ -38,11 +38,51 @@ namespace {
 /// the peak of everything ATen holds. Each block carries its size in a
 /// 64-byte header (which keeps c10's 64-byte alignment); data and context
 /// pointers coincide, as `raw_allocate` (used by oneDNN) requires.
+/// A slot of a program's arena that the running kernel's result of
+/// `bytes` bytes goes to: the first allocation of exactly that size on the
+/// executor's thread while the kernel runs takes it. A kernel that
+/// allocates its result differently (a temporary of the same size first, a
+/// result of another size) leaves it unused and its result on the heap,
+/// which is correct either way: the slot is reserved for the result's
+/// lifetime, and nothing else lives there meanwhile.
+struct ArenaSlot {
+  void *data;
+  size_t bytes;
+  bool taken;
+};
+thread_local std::vector<ArenaSlot> arenaSlots;
+
+/// Sets the slots of one kernel call and clears them after it.
+class ArenaScope {
+public:
+  ArenaScope(const KernelCall &call, const Instruction &inst) {
+    // oneDNN's convolutions take over the blocks they allocate (and free
+    // them with free()), so theirs stay with the allocator.
+    if (!call.arena || inst.kind == OpKind::Conv2d ||
+        inst.kind == OpKind::Conv2dBackward)
+      return;
+    auto *base = static_cast<uint8_t *>(unwrap(*call.arena).data_ptr());
+    for (size_t r = 0; r < inst.storage.size(); ++r)
+      if (inst.storage[r].arenaOffset >= 0)
+        arenaSlots.push_back(
+            {base + inst.storage[r].arenaOffset,
+             size_t(call.program->values[inst.results[r]].type.byteSize()),
+             false});
+  }
+  ~ArenaScope() { arenaSlots.clear(); }
+};
+
 class CountingAllocator final : public c10::Allocator {
 public:
   static constexpr size_t kHeader = 64;
 
   c10::DataPtr allocate(size_t n) const override {
+    for (ArenaSlot &slot : arenaSlots)
+      if (!slot.taken && slot.bytes == n) {
+        // Counted with the arena; freed with it.
+        slot.taken = true;
+        return {slot.data, slot.data, &keep, c10::Device(c10::DeviceType::CPU)};
+      }
     auto *base = static_cast<uint8_t *>(c10::alloc_cpu(n + kHeader));
     std::memcpy(base, &n, sizeof(n));
     void *data = base + kHeader;
@@ -59,6 +99,7 @@ public:
   std::atomic<int64_t> live{0}, peak{0};
 
 private:
+  static void keep(void *) {}
   static void release(void *data) {
     if (!data)
       return;
@@ -672,7 +713,7 @@ void runKernel(Ctx &c) {
 
 class CpuBackend final : public Backend {
 public:
-  explicit CpuBackend(const CpuBackendOptions &options) {
+  explicit CpuBackend(const CpuBackendOptions &options) : arena(options.arena) {
     if (options.threads > 0)
       at::set_num_threads(options.threads);
     generator = at::make_generator<at::CPUGeneratorImpl>(0);
@@ -715,6 +756,14 @@ public:
         std::make_shared<CpuTensor>(unwrap(tensor).to(toAten(to))));
   }
 
+  absl::StatusOr<TensorHandle> allocateArena(int64_t bytes) override {
+    if (!arena)
+      return TensorHandle();
+    c10::InferenceMode guard;
+    return TensorHandle(
+        std::make_shared<CpuTensor>(at::empty({bytes}, at::kByte)));
+  }
+
   absl::Status accumulate(DeviceTensor &into,
                           const DeviceTensor &addend) override {
     c10::InferenceMode guard;
@@ -748,7 +797,10 @@ public:
     Ctx c{call, inst, inst.attrs, *call.program, generator, {}};
     c.out.resize(inst.results.size());
     try {
-      runKernel(c);
+      {
+        ArenaScope slots(call, inst);
+        runKernel(c);
+      }
     } catch (const c10::Error &e) {
       return absl::InvalidArgumentError(firstLine(e.what_without_backtrace()));
     } catch (const std::exception &e) {
@@ -801,6 +853,7 @@ private:
   }
 
   at::Generator generator;
+  bool arena;
 };
 
 } // namespace

@@ -11,6 +11,9 @@ namespace merak::runtime {
 struct CpuBackendOptions {
   /// Intra-op threads (at::set_num_threads); 0 keeps ATen's default.
   int threads = 0;
+  /// Place the fresh results the plan gives an arena offset in one block
+  /// allocated once (false: every result from the allocator).
+  bool arena = true;
 };
 
 /// Kernels on ATen, with PyTorch's numerics. Memory statistics count every
