@@ -30,6 +30,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "test", "fixtures"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 KINDS = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
          "merak-last-no-recompute", "merak-shifted-critical-path", "dynamic"]
@@ -74,18 +75,11 @@ def main():
     import merak_safetensors
     import merak_trace
     import models
-
-    class Cfg(models.GPT2Config):
-        vocab_size = args.vocab
-        block_size = args.seq
-        n_layer = args.layers
-        n_head = args.heads
-        n_embd = args.embd
-        dropout = 0.0
+    import train_step  # the same GPT-2 configuration as bench-train-step
 
     work = tempfile.mkdtemp(prefix="merak-bench-pipeline-")
     torch.manual_seed(0)
-    model = models.GPT2(Cfg()).train()
+    model = models.GPT2(train_step.make_config(args)).train()
     m, pp = args.microbatches, args.pp
     gen = torch.Generator().manual_seed(0)
     shape = (args.steps, m * args.batch, args.seq)
