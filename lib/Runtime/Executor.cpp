@@ -37,13 +37,14 @@ absl::Status instructionFailed(const Instruction &inst, const absl::Status &s) {
                              opFullName(inst.kind), "' failed: ", s.message()));
 }
 
-std::string formatLoss(double loss) {
+} // namespace
+
+absl::Status nonFiniteLoss(int64_t step, double loss) {
   char text[64];
   std::snprintf(text, sizeof(text), "%.9g", loss);
-  return text;
+  return absl::OutOfRangeError(
+      absl::StrCat("non-finite loss at step ", step, " (", text, ")"));
 }
-
-} // namespace
 
 absl::StatusOr<std::unique_ptr<Executor>>
 Executor::create(const Program &program, Backend &backend,
@@ -213,9 +214,7 @@ Executor::runStep(const StepContext &step,
       return std::nullopt;
     if (skipNonFinite)
       return StepOutcome{loss, /*skipped=*/true, std::nullopt};
-    return absl::OutOfRangeError(absl::StrCat("non-finite loss at step ",
-                                              step.globalStep, " (",
-                                              formatLoss(*loss), ")"));
+    return nonFiniteLoss(step.globalStep, *loss);
   };
 
   std::optional<absl::StatusOr<StepOutcome>> stopped;

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Pipeline.h"
+#include "merak/Runtime/Random.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -30,13 +31,6 @@
 namespace merak::runtime {
 
 PeerLink::~PeerLink() = default;
-
-const StageFunction *PipelinePlan::find(int64_t stage, StagePhase phase) const {
-  for (const StageFunction &f : functions)
-    if (f.stage == stage && f.phase == phase)
-      return &f;
-  return nullptr;
-}
 
 int64_t pipelineTransferTag(bool backward, int64_t stage, int64_t microbatch,
                             int64_t microbatches) {
@@ -78,20 +72,6 @@ const char *category(Kind kind) {
 
 bool isForward(Kind kind) {
   return kind == Kind::Forward || kind == Kind::ForwardKeep;
-}
-
-/// splitmix64: the same on every rank for the same step.
-uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-std::string formatLoss(double loss) {
-  char text[64];
-  std::snprintf(text, sizeof(text), "%.9g", loss);
-  return text;
 }
 
 } // namespace
@@ -788,10 +768,13 @@ struct PipelineExecutor::Impl {
     grads.clear();
     sends.clear();
     losses.assign(size_t(plan.microbatches), std::nullopt);
-    slowStep = delay.stage >= 0 &&
-               double(mix(delay.seed ^ mix(uint64_t(ctx.globalStep))) >> 11) *
-                       0x1.0p-53 <
-                   delay.probability;
+    // The same steps on every rank for a seed.
+    slowStep =
+        delay.stage >= 0 &&
+        double(splitMix64(delay.seed ^ splitMix64(uint64_t(ctx.globalStep))) >>
+               11) *
+                0x1.0p-53 <
+            delay.probability;
     countReaders();
     if (absl::Status s = backend.beginStep(ctx); !s.ok())
       return s;
@@ -810,9 +793,7 @@ struct PipelineExecutor::Impl {
     StepOutcome outcome{*loss, false, std::nullopt};
     if (*loss && !std::isfinite(**loss)) {
       if (!skipNonFinite)
-        return absl::OutOfRangeError(absl::StrCat("non-finite loss at step ",
-                                                  ctx.globalStep, " (",
-                                                  formatLoss(**loss), ")"));
+        return nonFiniteLoss(ctx.globalStep, **loss);
       outcome.skipped = true;
       grads.clear();
       return outcome;

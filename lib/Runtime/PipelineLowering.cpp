@@ -9,9 +9,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Analysis/PipelineAttrNames.h"
+#include "merak/Analysis/PipelineInfo.h"
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
-#include "merak/Dialect/Merak/Transforms/PipelineInfo.h"
 #include "merak/Runtime/ProgramLowering.h"
 
 #include "mlir/IR/BuiltinAttributes.h"

@@ -576,6 +576,56 @@ TEST_F(CpuKernelsTest, InPlaceResultsMatchFreshOnes) {
                   b.clamp(-0.5, 0.5), "clamp");
 }
 
+// A temporary the plan places in the arena lands there: t = exp(x) dies in
+// the matmul, so its slot is reused every step; the results are the same
+// with the arena off.
+TEST_F(CpuKernelsTest, TemporariesLandInTheArena) {
+  torch::manual_seed(3);
+  at::Tensor x = torch::randn({4, 8}), w = torch::randn({8, 3});
+  Program p;
+  for (const at::Tensor &t : {x, w}) {
+    Argument arg;
+    arg.value = ValueId(p.values.size());
+    arg.role = ArgumentRole::Input;
+    p.values.push_back(ValueInfo{typeOf(t)});
+    p.arguments.push_back(arg);
+  }
+  p.values.push_back(ValueInfo{typeOf(x)});                      // %2 = exp
+  p.values.push_back(ValueInfo{TensorType{DType::F32, {4, 3}}}); // %3
+  Instruction exp;
+  exp.kind = OpKind::Exp;
+  exp.operands = {0};
+  exp.results = {2};
+  Instruction matmul;
+  matmul.kind = OpKind::Matmul;
+  matmul.operands = {2, 1};
+  matmul.results = {3};
+  p.instructions = {exp, matmul};
+  p.results.push_back(ResultInfo{3});
+  ASSERT_TRUE(planProgram(p).ok());
+  ASSERT_EQ(p.instructions[0].storage[0].arenaOffset, 0);
+  EXPECT_EQ(p.instructions[1].storage[0].arenaOffset, -1); // a result
+  EXPECT_EQ(p.arenaBytes, 128);
+
+  std::vector<at::Tensor> got;
+  for (bool arena : {true, false}) {
+    std::unique_ptr<Backend> b = createCpuBackend({1, arena});
+    auto executor = Executor::create(p, *b);
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    int64_t before = b->memoryStats().arenaResults;
+    std::vector<HostTensor> results;
+    for (int step = 0; step < 2; ++step)
+      ASSERT_TRUE(
+          (*executor)
+              ->runStep(StepContext{}, {toHost(x), toHost(w)}, false, &results)
+              .ok());
+    EXPECT_EQ(b->memoryStats().arenaResults - before, arena ? 2 : 0);
+    got.push_back(fromHost(results[0]));
+  }
+  expectIdentical(got[0], got[1], "with and without the arena");
+  expectIdentical(got[0], at::matmul(x.exp(), w), "exp(x) w");
+}
+
 //===----------------------------------------------------------------------===//
 // Forward numerics and randomness
 //===----------------------------------------------------------------------===//

@@ -64,6 +64,9 @@ struct KernelCall {
 struct MemoryStats {
   int64_t liveBytes = 0;
   int64_t peakBytes = 0;
+  /// Kernel results placed in a program's arena so far (not counted in the
+  /// live bytes again: the arena is).
+  int64_t arenaResults = 0;
 };
 
 class Backend {

@@ -54,6 +54,9 @@ loadStateArgument(Backend &backend, const Argument &arg, const TensorType &type,
                   const std::map<std::string, HostTensor> &tensors,
                   const std::string &sourceName, bool requireOptimizerState);
 
+/// The error of a step whose loss is NaN or infinite.
+absl::Status nonFiniteLoss(int64_t step, double loss);
+
 class Executor {
 public:
   /// Uploads the program's constants. `program` must be planned and must

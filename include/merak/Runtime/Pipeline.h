@@ -109,7 +109,6 @@ struct PipelinePlan {
   int64_t lossStage = 0;
 
   int64_t rankOf(int64_t stage) const { return stage % pp; }
-  const StageFunction *find(int64_t stage, StagePhase phase) const;
 };
 
 /// Point-to-point transfers between the ranks of a run (global ranks).

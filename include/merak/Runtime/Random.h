@@ -21,6 +21,9 @@ enum class RandomStream : uint64_t { Data = 0, Dropout = 1 };
 /// bits of a seed.
 uint64_t stepSeed(uint64_t seed, int64_t step, RandomStream stream);
 
+/// One round of splitmix64 (what `stepSeed` mixes with).
+uint64_t splitMix64(uint64_t x);
+
 } // namespace merak::runtime
 
 #endif // MERAK_RUNTIME_RANDOM_H

@@ -81,6 +81,7 @@ public:
       if (!slot.taken && slot.bytes == n) {
         // Counted with the arena; freed with it.
         slot.taken = true;
+        const_cast<CountingAllocator *>(this)->arenaResults.fetch_add(1);
         return {slot.data, slot.data, &keep, c10::Device(c10::DeviceType::CPU)};
       }
     auto *base = static_cast<uint8_t *>(c10::alloc_cpu(n + kHeader));
@@ -96,7 +97,7 @@ public:
     return *instance;
   }
 
-  std::atomic<int64_t> live{0}, peak{0};
+  std::atomic<int64_t> live{0}, peak{0}, arenaResults{0};
 
 private:
   static void keep(void *) {}
@@ -835,7 +836,7 @@ public:
 
   MemoryStats memoryStats() const override {
     CountingAllocator &alloc = CountingAllocator::get();
-    return {alloc.live.load(), alloc.peak.load()};
+    return {alloc.live.load(), alloc.peak.load(), alloc.arenaResults.load()};
   }
 
   void resetPeak() override {

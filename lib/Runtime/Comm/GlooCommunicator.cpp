@@ -514,16 +514,6 @@ public:
       : job(job), ranks(std::move(ranks)), step(step),
         instruction(instruction) {}
 
-  bool ready() override {
-    if (transfer || !work)
-      return true;
-    try {
-      return work->isCompleted();
-    } catch (const std::exception &) {
-      return true; // wait() reports it
-    }
-  }
-
   absl::Status wait() override {
     if (transfer)
       return *transfer;

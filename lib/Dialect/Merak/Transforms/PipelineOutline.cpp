@@ -16,7 +16,7 @@
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
-#include "merak/Dialect/Merak/Transforms/PipelineInfo.h"
+#include "merak/Analysis/PipelineInfo.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

@@ -9,7 +9,7 @@
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Analysis/PipelineAttrNames.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
-#include "merak/Dialect/Merak/Transforms/PipelineInfo.h"
+#include "merak/Analysis/PipelineInfo.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"

@@ -3,7 +3,7 @@
 #include "merak/Analysis/PipelineAttrNames.h"
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
-#include "merak/Dialect/Merak/Transforms/PipelineInfo.h"
+#include "merak/Analysis/PipelineInfo.h"
 
 namespace merak {
 #define GEN_PASS_DEF_PIPELINEVERIFY

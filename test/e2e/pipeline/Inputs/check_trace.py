@@ -3,6 +3,9 @@ rank, compute tasks on thread 0 (forward and backward of every micro-batch
 of the rank's stages), transfers on thread 1.
 
 Usage: python3 check_trace.py TRACE --ranks N --microbatches M --steps S
+           [--order RANK "TASK TASK ..."] [--event NAME]
+--order: the compute tasks of RANK, in every step, in exactly this order.
+--event: some event has this name (on any rank).
 """
 import argparse
 import collections
@@ -17,6 +20,8 @@ def main():
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--microbatches", type=int, required=True)
     p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--order", nargs=2, metavar=("RANK", "TASKS"))
+    p.add_argument("--event")
     args = p.parse_args()
     with open(args.trace) as f:
         doc = json.load(f)
@@ -52,6 +57,19 @@ def main():
                                  args.microbatches * args.steps))
         if args.ranks > 1 and (c["send"] == 0 or c["recv"] == 0):
             errors.append("rank %d has no transfers" % r)
+    if args.order:
+        rank, want = int(args.order[0]), args.order[1].split()
+        compute = sorted((e for e in events if e.get("ph") == "X"
+                          and e["pid"] == rank and e["tid"] == 0
+                          and e["cat"] != "optimizer"),
+                         key=lambda e: e["ts"])
+        for step in range(1, args.steps + 1):
+            got = [e["name"] for e in compute if e["args"]["step"] == step]
+            if got != want:
+                errors.append("rank %d step %d ran %s, expected %s"
+                              % (rank, step, " ".join(got), " ".join(want)))
+    if args.event and not any(e.get("name") == args.event for e in events):
+        errors.append("no event named %r" % args.event)
     if errors:
         print("\n".join(errors[:20]), file=sys.stderr)
         return 1

@@ -2,11 +2,12 @@
 //
 // Reads and writes `merak.pipeline` (what --merak-pipeline-partition and
 // --merak-recompute decided) and `merak.pipeline_schedule` (what
-// --merak-pipeline-schedule built), shared by the pipeline passes.
+// --merak-pipeline-schedule built), shared by the pipeline passes and the
+// runtime.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MERAK_DIALECT_MERAK_TRANSFORMS_PIPELINEINFO_H
-#define MERAK_DIALECT_MERAK_TRANSFORMS_PIPELINEINFO_H
+#ifndef MERAK_ANALYSIS_PIPELINEINFO_H
+#define MERAK_ANALYSIS_PIPELINEINFO_H
 
 #include "merak/Analysis/PipelineSchedule.h"
 
@@ -44,4 +45,4 @@ mlir::FailureOr<pipeline::Schedule> scheduleFromAttr(mlir::ModuleOp module,
 
 } // namespace merak
 
-#endif // MERAK_DIALECT_MERAK_TRANSFORMS_PIPELINEINFO_H
+#endif // MERAK_ANALYSIS_PIPELINEINFO_H

@@ -1,6 +1,6 @@
 //===- PipelineInfo.cpp - the module's pipeline attributes ----------------===//
 
-#include "merak/Dialect/Merak/Transforms/PipelineInfo.h"
+#include "merak/Analysis/PipelineInfo.h"
 #include "merak/Analysis/PipelineAttrNames.h"
 
 #include "mlir/IR/Builders.h"
