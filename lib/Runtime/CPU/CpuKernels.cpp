@@ -22,6 +22,9 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -284,6 +287,120 @@ at::Tensor crossEntropyBackward(const at::Tensor &grad,
                                         logits.scalar_type());
 }
 
+//===----------------------------------------------------------------------===//
+// GEMMs on ATen's threads
+//===----------------------------------------------------------------------===//
+
+/// Set by the backend once the BLAS runs serially: GEMMs then split their
+/// rows (or their batch) over ATen's intra-op threads themselves. Every
+/// output element is still one BLAS dot product over the whole reduction
+/// dimension, as a multithreaded BLAS computes it, so results do not change.
+std::atomic<bool> gemmsOnAtenThreads{false};
+
+/// Makes the BLAS single-threaded where it says how (OpenBLAS); false where
+/// it does not, and GEMMs then call it as ATen does.
+bool makeBlasSerial() {
+  using SetThreads = void (*)(int);
+  auto set = reinterpret_cast<SetThreads>(
+      dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!set)
+    return false;
+  set(1);
+  return true;
+}
+
+/// Calls `fn(begin, end)` for blocks of `[0, count)` on ATen's threads: at
+/// most one block per thread, each of at least `minPerBlock` items and a
+/// multiple of `tile` (the BLAS kernel's row tile, so no block ends in a
+/// partial tile that another block could have filled).
+template <typename Fn>
+void forBlocks(int64_t count, int64_t minPerBlock, int64_t tile, Fn fn) {
+  int64_t threads = at::get_num_threads();
+  int64_t blocks = std::min(threads, count / std::max<int64_t>(minPerBlock, 1));
+  if (!gemmsOnAtenThreads.load(std::memory_order_relaxed) || blocks <= 1 ||
+      at::in_parallel_region())
+    return fn(int64_t(0), count);
+  int64_t per = (count + blocks - 1) / blocks;
+  per = (per + tile - 1) / tile * tile;
+  at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    // Inference mode is thread-local; the pool's threads start without it.
+    c10::InferenceMode guard;
+    for (int64_t b = first; b < last; ++b) {
+      int64_t begin = b * per, end = std::min(count, begin + per);
+      if (begin < end)
+        fn(begin, end);
+    }
+  });
+}
+
+/// The fewest multiply-adds worth a block of its own.
+constexpr int64_t kMinBlockMacs = int64_t(1) << 19;
+
+/// `a @ b` for matrices, rows split over the threads. `a` may be any
+/// strided view (a transpose costs nothing); `out` is contiguous.
+void matmul2dInto(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
+                  const c10::optional<at::Tensor> &bias) {
+  int64_t rows = a.size(0), macsPerRow = a.size(1) * b.size(1);
+  forBlocks(rows, kMinBlockMacs / std::max<int64_t>(macsPerRow, 1) + 1, 16,
+            [&](int64_t begin, int64_t end) {
+              at::Tensor o = out.narrow(0, begin, end - begin);
+              at::Tensor x = a.narrow(0, begin, end - begin);
+              if (bias)
+                at::addmm_out(o, *bias, x, b);
+              else
+                at::mm_out(o, x, b);
+            });
+}
+
+/// `at::linear`: `x @ w^T + bias` over the last dimension of `x`.
+at::Tensor linearOnThreads(const at::Tensor &x, const at::Tensor &w,
+                           const c10::optional<at::Tensor> &bias) {
+  if (!gemmsOnAtenThreads || x.dim() < 2 || (bias && bias->dim() != 1))
+    return at::linear(x, w, bias);
+  int64_t k = x.size(-1), n = w.size(0);
+  at::Tensor x2 = x.reshape({-1, k});
+  at::Tensor out = at::empty({x2.size(0), n}, x.options());
+  matmul2dInto(out, x2, w.t(), bias);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(n);
+  return out.view(shape);
+}
+
+/// `at::matmul`: matrices, a stack of matrices times a matrix, and stacks
+/// with equal batch dimensions split over the threads; anything else (vectors,
+/// broadcast batches) goes to `at::matmul`.
+at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
+  if (!gemmsOnAtenThreads || a.dim() < 2 || b.dim() < 2)
+    return at::matmul(a, b);
+  int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
+  shape.push_back(n);
+  if (b.dim() == 2) {
+    // A stack times a matrix is one matrix product over all rows.
+    at::Tensor a2 = a.dim() == 2 ? a : a.reshape({-1, k});
+    at::Tensor out = at::empty({a2.size(0), n}, a.options());
+    matmul2dInto(out, a2, b, c10::nullopt);
+    return out.view(shape);
+  }
+  if (a.dim() != b.dim() ||
+      !std::equal(a.sizes().begin(), a.sizes().end() - 2, b.sizes().begin()))
+    return at::matmul(a, b);
+  int64_t batch = 1;
+  for (int64_t d = 0; d + 2 < a.dim(); ++d)
+    batch *= a.size(d);
+  at::Tensor a3 = a.reshape({batch, m, k}), b3 = b.reshape({batch, k, n});
+  at::Tensor out = at::empty({batch, m, n}, a.options());
+  forBlocks(batch, 1, 1, [&](int64_t begin, int64_t end) {
+    if (end - begin == batch)
+      return void(at::bmm_out(out, a3, b3));
+    for (int64_t i = begin; i < end; ++i) {
+      at::Tensor o = out.select(0, i);
+      at::mm_out(o, a3.select(0, i), b3.select(0, i));
+    }
+  });
+  return out.view(shape);
+}
+
 /// torch.optim.SGD's `_single_tensor_sgd` for one parameter.
 void sgdUpdate(Ctx &c) {
   const OpAttrs &a = c.a;
@@ -466,9 +583,9 @@ void runKernel(Ctx &c) {
         [&](at::Tensor &o) { at::where_out(o, c.in(0), c.in(1), c.in(2)); });
 
   case OpKind::Linear:
-    return c.set(0, at::linear(c.in(0), c.in(1), c.opt(2)));
+    return c.set(0, linearOnThreads(c.in(0), c.in(1), c.opt(2)));
   case OpKind::Matmul:
-    return c.set(0, at::matmul(c.in(0), c.in(1)));
+    return c.set(0, matmulOnThreads(c.in(0), c.in(1)));
 
   case OpKind::Softmax:
     return c.set(0, at::softmax(c.in(0), a.dim));
@@ -717,6 +834,8 @@ public:
   explicit CpuBackend(const CpuBackendOptions &options) : arena(options.arena) {
     if (options.threads > 0)
       at::set_num_threads(options.threads);
+    if (options.oneThreadPool && makeBlasSerial())
+      gemmsOnAtenThreads = true;
     generator = at::make_generator<at::CPUGeneratorImpl>(0);
   }
 

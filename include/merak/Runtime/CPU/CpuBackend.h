@@ -14,6 +14,12 @@ struct CpuBackendOptions {
   /// Place the fresh results the plan gives an arena offset in one block
   /// allocated once (false: every result from the allocator).
   bool arena = true;
+  /// Run GEMMs on ATen's intra-op threads, each thread calling a
+  /// single-threaded BLAS on its own block of rows, instead of letting a
+  /// multithreaded BLAS start a second pool of threads that competes with
+  /// ATen's for the same cores. Takes effect where the BLAS lets its thread
+  /// count be set (OpenBLAS); elsewhere GEMMs call the BLAS as ATen does.
+  bool oneThreadPool = true;
 };
 
 /// Kernels on ATen, with PyTorch's numerics. Memory statistics count every
