@@ -168,6 +168,12 @@ static cl::opt<bool> noArena(
     cl::desc("Allocate every result from the allocator instead of placing "
              "the step's temporaries in the planned arena"),
     cl::cat(category));
+static cl::opt<bool> blasThreads(
+    "blas-threads",
+    cl::desc("Let the BLAS run GEMMs on its own threads beside the kernels' "
+             "(by default GEMMs split over the kernels' threads and the BLAS "
+             "runs serially, so that two pools do not compete for the cores)"),
+    cl::cat(category));
 static cl::opt<bool>
     printProgramOnly("print-program",
                      cl::desc("Print the rank program and its memory plan, "
@@ -744,8 +750,8 @@ int main(int argc, char **argv) {
     communicator = *std::move(comm);
   }
 
-  std::unique_ptr<Backend> backend =
-      createCpuBackend(CpuBackendOptions{kernelThreads, !noArena});
+  std::unique_ptr<Backend> backend = createCpuBackend(
+      CpuBackendOptions{kernelThreads, !noArena, !blasThreads});
   std::unique_ptr<Executor> single;
   std::unique_ptr<PipelineExecutor> piped;
   if (pipelined) {

@@ -630,6 +630,59 @@ TEST_F(CpuKernelsTest, TemporariesLandInTheArena) {
 // Forward numerics and randomness
 //===----------------------------------------------------------------------===//
 
+TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
+  // Two intra-op threads: GEMMs split their rows (or batch) over them, each
+  // block a serial BLAS call. Which rows the BLAS kernels take together
+  // changes the order of some additions (as a multithreaded BLAS's own split
+  // does), so results agree with ATen's single call to rounding.
+  backend = createCpuBackend({2});
+  auto expectClose = [](const at::Tensor &actual, const at::Tensor &expected,
+                        const std::string &what) {
+    ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
+    EXPECT_TRUE(torch::allclose(actual, expected, 1e-5, 1e-5))
+        << what << ": max abs diff "
+        << (actual - expected).abs().max().item<double>();
+  };
+  torch::manual_seed(3);
+  OpAttrs none;
+  struct Case {
+    std::vector<int64_t> a, b;
+    bool transposeA;
+  };
+  // Row counts that are not multiples of the 16-row tile, a transposed
+  // left operand (a weight gradient), a stack times a matrix, equal batches,
+  // a broadcast batch (ATen's own path) and a small product (one block).
+  std::vector<Case> cases = {{{1000, 96}, {96, 130}, false},
+                             {{37, 300}, {300, 64}, false},
+                             {{200, 515}, {200, 48}, true},
+                             {{4, 70, 96}, {96, 33}, false},
+                             {{2, 3, 50, 64}, {2, 3, 64, 50}, false},
+                             {{2, 3, 50, 64}, {64, 50}, false},
+                             {{5, 50, 64}, {1, 64, 50}, false},
+                             {{8, 8}, {8, 8}, false}};
+  for (const Case &k : cases) {
+    at::Tensor a = torch::randn(k.a);
+    if (k.transposeA)
+      a = a.t(); // a non-contiguous operand, as the IR's permute gives it
+    at::Tensor b = torch::randn(k.b);
+    at::Tensor expected = at::matmul(a, b);
+    auto out = run(OpKind::Matmul, none, {a, b}, {typeOf(expected)});
+    expectClose(out[0], expected,
+                "matmul " + std::to_string(a.dim()) + "d x " +
+                    std::to_string(b.dim()) + "d");
+  }
+  at::Tensor x = torch::randn({3, 170, 96}), w = torch::randn({80, 96}),
+             bias = torch::randn({80});
+  at::Tensor expected = at::linear(x, w, bias);
+  expectClose(run(OpKind::Linear, none, {x, w, bias}, {typeOf(expected)})[0],
+              expected, "linear with bias");
+  expected = at::linear(x, w);
+  expectClose(
+      run(OpKind::Linear, none, {x, w, at::Tensor()}, {typeOf(expected)})[0],
+      expected, "linear without bias");
+  backend = createCpuBackend({1});
+}
+
 TEST_F(CpuKernelsTest, PowByANumberTakesPyTorchsScalarPath) {
   torch::manual_seed(10);
   at::Tensor x = torch::rand({1000}) * 3;

@@ -292,9 +292,10 @@ at::Tensor crossEntropyBackward(const at::Tensor &grad,
 //===----------------------------------------------------------------------===//
 
 /// Set by the backend once the BLAS runs serially: GEMMs then split their
-/// rows (or their batch) over ATen's intra-op threads themselves. Every
-/// output element is still one BLAS dot product over the whole reduction
-/// dimension, as a multithreaded BLAS computes it, so results do not change.
+/// rows (or their batch) over ATen's intra-op threads themselves, as a
+/// multithreaded BLAS splits them over its own. Results agree with a single
+/// BLAS call to rounding: which rows the BLAS kernels take together decides
+/// the order of some additions, as it does with the BLAS's own threads.
 std::atomic<bool> gemmsOnAtenThreads{false};
 
 /// Makes the BLAS single-threaded where it says how (OpenBLAS); false where
