@@ -40,6 +40,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sys/resource.h>
@@ -335,6 +336,7 @@ void printProfile(const OpProfile &profile, double stepMs) {
   std::printf("kernel time per op kind over %.1f ms of steps "
               "(kernels %.1f ms, %.0f%%):\n",
               stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
+  std::printf("  BLAS: %s\n", blasDescription().c_str());
   std::printf("  %-32s %8s %12s %7s\n", "op", "calls", "ms", "share");
   for (const auto &[kind, e] : rows)
     std::printf("  %-32s %8lld %12.2f %6.1f%%\n", opFullName(kind).c_str(),

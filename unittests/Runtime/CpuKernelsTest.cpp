@@ -83,6 +83,17 @@ void expectIdentical(const at::Tensor &actual, const at::Tensor &expected,
       << (actual - expected).abs().max().item<double>();
 }
 
+/// Expects identical shapes and dtypes, and values equal to rounding.
+void expectClose(const at::Tensor &actual, const at::Tensor &expected,
+                 const std::string &what, double rtol = 1e-5,
+                 double atol = 1e-5) {
+  ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
+  ASSERT_EQ(actual.scalar_type(), expected.scalar_type()) << what;
+  EXPECT_TRUE(torch::allclose(actual, expected, rtol, atol))
+      << what << ": max abs diff "
+      << (actual - expected).abs().max().item<double>();
+}
+
 class CpuKernelsTest : public ::testing::Test {
 protected:
   CpuKernelsTest() : backend(createCpuBackend({1})) {}
@@ -346,6 +357,64 @@ TEST_F(CpuKernelsTest, CrossEntropyBackwardMatchesAutograd) {
                 {typeOf(logits)});
         expectIdentical(backward[0], x.grad(), "gradient");
       }
+}
+
+TEST_F(CpuKernelsTest, CrossEntropyByBlocksOnThreadsMatchesAutograd) {
+  // Enough rows and classes for many blocks of rows over two threads; each
+  // row goes through the same ATen functions as in autograd, and nll_loss
+  // reduces in its own order, so the results are PyTorch's bit for bit.
+  // ignore_index 0 is a class of its own.
+  backend = createCpuBackend({2});
+  torch::manual_seed(5);
+  at::Tensor logits = torch::randn({203, 3001}) * 4;
+  at::Tensor target = torch::randint(0, 3001, {203}, torch::kLong);
+  target.index_put_({torch::arange(0, 203, 7)}, -100);
+  for (int64_t ignore : {int64_t(-100), int64_t(0)})
+    for (double smoothing : {0.0, 0.2}) {
+      SCOPED_TRACE(testing::Message()
+                   << "smoothing " << smoothing << " ignore " << ignore);
+      at::Tensor tgt = ignore == -100 ? target : target.clamp_min(0);
+      at::Tensor x = logits.clone().requires_grad_(true);
+      at::Tensor loss = at::cross_entropy_loss(x, tgt, {}, at::Reduction::Mean,
+                                               ignore, smoothing);
+      loss.backward(torch::tensor(1.5f));
+      OpAttrs attrs;
+      attrs.labelSmoothing = smoothing;
+      attrs.ignoreIndex = ignore;
+      expectIdentical(
+          run(OpKind::CrossEntropy, attrs, {logits, tgt}, {typeOf(loss)})[0],
+          loss.detach(), "loss");
+      expectIdentical(run(OpKind::CrossEntropyBackward, attrs,
+                          {torch::tensor(1.5f), logits, tgt},
+                          {typeOf(logits)})[0],
+                      x.grad(), "gradient");
+    }
+
+  // A target outside the classes is an error, as in nll_loss.
+  at::Tensor bad = target.clone();
+  bad[3] = 3001;
+  Program p;
+  p.values = {ValueInfo{typeOf(logits)}, ValueInfo{typeOf(bad)},
+              ValueInfo{TensorType{DType::F32, {}}}};
+  Instruction inst;
+  inst.kind = OpKind::CrossEntropy;
+  inst.operands = {0, 1};
+  inst.results = {2};
+  inst.storage = {ResultStorage()};
+  p.instructions.push_back(inst);
+  auto l = *backend->upload(toHost(logits));
+  auto t = *backend->upload(toHost(bad));
+  KernelCall call;
+  StepContext step;
+  call.instruction = &p.instructions[0];
+  call.program = &p;
+  call.step = &step;
+  call.operands = {l.get(), t.get()};
+  call.hostScalars.resize(2);
+  call.inPlace.resize(1);
+  absl::Status s = backend->execute(call);
+  EXPECT_EQ(s.message(), "Target 3001 is out of bounds.");
+  backend = createCpuBackend({1});
 }
 
 TEST_F(CpuKernelsTest, LayerNormBackwardMatchesAutograd) {
@@ -636,13 +705,6 @@ TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
   // changes the order of some additions (as a multithreaded BLAS's own split
   // does), so results agree with ATen's single call to rounding.
   backend = createCpuBackend({2});
-  auto expectClose = [](const at::Tensor &actual, const at::Tensor &expected,
-                        const std::string &what) {
-    ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
-    EXPECT_TRUE(torch::allclose(actual, expected, 1e-5, 1e-5))
-        << what << ": max abs diff "
-        << (actual - expected).abs().max().item<double>();
-  };
   torch::manual_seed(3);
   OpAttrs none;
   struct Case {

@@ -130,18 +130,6 @@ at::TensorOptions optionsFor(DType dtype) {
   return at::TensorOptions().dtype(toAten(dtype)).device(at::kCPU);
 }
 
-int64_t atenReduction(LossReduction r) {
-  switch (r) {
-  case LossReduction::None:
-    return at::Reduction::None;
-  case LossReduction::Mean:
-    return at::Reduction::Mean;
-  case LossReduction::Sum:
-    return at::Reduction::Sum;
-  }
-  return at::Reduction::Mean;
-}
-
 /// The first line of an ATen error, without its C++ backtrace.
 std::string firstLine(const std::string &text) {
   return text.substr(0, text.find('\n'));
@@ -232,61 +220,6 @@ at::Tensor dropoutMask(Ctx &c, const TensorType &type, double p) {
   return mask;
 }
 
-/// `grad * s` as autograd's MulBackward1 computes it for `tensor * number`:
-/// the number becomes a double 0-dim tensor, so a rank-0 gradient is scaled
-/// in double precision, then rounded back to its own type.
-at::Tensor scaleLikeAutograd(const at::Tensor &grad, double s) {
-  return at::mul(grad, at::scalar_to_tensor(s)).to(grad.scalar_type());
-}
-
-/// Gradient of `at::cross_entropy_loss` with respect to the logits, in the
-/// operations autograd runs for it (PyTorch 1.13's decomposition: log_softmax,
-/// nll_loss and, with label smoothing, the smoothing term).
-at::Tensor crossEntropyBackward(const at::Tensor &grad,
-                                const at::Tensor &logits,
-                                const at::Tensor &target, const OpAttrs &a) {
-  int64_t reduction = atenReduction(a.reduction);
-  at::Tensor logp = at::log_softmax(logits, 1, logits.scalar_type());
-  at::Tensor totalWeight = std::get<1>(
-      at::nll_loss_forward(logp, target, {}, reduction, a.ignoreIndex));
-  double ls = a.labelSmoothing;
-  at::Tensor gradLogp;
-  if (ls > 0) {
-    // loss = (1 - ls) * nll + ret * (ls / C); ret from smooth_loss =
-    // -logp.sum(1) with ignored rows zeroed.
-    int64_t classes = logits.size(1);
-    at::Tensor gradNll = scaleLikeAutograd(grad, 1 - ls);
-    at::Tensor gradRet = scaleLikeAutograd(grad, ls / double(classes));
-    at::Tensor ignoreMask = target.eq(a.ignoreIndex);
-    int64_t n = target.size(0);
-    at::Tensor gradSmooth;
-    switch (a.reduction) {
-    case LossReduction::Mean: {
-      at::Tensor count = ignoreMask.bitwise_not().sum();
-      gradSmooth = gradRet.div(count).expand({n});
-      break;
-    }
-    case LossReduction::Sum:
-      gradSmooth = gradRet.expand({n});
-      break;
-    case LossReduction::None:
-      gradSmooth = gradRet;
-      break;
-    }
-    gradSmooth = gradSmooth.masked_fill(ignoreMask, 0);
-    at::Tensor gradFromSmooth =
-        gradSmooth.neg().unsqueeze(1).expand(logits.sizes());
-    at::Tensor gradFromNll = at::nll_loss_backward(
-        gradNll, logp, target, {}, reduction, a.ignoreIndex, totalWeight);
-    gradLogp = gradFromNll + gradFromSmooth;
-  } else {
-    gradLogp = at::nll_loss_backward(grad, logp, target, {}, reduction,
-                                     a.ignoreIndex, totalWeight);
-  }
-  return at::_log_softmax_backward_data(gradLogp, logp, 1,
-                                        logits.scalar_type());
-}
-
 //===----------------------------------------------------------------------===//
 // GEMMs on ATen's threads
 //===----------------------------------------------------------------------===//
@@ -318,8 +251,7 @@ template <typename Fn>
 void forBlocks(int64_t count, int64_t minPerBlock, int64_t tile, Fn fn) {
   int64_t threads = at::get_num_threads();
   int64_t blocks = std::min(threads, count / std::max<int64_t>(minPerBlock, 1));
-  if (!gemmsOnAtenThreads.load(std::memory_order_relaxed) || blocks <= 1 ||
-      at::in_parallel_region())
+  if (blocks <= 1 || at::in_parallel_region())
     return fn(int64_t(0), count);
   int64_t per = (count + blocks - 1) / blocks;
   per = (per + tile - 1) / tile * tile;
@@ -400,6 +332,174 @@ at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
     }
   });
   return out.view(shape);
+}
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy by blocks of rows
+//===----------------------------------------------------------------------===//
+
+/// `grad * s` as autograd's MulBackward1 computes it for `tensor * number`:
+/// the number becomes a double 0-dim tensor, so a rank-0 gradient is scaled
+/// in double precision, then rounded back to its own type.
+at::Tensor scaleLikeAutograd(const at::Tensor &grad, double s) {
+  return at::mul(grad, at::scalar_to_tensor(s)).to(grad.scalar_type());
+}
+
+/// Rows of logits one thread takes at a time: about 128 KiB, so that the
+/// block and its scratch stay in cache between the passes over it.
+int64_t crossEntropyBlockRows(const at::Tensor &logits) {
+  int64_t rowBytes =
+      std::max<int64_t>(logits.size(1), 1) * int64_t(logits.element_size());
+  return std::max<int64_t>(1, (int64_t(128) << 10) / rowBytes);
+}
+
+/// Calls `fn(begin, end, scratch)` for blocks of at most `block` rows over
+/// the threads; `scratch` holds `count` blocks of `[block, columns]` of the
+/// thread's own.
+template <typename Fn>
+void forRowBlocks(const at::Tensor &like, int64_t block, int64_t count, Fn fn) {
+  int64_t rows = like.size(0), columns = like.size(1);
+  forBlocks(rows, 2 * block, 1, [&](int64_t begin, int64_t end) {
+    std::vector<at::Tensor> scratch;
+    for (int64_t i = 0; i < count; ++i)
+      scratch.push_back(at::empty({block, columns}, like.options()));
+    for (int64_t r = begin; r < end; r += block) {
+      int64_t k = std::min(end, r + block) - r;
+      std::vector<at::Tensor> views;
+      for (const at::Tensor &t : scratch)
+        views.push_back(t.narrow(0, 0, k));
+      fn(r, k, views);
+    }
+  });
+}
+
+/// What the cross-entropy and its gradient need of the targets: which rows
+/// are ignored (`ignore_index`) and the class to read in each (0 where
+/// ignored). Throws, as `nll_loss` does, for a target outside the classes.
+struct CrossEntropyTargets {
+  at::Tensor ignored, classes;
+};
+CrossEntropyTargets crossEntropyTargets(const at::Tensor &target,
+                                        int64_t numClasses,
+                                        int64_t ignoreIndex) {
+  at::Tensor ignored = target.eq(ignoreIndex);
+  at::Tensor classes = target.masked_fill(ignored, 0);
+  at::Tensor outside = classes.lt(0).logical_or(classes.ge(numClasses));
+  if (outside.any().item<bool>())
+    throw std::invalid_argument(absl::StrCat(
+        "Target ", target.masked_select(outside)[0].item<int64_t>(),
+        " is out of bounds."));
+  return {ignored, classes};
+}
+
+/// `at::cross_entropy_loss` of logits `[N, C]` (no class weights), the
+/// logits read once: each thread takes blocks of rows through `log_softmax`
+/// into a scratch block in cache, and keeps of it only the target's
+/// log-probability (and, with label smoothing, the row's sum). `nll_loss`
+/// over that one column then reduces exactly as over the whole matrix, so
+/// the loss is PyTorch's bit for bit without the `[N, C]` log-probabilities
+/// ever being written out.
+at::Tensor crossEntropy(const at::Tensor &logits, const at::Tensor &target,
+                        const OpAttrs &a) {
+  int64_t n = logits.size(0), numClasses = logits.size(1);
+  CrossEntropyTargets t =
+      crossEntropyTargets(target, numClasses, a.ignoreIndex);
+  double ls = a.labelSmoothing;
+  at::Tensor picked = at::empty({n}, logits.options());
+  at::Tensor rowSums = ls > 0 ? at::empty({n}, logits.options()) : at::Tensor();
+  forRowBlocks(logits, crossEntropyBlockRows(logits), 1,
+               [&](int64_t r, int64_t k, std::vector<at::Tensor> &scratch) {
+                 at::Tensor &logp = scratch[0];
+                 at::_log_softmax_out(logp, logits.narrow(0, r, k), 1, false);
+                 at::Tensor picks = picked.narrow(0, r, k).unsqueeze(1);
+                 at::gather_out(picks, logp, 1,
+                                t.classes.narrow(0, r, k).unsqueeze(1));
+                 if (ls > 0) {
+                   at::Tensor sums = rowSums.narrow(0, r, k);
+                   at::sum_out(sums, logp, {1});
+                 }
+               });
+  int64_t reduction = a.reduction == LossReduction::Mean  ? at::Reduction::Mean
+                      : a.reduction == LossReduction::Sum ? at::Reduction::Sum
+                                                          : at::Reduction::None;
+  // nll_loss over the picked column: every row's target is that column, or
+  // `ignore_index` where ignored (with `ignore_index` 0 the column is the
+  // second of two, so the two stay apart).
+  int64_t column = a.ignoreIndex == 0 ? 1 : 0;
+  at::Tensor columns = column == 0
+                           ? picked.unsqueeze(1)
+                           : at::stack({at::zeros_like(picked), picked}, 1);
+  at::Tensor nll = at::nll_loss(
+      columns,
+      at::full_like(target, column).masked_fill_(t.ignored, a.ignoreIndex), {},
+      reduction, a.ignoreIndex);
+  if (ls == 0)
+    return nll;
+  // PyTorch's label smoothing: -sum(logp) per row, 0 where ignored, reduced
+  // (the mean of the rows that count), mixed with the nll term.
+  at::Tensor smooth = rowSums.neg().masked_fill_(t.ignored, 0);
+  at::Tensor ret;
+  switch (a.reduction) {
+  case LossReduction::Mean:
+    ret = smooth.masked_select(t.ignored.logical_not()).mean();
+    break;
+  case LossReduction::Sum:
+    ret = smooth.sum();
+    break;
+  case LossReduction::None:
+    ret = smooth;
+    break;
+  }
+  return (1 - ls) * nll + ret * (ls / double(numClasses));
+}
+
+/// The gradient of `crossEntropy` with respect to the logits, computed as
+/// autograd computes it (the gradient of `nll_loss` and of the smoothing
+/// term into `_log_softmax_backward_data`), block by block: the logits are
+/// read once, the result written once, and `log_softmax` and the gradient
+/// of the log-probabilities live only in each thread's scratch blocks.
+at::Tensor crossEntropyBackward(const at::Tensor &grad,
+                                const at::Tensor &logits,
+                                const at::Tensor &target, const OpAttrs &a) {
+  int64_t n = logits.size(0), numClasses = logits.size(1);
+  at::Tensor result = at::empty_like(logits);
+  CrossEntropyTargets t =
+      crossEntropyTargets(target, numClasses, a.ignoreIndex);
+  double ls = a.labelSmoothing;
+  bool mean = a.reduction == LossReduction::Mean;
+  at::Tensor counted = t.ignored.logical_not();
+  // nll_loss_backward puts -(g / total weight) (mean) or -g at the target.
+  at::Tensor gradNll = ls > 0 ? scaleLikeAutograd(grad, 1 - ls) : grad;
+  at::Tensor atTarget =
+      mean ? (gradNll / counted.sum().to(gradNll.scalar_type())).neg()
+           : gradNll.neg();
+  atTarget = atTarget.expand({n}).masked_fill(t.ignored, 0);
+  // Label smoothing adds -(g ls / C) (over the count under mean) everywhere
+  // in a counted row.
+  at::Tensor everywhere;
+  if (ls > 0) {
+    at::Tensor gradRet = scaleLikeAutograd(grad, ls / double(numClasses));
+    at::Tensor gradSmooth = mean ? gradRet.div(counted.sum()) : gradRet;
+    everywhere =
+        gradSmooth.expand({n}).masked_fill(t.ignored, 0).neg().contiguous();
+  }
+  forRowBlocks(
+      logits, crossEntropyBlockRows(logits), 2,
+      [&](int64_t r, int64_t k, std::vector<at::Tensor> &scratch) {
+        at::Tensor &logp = scratch[0], &gradLogp = scratch[1];
+        at::_log_softmax_out(logp, logits.narrow(0, r, k), 1, false);
+        if (ls > 0)
+          gradLogp.copy_(
+              everywhere.narrow(0, r, k).unsqueeze(1).expand({k, numClasses}));
+        else
+          gradLogp.zero_();
+        gradLogp.scatter_add_(1, t.classes.narrow(0, r, k).unsqueeze(1),
+                              atTarget.narrow(0, r, k).unsqueeze(1));
+        at::Tensor out = result.narrow(0, r, k);
+        at::_log_softmax_backward_data_out(out, gradLogp, logp, 1,
+                                           logits.scalar_type());
+      });
+  return result;
 }
 
 /// torch.optim.SGD's `_single_tensor_sgd` for one parameter.
@@ -700,10 +800,8 @@ void runKernel(Ctx &c) {
     return c.set(0, at::adaptive_avg_pool2d(c.in(0), a.outputSize));
 
   case OpKind::CrossEntropy:
-    // The dialect allows i32 targets; ATen's nll_loss takes int64 only.
-    return c.set(0, at::cross_entropy_loss(c.in(0), c.in(1).to(at::kLong), {},
-                                           atenReduction(a.reduction),
-                                           a.ignoreIndex, a.labelSmoothing));
+    // The dialect allows i32 targets; the kernels index with int64.
+    return c.set(0, crossEntropy(c.in(0), c.in(1).to(at::kLong), a));
 
   case OpKind::GeluBackward: {
     const char *approx = a.tanhApproximation ? "tanh" : "none";
@@ -978,6 +1076,23 @@ private:
 };
 
 } // namespace
+
+namespace {
+template <typename Fn> Fn *blasFunction(const char *name) {
+  return reinterpret_cast<Fn *>(dlsym(RTLD_DEFAULT, name));
+}
+} // namespace
+
+std::string blasDescription() {
+  auto *config = blasFunction<char *()>("openblas_get_config");
+  auto *coreName = blasFunction<char *()>("openblas_get_corename");
+  std::string text = config ? config() : "a BLAS other than OpenBLAS";
+  const char *how = gemmsOnAtenThreads ? "GEMMs split over the kernels' threads"
+                                       : "GEMMs on the BLAS's own threads";
+  if (coreName)
+    return absl::StrCat(text, " (", coreName(), " kernels; ", how, ")");
+  return absl::StrCat(text, " (", how, ")");
+}
 
 std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options) {
   // Installed once, before the first tensor of the run, so every ATen CPU

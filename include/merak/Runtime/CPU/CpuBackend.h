@@ -5,6 +5,7 @@
 #include "merak/Runtime/Backend.h"
 
 #include <memory>
+#include <string>
 
 namespace merak::runtime {
 
@@ -25,6 +26,10 @@ struct CpuBackendOptions {
 /// Kernels on ATen, with PyTorch's numerics. Memory statistics count every
 /// allocation of ATen's CPU allocator in the process.
 std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options);
+
+/// The BLAS and how GEMMs use it, for reports: "OpenBLAS 0.3.21 ...
+/// (SkylakeX kernels; GEMMs split over the kernels' threads)".
+std::string blasDescription();
 
 } // namespace merak::runtime
 
