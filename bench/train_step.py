@@ -4,7 +4,11 @@ Builds the in-tree GPT-2 at a size where a step takes about a second on this
 machine, compiles its AdamW training step with merak-opt, and runs, in this
 same invocation and with the same thread count:
   * an sgemm (1024^3 fp32 matmul) to measure the machine's GEMM throughput;
-  * PyTorch eager: forward, backward, AdamW step (foreach=False), timed per step;
+  * PyTorch eager: forward, backward, AdamW step (foreach=False), timed per step,
+    twice: as it runs by default, and with OMP_WAIT_POLICY=PASSIVE, which
+    keeps ATen's idle OpenMP threads from spinning on the cores OpenBLAS's
+    threads need (the contention merak-exec avoids by running GEMMs on one
+    pool of threads);
   * merak-exec on the same weights and batches.
 Each trainer runs in its own process so that peak memory (max RSS) is its own.
 It prints step times (median over the timed steps, after warm-up), their ratio,
@@ -147,13 +151,19 @@ def main():
 
     gemm = sgemm_gflops(args.threads)
 
-    eager = subprocess.run(
-        [sys.executable, __file__, "--build", args.build, "--eager-child", work]
-        + [f"--{k}={getattr(args, k)}" for k in
-           ("threads", "steps", "layers", "embd", "heads", "vocab", "seq",
-            "batch")],
-        check=True, capture_output=True, text=True)
-    eager = json.loads(eager.stdout.strip().splitlines()[-1])
+    def run_eager_child(extra_env):
+        child = subprocess.run(
+            [sys.executable, __file__, "--build", args.build,
+             "--eager-child", work]
+            + [f"--{k}={getattr(args, k)}" for k in
+               ("threads", "steps", "layers", "embd", "heads", "vocab", "seq",
+                "batch")],
+            check=True, capture_output=True, text=True,
+            env={**os.environ, **extra_env})
+        return json.loads(child.stdout.strip().splitlines()[-1])
+
+    eager = run_eager_child({})
+    passive = run_eager_child({"OMP_WAIT_POLICY": "PASSIVE"})
 
     log = os.path.join(work, "merak.jsonl")
     subprocess.run([os.path.join(bin_dir, "merak-exec"),
@@ -168,6 +178,7 @@ def main():
     w = args.warmup
     merak_ms = statistics.median(r["ms"] for r in merak[w:])
     eager_ms = statistics.median(eager["ms"][w:])
+    passive_ms = statistics.median(passive["ms"][w:])
     merak_rss = max(r["max_rss_bytes"] for r in merak)
     flops = step_flops(args, params)
     max_diff = max(abs(a["loss"] - b) / abs(b)
@@ -178,6 +189,8 @@ def main():
         "sgemm_gflops": gemm,
         "eager_step_ms": eager_ms, "merak_step_ms": merak_ms,
         "step_time_ratio": merak_ms / eager_ms,
+        "eager_passive_step_ms": passive_ms,
+        "step_time_ratio_vs_passive": merak_ms / passive_ms,
         "eager_peak_rss_mb": eager["max_rss_bytes"] / 2 ** 20,
         "merak_peak_rss_mb": merak_rss / 2 ** 20,
         "merak_peak_tensor_mb": max(r["peak_bytes"] for r in merak) / 2 ** 20,
@@ -193,6 +206,10 @@ def main():
           f"{result['eager_gflops']:6.1f} GFLOP/s "
           f"({result['eager_gflops'] / gemm:4.0%} of sgemm)  "
           f"peak RSS {result['eager_peak_rss_mb']:7.1f} MB")
+    print(f"eager, OMP passive:  {passive_ms:8.1f} ms  "
+          f"{flops / passive_ms / 1e6:6.1f} GFLOP/s "
+          f"({flops / passive_ms / 1e6 / gemm:4.0%} of sgemm)  "
+          f"peak RSS {passive['max_rss_bytes'] / 2 ** 20:7.1f} MB")
     print(f"merak-exec step:     {merak_ms:8.1f} ms  "
           f"{result['merak_gflops']:6.1f} GFLOP/s "
           f"({result['merak_gflops'] / gemm:4.0%} of sgemm)  "
@@ -200,6 +217,8 @@ def main():
           f"(tensors {result['merak_peak_tensor_mb']:.1f} MB)")
     print(f"step-time ratio merak/eager: {result['step_time_ratio']:.3f}  "
           f"(losses agree within {max_diff:.1e} relative)")
+    print(f"step-time ratio merak/eager with OMP_WAIT_POLICY=PASSIVE: "
+          f"{result['step_time_ratio_vs_passive']:.3f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
