@@ -294,6 +294,38 @@ std::vector<bool> stateDonations(const Program &program,
   return donation;
 }
 
+/// Moves the collective that makes the loss (a data-parallel average, say)
+/// up to just after its operands are computed. Where the plan put it last,
+/// the loss was known only after the optimizer had run, so no update could
+/// write new state over old (a non-finite loss must leave the state as it
+/// was); issued early, its wait lands before the first update.
+void hoistLossCollective(Program &program) {
+  if (program.lossResult < 0)
+    return;
+  ValueId loss = program.results[program.lossResult].value;
+  std::vector<Instruction> &insts = program.instructions;
+  auto defines = [](const Instruction &inst, ValueId v) {
+    return std::find(inst.results.begin(), inst.results.end(), v) !=
+           inst.results.end();
+  };
+  int at = -1;
+  for (size_t i = 0; i < insts.size(); ++i)
+    if (defines(insts[i], loss))
+      at = int(i);
+  if (at < 0 || !isCollective(insts[at].kind))
+    return;
+  int after = -1; // the last instruction an operand comes from
+  for (int i = 0; i < at; ++i)
+    for (ValueId v : insts[at].operands)
+      if (v != kNoValue && defines(insts[i], v))
+        after = i;
+  if (after + 1 >= at)
+    return;
+  Instruction coll = std::move(insts[at]);
+  insts.erase(insts.begin() + at);
+  insts.insert(insts.begin() + after + 1, std::move(coll));
+}
+
 /// Inserts the wait of every communicating collective right before the
 /// first instruction that reads its result (views of the result, which
 /// read no data, move behind the wait), or at the end of the program. The
@@ -418,6 +450,7 @@ absl::Status bindToRank(Program &program, int64_t rank, CollectiveMode mode) {
       program.groups.push_back({a.meshAxes, std::move(members)});
     }
   }
+  hoistLossCollective(program);
   if (mode == CollectiveMode::Overlapped) {
     scheduleWaits(program);
   } else {

@@ -613,6 +613,50 @@ func.func @train_step(%w: tensor<1x4xf32> {merak.param = "w"},
   EXPECT_EQ(update.storage[1].kind, ResultStorage::Kind::InPlace);
 }
 
+TEST_F(ProgramLoweringTest, TheLossCollectiveMovesUpToItsOperand) {
+  // The partitioner leaves the loss's average at the return, after the
+  // optimizer; bound to a rank, it is issued right after the local loss,
+  // so the loss is known before the update and the update writes in place.
+  const char *source = R"mlir(
+mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
+func.func @train_step(%w: tensor<1x4xf32> {merak.param = "w"},
+                      %mw: tensor<1x4xf32> {merak.opt_state = "w/momentum_buffer"},
+                      %x: tensor<4x4xf32> {merak.input = "x"},
+                      %lr: tensor<f32> {merak.lr},
+                      %step: tensor<i64> {merak.step})
+    -> (tensor<f32> {merak.loss}, tensor<1x4xf32> {merak.update_arg = 0 : i64},
+        tensor<1x4xf32> {merak.update_arg = 1 : i64}) {
+  %y = merak.linear %x, %w : (tensor<4x4xf32>, tensor<1x4xf32>) -> tensor<4x1xf32>
+  %sq = merak.mul %y, %y : (tensor<4x1xf32>, tensor<4x1xf32>) -> tensor<4x1xf32>
+  %l = merak.reduce_mean %sq {dims = array<i64>} : (tensor<4x1xf32>) -> tensor<f32>
+  %yt = merak.permute %y {permutation = array<i64: 1, 0>} : (tensor<4x1xf32>) -> tensor<1x4xf32>
+  %dw = merak.matmul %yt, %x : (tensor<1x4xf32>, tensor<4x4xf32>) -> tensor<1x4xf32>
+  %g = mesh.all_reduce %dw on @mesh mesh_axes = [0] : tensor<1x4xf32> -> tensor<1x4xf32>
+  %nw, %nmw = merak.sgd_update %w, %g, %mw, %lr, %step {dampening = 0.0 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<f32>, tensor<i64>) -> (tensor<1x4xf32>, tensor<1x4xf32>)
+  %loss = mesh.all_reduce %l on @mesh mesh_axes = [0] reduction = <average> : tensor<f32> -> tensor<f32>
+  return %loss, %nw, %nmw : tensor<f32>, tensor<1x4xf32>, tensor<1x4xf32>
+}
+)mlir";
+  for (CollectiveMode mode :
+       {CollectiveMode::Overlapped, CollectiveMode::Blocking}) {
+    SCOPED_TRACE(mode == CollectiveMode::Overlapped ? "overlapped"
+                                                    : "blocking");
+    FailureOr<Program> p = lower(source);
+    ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
+    ASSERT_TRUE(bindToRank(*p, 0, mode).ok());
+    std::vector<OpKind> expected = {
+        OpKind::Linear,  OpKind::Mul,    OpKind::ReduceMean, OpKind::AllReduce,
+        OpKind::Permute, OpKind::Matmul, OpKind::AllReduce,  OpKind::SgdUpdate};
+    if (mode == CollectiveMode::Overlapped)
+      expected.insert(expected.begin() + 7, {OpKind::Wait, OpKind::Wait});
+    EXPECT_EQ(kinds(*p), expected);
+    EXPECT_LT(p->lossInstruction, int(p->instructions.size()) - 1);
+    const Instruction &update = find(*p, OpKind::SgdUpdate);
+    EXPECT_EQ(update.storage[0].kind, ResultStorage::Kind::InPlace);
+    EXPECT_EQ(update.storage[1].kind, ResultStorage::Kind::InPlace);
+  }
+}
+
 TEST_F(ProgramLoweringTest, SpmdErrorsNameTheProblem) {
   auto firstError = [&](const char *text) {
     errors.clear();
