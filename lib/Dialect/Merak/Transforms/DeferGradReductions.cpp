@@ -203,7 +203,8 @@ struct DeferGradReductionsPass
   }
 
   void runOnFunction(func::FuncOp func) {
-    sliceContributions(func);
+    if (!mergeOnly)
+      sliceContributions(func);
     Variation variation{func, {}};
     // Until nothing moves: a move can let another reduction move (the two
     // contributions of a sum reach the same form one after the other).
@@ -229,6 +230,8 @@ struct DeferGradReductionsPass
         Operation *moved = nullptr;
         if (isa<AddOp, SubOp>(user))
           moved = deferPastSum(op, user);
+        else if (mergeOnly)
+          continue;
         else if (isSumReduction(user))
           moved = swapForSum(op, user);
         else if (isa<AllReduceOp>(op))
@@ -246,7 +249,8 @@ struct DeferGradReductionsPass
           }
       }
     }
-    releaseToOptimizer(func);
+    if (!mergeOnly)
+      releaseToOptimizer(func);
   }
 
   /// The collectives now right before an update belong to the optimizer

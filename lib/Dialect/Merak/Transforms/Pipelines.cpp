@@ -197,6 +197,13 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
     schedule.kind = o.schedule;
     schedule.microbatches = o.microbatches;
     pm.addPass(merak::createPipelineSchedule(schedule));
+  } else {
+    // Without pipelines, reductions stay where backward produces them (so
+    // buckets overlap the rest of backward); only a tied parameter's two
+    // contributions are summed first and reduced once.
+    merak::DeferGradReductionsOptions defer;
+    defer.mergeOnly = true;
+    pm.addPass(merak::createDeferGradReductions(defer));
   }
   pm.addPass(merak::createGradBuckets(buckets));
   // No CSE here: it would merge ZeRO-3's per-use parameter gathers into one

@@ -1,7 +1,10 @@
 // Tests --merak-defer-grad-reductions: every sum over the mesh whose result
 // only reaches optimizer updates moves to just before the update, past the
 // linear ops in between, so that a pipeline runs it once per step.
+// With merge-only (what --merak-parallelize runs without pipelines), only
+// the reductions of a sum's contributions merge, where the sum is.
 // RUN: merak-opt %s -split-input-file --merak-defer-grad-reductions | FileCheck %s
+// RUN: merak-opt %s -split-input-file --merak-defer-grad-reductions=merge-only | FileCheck %s --check-prefix=MERGE
 
 mesh.mesh @mesh(shape = 2x2) {merak.axes = ["dp", "tp"]}
 
@@ -113,4 +116,33 @@ func.func @stays(%x: tensor<8x4xf32>, %y: tensor<8x4xf32>, %w: tensor<4x4xf32>, 
   %r = mesh.all_reduce %x on @mesh mesh_axes = [1] : tensor<8x4xf32> -> tensor<8x4xf32>
   %n = merak.neg %r {merak.grad_of = 2 : i64} : tensor<8x4xf32>
   return %u#0, %n : tensor<4x4xf32>, tensor<8x4xf32>
+}
+
+// -----
+
+mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
+
+// A tied weight without pipelines: the two contributions are summed, then
+// all-reduced once, where the sum was; the reduction of the position
+// embedding's gradient stays before its index_backward under merge-only
+// and moves past it otherwise.
+// CHECK-LABEL: func.func @merge_only
+// CHECK: merak.index_backward %arg2
+// CHECK-NEXT: mesh.all_reduce
+// MERGE-LABEL: func.func @merge_only
+// MERGE: %[[SUM:.*]] = merak.add %arg0, %arg1
+// MERGE-NEXT: %[[R:.*]] = mesh.all_reduce %[[SUM]] on @mesh mesh_axes = [0] {merak.grad_of = 3 : i64} : tensor<8x4xf32>
+// MERGE: %[[P:.*]] = mesh.all_reduce %arg2
+// MERGE-NEXT: merak.index_backward %[[P]]
+// MERGE: merak.sgd_update %arg3, %[[R]]
+func.func @merge_only(%head: tensor<8x4xf32>, %emb: tensor<8x4xf32>, %g: tensor<16x4xf32>, %w: tensor<8x4xf32>, %wpe: tensor<16x4xf32>, %lr: tensor<f32>, %step: tensor<i64>) -> (tensor<8x4xf32>, tensor<16x4xf32>) {
+  %a = mesh.all_reduce %head on @mesh mesh_axes = [0] {merak.grad_of = 3 : i64} : tensor<8x4xf32> -> tensor<8x4xf32>
+  %b = mesh.all_reduce %emb on @mesh mesh_axes = [0] {merak.grad_of = 3 : i64} : tensor<8x4xf32> -> tensor<8x4xf32>
+  %sum = merak.add %a, %b {merak.grad_of = 3 : i64} : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %pos = merak.constant dense<[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]> : tensor<16xi64>
+  %r = mesh.all_reduce %g on @mesh mesh_axes = [0] {merak.grad_of = 5 : i64} : tensor<16x4xf32> -> tensor<16x4xf32>
+  %p = merak.index_backward %r, %pos {dim = 0 : i64, dim_size = 16 : i64, merak.grad_of = 4 : i64} : (tensor<16x4xf32>, tensor<16xi64>) -> tensor<16x4xf32>
+  %u:2 = merak.sgd_update %w, %sum, %sum, %lr, %step {dampening = 0.0 : f64, momentum = 0.0 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<f32>, tensor<i64>) -> (tensor<8x4xf32>, tensor<8x4xf32>)
+  %v:2 = merak.sgd_update %wpe, %p, %p, %lr, %step {dampening = 0.0 : f64, momentum = 0.0 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>, tensor<f32>, tensor<i64>) -> (tensor<16x4xf32>, tensor<16x4xf32>)
+  return %u#0, %v#0 : tensor<8x4xf32>, tensor<16x4xf32>
 }

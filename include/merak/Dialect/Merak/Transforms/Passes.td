@@ -295,7 +295,20 @@ def DeferGradReductions : Pass<"merak-defer-grad-reductions",
     then reads local contributions summed and reduced once, so that a
     pipeline can accumulate the contributions over micro-batches and run
     the reductions once per step.
+
+    With `merge-only`, reductions stay where backward produces them, except
+    that the contributions of a sum reduced the same way merge into one
+    reduction of their sum: a tied parameter's two gradients (GPT-2's token
+    embedding and LM head) are added, then all-reduced once, instead of
+    all-reduced each, which halves that parameter's traffic.
+    `--merak-parallelize` runs it so without pipelines, where a reduction
+    issued early overlaps the rest of backward.
   }];
+  let options = [
+    Option<"mergeOnly", "merge-only", "bool", /*default=*/"false",
+           "Only merge the reductions of a sum's contributions, where the "
+           "sum is; move no reduction towards the updates">,
+  ];
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
