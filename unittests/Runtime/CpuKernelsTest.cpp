@@ -272,19 +272,22 @@ TEST_F(CpuKernelsTest, SgdUpdateMatchesTorchOptim) {
   checkSgd(*backend, 0.8, 0.0, true, 1e-3);
 }
 
-void checkAdamw(Backend &backend, double weightDecay) {
-  SCOPED_TRACE(testing::Message() << "weight decay " << weightDecay);
+void checkAdamw(Backend &backend, double weightDecay,
+                std::vector<int64_t> shape = {4, 6}) {
+  SCOPED_TRACE(testing::Message()
+               << "weight decay " << weightDecay << " elements "
+               << c10::multiply_integers(shape));
   torch::manual_seed(2);
-  at::Tensor w0 = torch::randn({4, 6});
-  std::vector<at::Tensor> grads = {torch::randn({4, 6}), torch::randn({4, 6}),
-                                   torch::randn({4, 6})};
+  at::Tensor w0 = torch::randn(shape);
+  std::vector<at::Tensor> grads = {torch::randn(shape), torch::randn(shape),
+                                   torch::randn(shape)};
   double lr = 1e-3;
   OpAttrs attrs;
   attrs.beta1 = 0.9;
   attrs.beta2 = 0.999;
   attrs.eps = 1e-8;
   attrs.weightDecay = weightDecay;
-  Program p = updateProgram(OpKind::AdamwUpdate, attrs, {4, 6}, 2);
+  Program p = updateProgram(OpKind::AdamwUpdate, attrs, shape, 2);
   auto executor = Executor::create(p, backend);
   ASSERT_TRUE(executor.ok());
   ASSERT_TRUE((*executor)->loadState({{"w", toHost(w0)}}, "test", false).ok());
@@ -316,6 +319,11 @@ void checkAdamw(Backend &backend, double weightDecay) {
 TEST_F(CpuKernelsTest, AdamwUpdateMatchesTorchOptim) {
   checkAdamw(*backend, 0.01);
   checkAdamw(*backend, 0.0);
+  // The fused update by blocks over two threads, eight elements at a time
+  // and the rest one by one: still torch.optim's results bit for bit.
+  backend = createCpuBackend({2});
+  checkAdamw(*backend, 0.1, {301, 1003});
+  backend = createCpuBackend({1});
 }
 
 //===----------------------------------------------------------------------===//
