@@ -198,9 +198,12 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
     schedule.microbatches = o.microbatches;
     pm.addPass(merak::createPipelineSchedule(schedule));
   } else {
-    // Without pipelines, reductions stay where backward produces them (so
-    // buckets overlap the rest of backward); only a tied parameter's two
-    // contributions are summed first and reduced once.
+    // Without pipelines, an embedding's gradient is reduced by gathering
+    // the rows its tokens touch; other reductions stay where backward
+    // produces them (so buckets overlap the rest of backward), except that
+    // a tied parameter's two contributions reduced alike are summed first
+    // and reduced once.
+    pm.addPass(merak::createSparseEmbeddingGrads());
     merak::DeferGradReductionsOptions defer;
     defer.mergeOnly = true;
     pm.addPass(merak::createDeferGradReductions(defer));

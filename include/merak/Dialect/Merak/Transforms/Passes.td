@@ -279,6 +279,21 @@ def GradBuckets : Pass<"merak-grad-buckets", "mlir::ModuleOp"> {
   ];
 }
 
+def SparseEmbeddingGrads : Pass<"merak-sparse-embedding-grads",
+                                "mlir::ModuleOp"> {
+  let summary = "Reduce embedding gradients by gathering the rows";
+  let description = [{
+    Runs after `--merak-spmdize`. A sum all-reduce of an `index_backward`
+    (an embedding's weight gradient: a batch's activation gradients
+    scattered into the rows its ids pick) becomes an `index_backward` of
+    the activation gradients and ids all-gathered over the same group: the
+    same sum, where the gathered operands take fewer bytes than the table.
+    Under data parallelism a rank then moves the group's tokens' rows, not
+    the vocabulary.
+  }];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
 def DeferGradReductions : Pass<"merak-defer-grad-reductions",
                                "mlir::ModuleOp"> {
   let summary = "Move gradient reductions over the mesh to the optimizer "
