@@ -166,6 +166,32 @@ protected:
     return results;
   }
 
+  /// Runs one op on two operands, with one result of `resultType`, without
+  /// planning (so shapes may disagree); returns the kernel's status.
+  absl::Status runUnchecked(OpKind kind, const at::Tensor &x,
+                            const at::Tensor &y, const TensorType &resultType) {
+    Program p;
+    p.values = {ValueInfo{typeOf(x)}, ValueInfo{typeOf(y)},
+                ValueInfo{resultType}};
+    Instruction inst;
+    inst.kind = kind;
+    inst.operands = {0, 1};
+    inst.results = {2};
+    inst.storage = {ResultStorage()};
+    p.instructions.push_back(inst);
+    auto a = *backend->upload(toHost(x));
+    auto b = *backend->upload(toHost(y));
+    KernelCall call;
+    StepContext step;
+    call.instruction = &p.instructions[0];
+    call.program = &p;
+    call.step = &step;
+    call.operands = {a.get(), b.get()};
+    call.hostScalars.resize(2);
+    call.inPlace.resize(1);
+    return backend->execute(call);
+  }
+
   std::unique_ptr<Backend> backend;
 };
 
@@ -401,27 +427,10 @@ TEST_F(CpuKernelsTest, CrossEntropyByBlocksOnThreadsMatchesAutograd) {
   // A target outside the classes is an error, as in nll_loss.
   at::Tensor bad = target.clone();
   bad[3] = 3001;
-  Program p;
-  p.values = {ValueInfo{typeOf(logits)}, ValueInfo{typeOf(bad)},
-              ValueInfo{TensorType{DType::F32, {}}}};
-  Instruction inst;
-  inst.kind = OpKind::CrossEntropy;
-  inst.operands = {0, 1};
-  inst.results = {2};
-  inst.storage = {ResultStorage()};
-  p.instructions.push_back(inst);
-  auto l = *backend->upload(toHost(logits));
-  auto t = *backend->upload(toHost(bad));
-  KernelCall call;
-  StepContext step;
-  call.instruction = &p.instructions[0];
-  call.program = &p;
-  call.step = &step;
-  call.operands = {l.get(), t.get()};
-  call.hostScalars.resize(2);
-  call.inPlace.resize(1);
-  absl::Status s = backend->execute(call);
-  EXPECT_EQ(s.message(), "Target 3001 is out of bounds.");
+  EXPECT_EQ(runUnchecked(OpKind::CrossEntropy, logits, bad,
+                         TensorType{DType::F32, {}})
+                .message(),
+            "Target 3001 is out of bounds.");
   backend = createCpuBackend({1});
 }
 
@@ -800,27 +809,9 @@ TEST_F(CpuKernelsTest, DropoutMaskIsPyTorchsDropoutUnderTheStepSeed) {
 }
 
 TEST_F(CpuKernelsTest, KernelErrorsAreStatuses) {
-  Program p;
-  p.values = {ValueInfo{TensorType{DType::F32, {2, 3}}},
-              ValueInfo{TensorType{DType::F32, {4, 5}}},
-              ValueInfo{TensorType{DType::F32, {2, 5}}}};
-  Instruction inst;
-  inst.kind = OpKind::Matmul;
-  inst.operands = {0, 1};
-  inst.results = {2};
-  inst.storage = {ResultStorage()};
-  p.instructions.push_back(inst);
-  auto a = *backend->upload(toHost(torch::zeros({2, 3})));
-  auto b = *backend->upload(toHost(torch::zeros({4, 5})));
-  KernelCall call;
-  StepContext step;
-  call.instruction = &p.instructions[0];
-  call.program = &p;
-  call.step = &step;
-  call.operands = {a.get(), b.get()};
-  call.hostScalars.resize(2);
-  call.inPlace.resize(1);
-  absl::Status s = backend->execute(call);
+  absl::Status s =
+      runUnchecked(OpKind::Matmul, torch::zeros({2, 3}), torch::zeros({4, 5}),
+                   TensorType{DType::F32, {2, 5}});
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
 }

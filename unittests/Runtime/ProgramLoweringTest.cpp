@@ -574,8 +574,15 @@ func.func @forward(%x: tensor<4xf32> {merak.input = "x"}) -> tensor<f32> {
   EXPECT_GT(overlappedPeak, q->plannedPeakBytes);
 }
 
-TEST_F(ProgramLoweringTest, TheLossIsKnownBeforeStateIsOverwritten) {
-  FailureOr<Program> p = lower(R"mlir(
+/// A data-parallel training step: a linear model's squared error averaged
+/// over `dp`, its gradient summed over `dp`, an SGD update; the loss's
+/// average either right after the local loss or, as the partitioner
+/// leaves it, just before the return.
+std::string dataParallelStep(bool lossLast) {
+  std::string loss =
+      "  %loss = mesh.all_reduce %l on @mesh mesh_axes = [0] reduction = "
+      "<average> : tensor<f32> -> tensor<f32>\n";
+  std::string head = R"mlir(
 mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
 func.func @train_step(%w: tensor<1x4xf32> {merak.param = "w"},
                       %mw: tensor<1x4xf32> {merak.opt_state = "w/momentum_buffer"},
@@ -587,14 +594,22 @@ func.func @train_step(%w: tensor<1x4xf32> {merak.param = "w"},
   %y = merak.linear %x, %w : (tensor<4x4xf32>, tensor<1x4xf32>) -> tensor<4x1xf32>
   %sq = merak.mul %y, %y : (tensor<4x1xf32>, tensor<4x1xf32>) -> tensor<4x1xf32>
   %l = merak.reduce_mean %sq {dims = array<i64>} : (tensor<4x1xf32>) -> tensor<f32>
-  %loss = mesh.all_reduce %l on @mesh mesh_axes = [0] reduction = <average> : tensor<f32> -> tensor<f32>
-  %yt = merak.permute %y {permutation = array<i64: 1, 0>} : (tensor<4x1xf32>) -> tensor<1x4xf32>
+)mlir";
+  std::string tail =
+      R"mlir(  %yt = merak.permute %y {permutation = array<i64: 1, 0>} : (tensor<4x1xf32>) -> tensor<1x4xf32>
   %dw = merak.matmul %yt, %x : (tensor<1x4xf32>, tensor<4x4xf32>) -> tensor<1x4xf32>
   %g = mesh.all_reduce %dw on @mesh mesh_axes = [0] : tensor<1x4xf32> -> tensor<1x4xf32>
   %nw, %nmw = merak.sgd_update %w, %g, %mw, %lr, %step {dampening = 0.0 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<f32>, tensor<i64>) -> (tensor<1x4xf32>, tensor<1x4xf32>)
-  return %loss, %nw, %nmw : tensor<f32>, tensor<1x4xf32>, tensor<1x4xf32>
+)mlir";
+  std::string ret =
+      R"mlir(  return %loss, %nw, %nmw : tensor<f32>, tensor<1x4xf32>, tensor<1x4xf32>
 }
-)mlir");
+)mlir";
+  return lossLast ? head + tail + loss + ret : head + loss + tail + ret;
+}
+
+TEST_F(ProgramLoweringTest, TheLossIsKnownBeforeStateIsOverwritten) {
+  FailureOr<Program> p = lower(dataParallelStep(false));
   ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
   ASSERT_TRUE(bindToRank(*p, 0).ok());
   // Nothing reads the loss, but sgd_update may write the new weights into
@@ -617,31 +632,11 @@ TEST_F(ProgramLoweringTest, TheLossCollectiveMovesUpToItsOperand) {
   // The partitioner leaves the loss's average at the return, after the
   // optimizer; bound to a rank, it is issued right after the local loss,
   // so the loss is known before the update and the update writes in place.
-  const char *source = R"mlir(
-mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
-func.func @train_step(%w: tensor<1x4xf32> {merak.param = "w"},
-                      %mw: tensor<1x4xf32> {merak.opt_state = "w/momentum_buffer"},
-                      %x: tensor<4x4xf32> {merak.input = "x"},
-                      %lr: tensor<f32> {merak.lr},
-                      %step: tensor<i64> {merak.step})
-    -> (tensor<f32> {merak.loss}, tensor<1x4xf32> {merak.update_arg = 0 : i64},
-        tensor<1x4xf32> {merak.update_arg = 1 : i64}) {
-  %y = merak.linear %x, %w : (tensor<4x4xf32>, tensor<1x4xf32>) -> tensor<4x1xf32>
-  %sq = merak.mul %y, %y : (tensor<4x1xf32>, tensor<4x1xf32>) -> tensor<4x1xf32>
-  %l = merak.reduce_mean %sq {dims = array<i64>} : (tensor<4x1xf32>) -> tensor<f32>
-  %yt = merak.permute %y {permutation = array<i64: 1, 0>} : (tensor<4x1xf32>) -> tensor<1x4xf32>
-  %dw = merak.matmul %yt, %x : (tensor<1x4xf32>, tensor<4x4xf32>) -> tensor<1x4xf32>
-  %g = mesh.all_reduce %dw on @mesh mesh_axes = [0] : tensor<1x4xf32> -> tensor<1x4xf32>
-  %nw, %nmw = merak.sgd_update %w, %g, %mw, %lr, %step {dampening = 0.0 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<1x4xf32>, tensor<1x4xf32>, tensor<1x4xf32>, tensor<f32>, tensor<i64>) -> (tensor<1x4xf32>, tensor<1x4xf32>)
-  %loss = mesh.all_reduce %l on @mesh mesh_axes = [0] reduction = <average> : tensor<f32> -> tensor<f32>
-  return %loss, %nw, %nmw : tensor<f32>, tensor<1x4xf32>, tensor<1x4xf32>
-}
-)mlir";
   for (CollectiveMode mode :
        {CollectiveMode::Overlapped, CollectiveMode::Blocking}) {
     SCOPED_TRACE(mode == CollectiveMode::Overlapped ? "overlapped"
                                                     : "blocking");
-    FailureOr<Program> p = lower(source);
+    FailureOr<Program> p = lower(dataParallelStep(true));
     ASSERT_TRUE(succeeded(p)) << (errors.empty() ? "" : errors.front());
     ASSERT_TRUE(bindToRank(*p, 0, mode).ok());
     std::vector<OpKind> expected = {
