@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Analysis/CostModel.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
@@ -36,11 +37,6 @@ void hoist(Operation *op) {
     op->moveBefore(&arg.getOwner()->front());
   else
     op->moveAfter(in.getDefiningOp());
-}
-
-int64_t bytesOf(Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  return t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
 }
 
 struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
@@ -117,7 +113,7 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
           firstUse = u;
       }
       bucket.push_back(op);
-      bytes += bytesOf(op.getInput());
+      bytes += tensorBytes(op.getInput().getType());
       if (bytes >= limit)
         flush();
     }

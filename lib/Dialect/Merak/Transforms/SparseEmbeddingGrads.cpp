@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Analysis/CostModel.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
@@ -29,11 +30,6 @@ using namespace mlir::mesh;
 using namespace merak;
 
 namespace {
-
-int64_t bytesOf(Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  return t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
-}
 
 /// `v`'s type with dimension `d` `n` times as large.
 RankedTensorType gathered(Value v, int64_t d, int64_t n) {
@@ -71,7 +67,8 @@ struct SparseEmbeddingGradsPass
     auto indexType = cast<RankedTensorType>(indices.getType());
     int64_t n = groupSize(mesh, reduce.getMeshAxes());
     if (indexType.getRank() == 0 || n <= 1 ||
-        n * (bytesOf(grad) + bytesOf(indices)) >= bytesOf(reduce.getResult()))
+        n * (tensorBytes(grad.getType()) + tensorBytes(indices.getType())) >=
+            tensorBytes(reduce.getType()))
       return;
     // The indices' dimensions sit in the gradient from `dim` on.
     int64_t rank = cast<RankedTensorType>(reduce.getType()).getRank();
