@@ -248,8 +248,9 @@ bool makeBlasSerial() {
 
 /// Calls `fn(begin, end)` for blocks of `[0, count)` on ATen's threads: at
 /// most one block per thread, each of at least `minPerBlock` items and a
-/// multiple of `tile` (the BLAS kernel's row tile, so no block ends in a
-/// partial tile that another block could have filled).
+/// multiple of `tile` (for a GEMM the BLAS kernel's row tile, so no block
+/// ends in a partial tile that another block could have filled). Inside a
+/// parallel region, or where one block is all there is, it runs inline.
 template <typename Fn>
 void forBlocks(int64_t count, int64_t minPerBlock, int64_t tile, Fn fn) {
   int64_t threads = at::get_num_threads();
