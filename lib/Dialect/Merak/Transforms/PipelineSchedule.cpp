@@ -8,8 +8,8 @@
 
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Analysis/PipelineAttrNames.h"
-#include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Analysis/PipelineInfo.h"
+#include "merak/Dialect/Merak/Transforms/Passes.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"

@@ -1,9 +1,9 @@
 //===- PipelineVerify.cpp - check a module's pipeline schedule ------------===//
 
 #include "merak/Analysis/PipelineAttrNames.h"
+#include "merak/Analysis/PipelineInfo.h"
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
-#include "merak/Analysis/PipelineInfo.h"
 
 namespace merak {
 #define GEN_PASS_DEF_PIPELINEVERIFY

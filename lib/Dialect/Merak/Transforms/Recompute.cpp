@@ -11,11 +11,11 @@
 #include "merak/Analysis/CostModel.h"
 #include "merak/Analysis/Layers.h"
 #include "merak/Analysis/PipelineAttrNames.h"
+#include "merak/Analysis/PipelineInfo.h"
 #include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
-#include "merak/Analysis/PipelineInfo.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
