@@ -380,16 +380,26 @@ struct PipelineOutlinePass
     Operation *def = v.getDefiningOp();
     if (!def || (!optimizerOps.contains(def) && !fromState(def)))
       return valueIn(opt, v, update);
-    for (Value operand : def->getOperands()) {
+    if (failed(cloneIntoOptimizer(opt, def, mapping, update, opt->stage)))
+      return failure();
+    return mapping.lookup(v);
+  }
+
+  /// Clones `op` at the end of `opt`, its operands first brought in by
+  /// `optimizerValue`, and places the clone on `stage`.
+  FailureOr<Operation *> cloneIntoOptimizer(StageFn *opt, Operation *op,
+                                            IRMapping &mapping,
+                                            Operation *update, int64_t stage) {
+    for (Value operand : op->getOperands()) {
       FailureOr<Value> local = optimizerValue(opt, operand, mapping, update);
       if (failed(local))
         return failure();
       mapping.map(operand, *local);
     }
     OpBuilder b = OpBuilder::atBlockEnd(opt->block);
-    Operation *clone = b.clone(*def, mapping);
-    clone->setAttr(kStageAttr, b.getI64IntegerAttr(opt->stage));
-    return mapping.lookup(v);
+    Operation *clone = b.clone(*op, mapping);
+    clone->setAttr(kStageAttr, b.getI64IntegerAttr(stage));
+    return clone;
   }
 
   /// True for a pure op computed from the step's state only (parameters,
@@ -464,22 +474,12 @@ struct PipelineOutlinePass
         mapping.map(grad, opt->addArgument(grad.getType(), attrs, source));
       }
       // (SGD without momentum passes the gradient as its buffer too.)
-      for (Value operand : update->getOperands()) {
-        FailureOr<Value> local = optimizerValue(opt, operand, mapping, update);
-        if (failed(local))
-          return failure();
-        mapping.map(operand, *local);
-      }
-      OpBuilder b = OpBuilder::atBlockEnd(opt->block);
-      Operation *clone = b.clone(*update, mapping);
-      clone->setAttr(kStageAttr, b.getI64IntegerAttr(owner));
+      if (failed(cloneIntoOptimizer(opt, update, mapping, update, owner)))
+        return failure();
       SmallVector<Value> produced(update->getResults());
       for (Operation *op : after) {
-        for (Value operand : op->getOperands())
-          if (failed(optimizerValue(opt, operand, mapping, update)))
-            return failure();
-        Operation *copy = b.clone(*op, mapping);
-        copy->setAttr(kStageAttr, b.getI64IntegerAttr(owner));
+        if (failed(cloneIntoOptimizer(opt, op, mapping, update, owner)))
+          return failure();
         llvm::append_range(produced, op->getResults());
       }
       // Each new value updates the argument it replaces, in its sharding.
@@ -500,7 +500,8 @@ struct PipelineOutlinePass
         info.attrs = NamedAttrList(step.getResultAttrDict(it->second));
         info.attrs.set(
             kUpdateArgAttr,
-            b.getI64IntegerAttr(cast<BlockArgument>(*arg).getArgNumber()));
+            IntegerAttr::get(IntegerType::get(update->getContext(), 64),
+                             cast<BlockArgument>(*arg).getArgNumber()));
         info.trainResult = i == 0 ? it->second : -1;
         opt->results.push_back(info);
       }
