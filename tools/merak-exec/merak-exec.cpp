@@ -336,7 +336,8 @@ void printProfile(const OpProfile &profile, double stepMs) {
   std::printf("kernel time per op kind over %.1f ms of steps "
               "(kernels %.1f ms, %.0f%%):\n",
               stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
-  std::printf("  BLAS: %s\n", blasDescription().c_str());
+  std::printf("  BLAS: %s; %lld GEMMs split over threads\n",
+              blasDescription().c_str(), (long long)gemmsSplitOverThreads());
   std::printf("  %-32s %8s %12s %7s\n", "op", "calls", "ms", "share");
   for (const auto &[kind, e] : rows)
     std::printf("  %-32s %8lld %12.2f %6.1f%%\n", opFullName(kind).c_str(),

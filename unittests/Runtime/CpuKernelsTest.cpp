@@ -722,6 +722,7 @@ TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
   // changes the order of some additions (as a multithreaded BLAS's own split
   // does), so results agree with ATen's single call to rounding.
   backend = createCpuBackend({2});
+  int64_t splitBefore = gemmsSplitOverThreads();
   torch::manual_seed(3);
   OpAttrs none;
   struct Case {
@@ -759,6 +760,12 @@ TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
   expectClose(
       run(OpKind::Linear, none, {x, w, at::Tensor()}, {typeOf(expected)})[0],
       expected, "linear without bias");
+  // Two blocks where each gets at least half a million multiply-adds (the
+  // 1000-row and the transposed products, the equal batches, both linears);
+  // one where that is too little, and ATen's own call for a broadcast batch.
+  // (With a BLAS that cannot be made serial, GEMMs stay whole.)
+  bool openBlas = blasDescription().rfind("OpenBLAS", 0) == 0;
+  EXPECT_EQ(gemmsSplitOverThreads() - splitBefore, openBlas ? 5 : 0);
   backend = createCpuBackend({1});
 }
 

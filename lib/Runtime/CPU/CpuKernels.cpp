@@ -234,12 +234,18 @@ at::Tensor dropoutMask(Ctx &c, const TensorType &type, double p) {
 /// the order of some additions, as it does with the BLAS's own threads.
 std::atomic<bool> gemmsOnAtenThreads{false};
 
+/// GEMMs so far that ran as more than one block on ATen's threads.
+std::atomic<int64_t> gemmsSplit{0};
+
+/// An OpenBLAS entry point, or null where the BLAS is another.
+template <typename Fn> Fn *blasFunction(const char *name) {
+  return reinterpret_cast<Fn *>(dlsym(RTLD_DEFAULT, name));
+}
+
 /// Makes the BLAS single-threaded where it says how (OpenBLAS); false where
 /// it does not, and GEMMs then call it as ATen does.
 bool makeBlasSerial() {
-  using SetThreads = void (*)(int);
-  auto set = reinterpret_cast<SetThreads>(
-      dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto *set = blasFunction<void(int)>("openblas_set_num_threads");
   if (!set)
     return false;
   set(1);
@@ -251,12 +257,15 @@ bool makeBlasSerial() {
 /// multiple of `tile` (for a GEMM the BLAS kernel's row tile, so no block
 /// ends in a partial tile that another block could have filled). Inside a
 /// parallel region, or where one block is all there is, it runs inline.
+/// Returns the number of blocks.
 template <typename Fn>
-void forBlocks(int64_t count, int64_t minPerBlock, int64_t tile, Fn fn) {
+int64_t forBlocks(int64_t count, int64_t minPerBlock, int64_t tile, Fn fn) {
   int64_t threads = at::get_num_threads();
   int64_t blocks = std::min(threads, count / std::max<int64_t>(minPerBlock, 1));
-  if (blocks <= 1 || at::in_parallel_region())
-    return fn(int64_t(0), count);
+  if (blocks <= 1 || at::in_parallel_region()) {
+    fn(int64_t(0), count);
+    return 1;
+  }
   int64_t per = (count + blocks - 1) / blocks;
   per = (per + tile - 1) / tile * tile;
   at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
@@ -268,6 +277,7 @@ void forBlocks(int64_t count, int64_t minPerBlock, int64_t tile, Fn fn) {
         fn(begin, end);
     }
   });
+  return blocks;
 }
 
 /// The fewest multiply-adds worth a block of its own.
@@ -278,15 +288,18 @@ constexpr int64_t kMinBlockMacs = int64_t(1) << 19;
 void matmul2dInto(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
                   const c10::optional<at::Tensor> &bias) {
   int64_t rows = a.size(0), macsPerRow = a.size(1) * b.size(1);
-  forBlocks(rows, kMinBlockMacs / std::max<int64_t>(macsPerRow, 1) + 1, 16,
-            [&](int64_t begin, int64_t end) {
-              at::Tensor o = out.narrow(0, begin, end - begin);
-              at::Tensor x = a.narrow(0, begin, end - begin);
-              if (bias)
-                at::addmm_out(o, *bias, x, b);
-              else
-                at::mm_out(o, x, b);
-            });
+  int64_t blocks =
+      forBlocks(rows, kMinBlockMacs / std::max<int64_t>(macsPerRow, 1) + 1, 16,
+                [&](int64_t begin, int64_t end) {
+                  at::Tensor o = out.narrow(0, begin, end - begin);
+                  at::Tensor x = a.narrow(0, begin, end - begin);
+                  if (bias)
+                    at::addmm_out(o, *bias, x, b);
+                  else
+                    at::mm_out(o, x, b);
+                });
+  if (blocks > 1)
+    gemmsSplit.fetch_add(1);
 }
 
 /// `at::linear`: `x @ w^T + bias` over the last dimension of `x`.
@@ -327,7 +340,7 @@ at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
     batch *= a.size(d);
   at::Tensor a3 = a.reshape({batch, m, k}), b3 = b.reshape({batch, k, n});
   at::Tensor out = at::empty({batch, m, n}, a.options());
-  forBlocks(batch, 1, 1, [&](int64_t begin, int64_t end) {
+  int64_t blocks = forBlocks(batch, 1, 1, [&](int64_t begin, int64_t end) {
     if (end - begin == batch)
       return void(at::bmm_out(out, a3, b3));
     for (int64_t i = begin; i < end; ++i) {
@@ -335,6 +348,8 @@ at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
       at::mm_out(o, a3.select(0, i), b3.select(0, i));
     }
   });
+  if (blocks > 1)
+    gemmsSplit.fetch_add(1);
   return out.view(shape);
 }
 
@@ -1180,11 +1195,7 @@ private:
 
 } // namespace
 
-namespace {
-template <typename Fn> Fn *blasFunction(const char *name) {
-  return reinterpret_cast<Fn *>(dlsym(RTLD_DEFAULT, name));
-}
-} // namespace
+int64_t gemmsSplitOverThreads() { return gemmsSplit.load(); }
 
 std::string blasDescription() {
   auto *config = blasFunction<char *()>("openblas_get_config");

@@ -4,6 +4,7 @@
 
 #include "merak/Runtime/Backend.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,10 @@ struct CpuBackendOptions {
 /// Kernels on ATen, with PyTorch's numerics. Memory statistics count every
 /// allocation of ATen's CPU allocator in the process.
 std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options);
+
+/// GEMMs of this process so far that ran as more than one block on the
+/// kernels' threads (`CpuBackendOptions::oneThreadPool`).
+int64_t gemmsSplitOverThreads();
 
 /// The BLAS and how GEMMs use it, for reports: "OpenBLAS 0.3.21 ...
 /// (SkylakeX kernels; GEMMs split over the kernels' threads)".
