@@ -10,6 +10,10 @@
 // reaches optimizer updates past the linear ops between it and the update,
 // so that the update reads local contributions summed, then reduced.
 //
+// With `merge-only` (plans without pipelines, where a reduction issued early
+// overlaps the rest of backward) only the reductions of a sum's
+// contributions merge into one reduction of the sum, where the sum is.
+//
 //===----------------------------------------------------------------------===//
 
 #include "merak/Analysis/TrainStep.h"
@@ -205,7 +209,8 @@ struct DeferGradReductionsPass
   void runOnFunction(func::FuncOp func) {
     if (!mergeOnly)
       sliceContributions(func);
-    Variation variation{func, {}};
+    Variation variation;
+    variation.func = func;
     // Until nothing moves: a move can let another reduction move (the two
     // contributions of a sum reach the same form one after the other).
     for (bool changed = true; changed;) {

@@ -70,10 +70,9 @@ struct SparseEmbeddingGradsPass
         n * (tensorBytes(grad.getType()) + tensorBytes(indices.getType())) >=
             tensorBytes(reduce.getType()))
       return;
-    // The indices' dimensions sit in the gradient from `dim` on.
-    int64_t rank = cast<RankedTensorType>(reduce.getType()).getRank();
-    int64_t dim = scatter.getDim() < 0 ? scatter.getDim() + rank
-                                       : int64_t(scatter.getDim());
+    // The ids' dimensions sit in the gradient from `dim` on (the op's
+    // layout); gathering both along those keeps each row with its id.
+    int64_t dim = scatter.getDim();
     OpBuilder b(reduce);
     Location loc = reduce.getLoc();
     auto allGrads =
