@@ -39,24 +39,32 @@ def free_port():
 
 
 def ddp_child(args, work, rank, world, port):
-    """One DDP rank: trains on its slice of every global batch."""
+    """One DDP rank: trains on its slice of every global batch. With port 0,
+    the same rank's work alone: the model without DDP and no
+    communication (the compute the rank does, for --decompose)."""
     import time
     import torch
     import torch.distributed as dist
     import models
     import merak_safetensors
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=world)
+    distributed = port != 0
+    if distributed:
+        dist.init_process_group("gloo",
+                                init_method=f"tcp://127.0.0.1:{port}",
+                                rank=rank, world_size=world)
     traced = torch.jit.load(os.path.join(work, "gpt2.pt"))
     model = models.GPT2(make_config(args)).train()
     model.load_state_dict(dict(traced.state_dict()))
-    # Gloo cannot broadcast the boolean attention-mask buffers; they are
-    # constants anyway.
-    model._ddp_params_and_buffers_to_ignore = [
-        name for name, buf in model.named_buffers() if buf.dtype == torch.bool]
-    ddp = torch.nn.parallel.DistributedDataParallel(
-        model, broadcast_buffers=False)
+    ddp = model
+    if distributed:
+        # Gloo cannot broadcast the boolean attention-mask buffers; they
+        # are constants anyway.
+        model._ddp_params_and_buffers_to_ignore = [
+            name for name, buf in model.named_buffers()
+            if buf.dtype == torch.bool]
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, broadcast_buffers=False)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.1,
                             foreach=False)
     batches, _ = merak_safetensors.load(
@@ -66,7 +74,8 @@ def ddp_child(args, work, rank, world, port):
     for i in range(args.steps):
         idx = batches["idx"][i][rank * local:(rank + 1) * local]
         tgt = batches["targets"][i][rank * local:(rank + 1) * local]
-        dist.barrier()
+        if distributed:
+            dist.barrier()
         t0 = time.perf_counter()
         _, loss = ddp(idx, tgt)
         loss.backward()
@@ -74,11 +83,13 @@ def ddp_child(args, work, rank, world, port):
         opt.zero_grad(set_to_none=True)
         times.append((time.perf_counter() - t0) * 1e3)
         mean = loss.detach().clone()
-        dist.all_reduce(mean)
+        if distributed:
+            dist.all_reduce(mean)
         losses.append(mean.item() / world)
-    if rank == 0:
+    if rank == 0 or not distributed:
         print(json.dumps({"ms": times, "loss": losses}))
-    dist.destroy_process_group()
+    if distributed:
+        dist.destroy_process_group()
 
 
 TENSOR = re.compile(r"tensor<((?:\d+x)*)(f32|f16|bf16|i64|i32)>")
@@ -119,8 +130,16 @@ def main():
     p.add_argument("--build", required=True, help="Merak build directory")
     p.add_argument("--threads", type=int, default=1,
                    help="threads per rank")
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2,
+                   help="runs of each trainer, alternated; the step time "
+                        "is the median over all of them")
+    p.add_argument("--decompose", action="store_true",
+                   help="also time each trainer's per-rank work alone (2 "
+                        "processes at once, each on its half of the batch, "
+                        "no communication), to split the dp=2 step into "
+                        "compute and what communication adds")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--embd", type=int, default=256)
     p.add_argument("--heads", type=int, default=8)
@@ -164,36 +183,82 @@ def main():
                        check=True)
         return out
 
-    # PyTorch DDP, 2 processes.
-    port = free_port()
     common = [f"--{k}={getattr(args, k)}" for k in
               ("threads", "steps", "layers", "embd", "heads", "vocab", "seq",
                "batch")]
-    procs = [subprocess.Popen(
-        [sys.executable, __file__, "--build", args.build, "--ddp-child", work,
-         str(r), "2", str(port)] + common,
-        stdout=subprocess.PIPE, text=True) for r in range(2)]
-    outs = [pr.communicate()[0] for pr in procs]
-    if any(pr.returncode for pr in procs):
-        sys.exit("DDP run failed")
-    ddp = json.loads(outs[0].strip().splitlines()[-1])
 
-    # merak-exec, dp=2 on 2 ranks.
-    dp_plan = plan("dp=2", "dp2.mlir")
-    log = os.path.join(work, "dp2.jsonl")
-    subprocess.run([os.path.join(bin_dir, "merak-exec"), dp_plan,
-                    "--nproc", "2", "--init", os.path.join(work, "gpt2.pt"),
-                    "--data", os.path.join(work, "batches.safetensors"),
-                    "--steps", str(args.steps), "--threads", str(args.threads),
-                    "--log-jsonl", log], check=True, stdout=subprocess.DEVNULL)
-    with open(log) as f:
-        merak = [json.loads(line) for line in f]
+    def ddp_run(port):
+        """Two eager ranks: DDP over Gloo, or (port 0) each alone."""
+        procs = [subprocess.Popen(
+            [sys.executable, __file__, "--build", args.build, "--ddp-child",
+             work, str(r), "2", str(port)] + common,
+            stdout=subprocess.PIPE, text=True) for r in range(2)]
+        outs = [pr.communicate()[0] for pr in procs]
+        if any(pr.returncode for pr in procs):
+            sys.exit("PyTorch run failed")
+        return [json.loads(o.strip().splitlines()[-1]) for o in outs]
+
+    def merak_run(plan_path, nproc, data, init):
+        """merak-exec on `nproc` ranks; with nproc 1, two single-rank runs
+        at once. Returns each run's log records."""
+        runs = 1 if nproc > 1 else 2
+        logs = [os.path.join(work, f"run{i}.jsonl") for i in range(runs)]
+        procs = [subprocess.Popen(
+            [os.path.join(bin_dir, "merak-exec"), plan_path] +
+            (["--nproc", str(nproc)] if nproc > 1 else []) +
+            ["--init", init, "--data", data, "--steps", str(args.steps),
+             "--threads", str(args.threads), "--log-jsonl", log],
+            stdout=subprocess.DEVNULL) for log in logs]
+        if any(pr.wait() for pr in procs):
+            sys.exit("merak-exec failed")
+        out = []
+        for log in logs:
+            with open(log) as f:
+                out.append([json.loads(line) for line in f])
+        return out
 
     w = args.warmup
-    merak_ms = statistics.median(r["ms"] for r in merak[w:])
-    ddp_ms = statistics.median(ddp["ms"][w:])
-    max_diff = max(abs(a["loss"] - b) / abs(b)
-                   for a, b in zip(merak, ddp["loss"]))
+    dp_plan = plan("dp=2", "dp2.mlir")
+    ddp_ms, merak_ms, max_diff = [], [], 0.0
+    for _ in range(args.rounds):
+        # PyTorch DDP, 2 processes; then merak-exec, dp=2 on 2 ranks.
+        ddp = ddp_run(free_port())[0]
+        merak = merak_run(dp_plan, 2,
+                          os.path.join(work, "batches.safetensors"),
+                          os.path.join(work, "gpt2.pt"))[0]
+        ddp_ms += ddp["ms"][w:]
+        merak_ms += [r["ms"] for r in merak[w:]]
+        max_diff = max([max_diff] + [abs(a["loss"] - b) / abs(b)
+                                     for a, b in zip(merak, ddp["loss"])])
+    merak_ms = statistics.median(merak_ms)
+    ddp_ms = statistics.median(ddp_ms)
+
+    alone = None
+    if args.decompose:
+        # Each rank's work alone, two processes at once on the same cores:
+        # eager on its half of the batch, and merak-exec on the step traced
+        # at half the batch, without partitioning.
+        local = args.batch // 2
+        merak_trace.save(model, (idx[0][:local], tgt[0][:local]),
+                         os.path.join(work, "gpt2-local.pt"))
+        merak_safetensors.save({"idx": idx[:, :local],
+                                "targets": tgt[:, :local]},
+                               os.path.join(work, "local.safetensors"))
+        local_plan = os.path.join(work, "local.mlir")
+        subprocess.run([os.path.join(bin_dir, "merak-opt"),
+                        os.path.join(work, "gpt2-local.pt"),
+                        "--merak-train=optimizer=adamw lr=1e-3 "
+                        "weight-decay=0.1", "-o", local_plan], check=True)
+        eager_alone, merak_alone = [], []
+        for _ in range(args.rounds):
+            for r in ddp_run(0):
+                eager_alone += r["ms"][w:]
+            for log in merak_run(local_plan, 1,
+                                 os.path.join(work, "local.safetensors"),
+                                 os.path.join(work, "gpt2-local.pt")):
+                merak_alone += [r["ms"] for r in log[w:]]
+        alone = {"eager": statistics.median(eager_alone),
+                 "merak": statistics.median(merak_alone)}
 
     # tp=2 communication volume.
     tp_plan = plan("tp=2", "tp2.mlir")
@@ -209,6 +274,7 @@ def main():
         "ddp_step_ms": ddp_ms, "merak_dp2_step_ms": merak_ms,
         "dp2_step_time_ratio": merak_ms / ddp_ms,
         "dp2_max_rel_loss_diff": max_diff,
+        "steps_timed": (args.steps - w) * args.rounds,
         "tp2_bytes_per_rank": measured, "tp2_collectives": counts,
         "megatron_bytes_per_rank": megatron,
         "tp2_volume_ratio": measured / megatron,
@@ -219,7 +285,18 @@ def main():
     print(f"dp=2  PyTorch DDP (Gloo):  {ddp_ms:8.1f} ms per step")
     print(f"dp=2  merak-exec (Gloo):   {merak_ms:8.1f} ms per step  "
           f"(losses agree within {max_diff:.1e} relative)")
-    print(f"dp=2  step-time ratio merak/DDP: {result['dp2_step_time_ratio']:.3f}")
+    print(f"dp=2  step-time ratio merak/DDP: {result['dp2_step_time_ratio']:.3f}"
+          f"  (medians of {result['steps_timed']} steps each)")
+    if alone:
+        result["eager_rank_alone_ms"] = alone["eager"]
+        result["merak_rank_alone_ms"] = alone["merak"]
+        print(f"per-rank work alone (2 processes, no communication): "
+              f"eager {alone['eager']:.1f} ms, merak-exec "
+              f"{alone['merak']:.1f} ms (ratio "
+              f"{alone['merak'] / alone['eager']:.3f})")
+        print(f"what data parallelism adds: DDP "
+              f"{ddp_ms - alone['eager']:+.1f} ms, merak-exec "
+              f"{merak_ms - alone['merak']:+.1f} ms")
     print(f"tp=2  bytes sent per rank per step: {measured / 2**20:.2f} MiB "
           f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
     print(f"tp=2  Megatron analytical:          {megatron / 2**20:.2f} MiB  "

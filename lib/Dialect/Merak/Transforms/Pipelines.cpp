@@ -202,11 +202,13 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
     // the rows its tokens touch; other reductions stay where backward
     // produces them (so buckets overlap the rest of backward), except that
     // a tied parameter's two contributions reduced alike are summed first
-    // and reduced once.
+    // and reduced once. Collectives of the batch alone (the count of
+    // targets, the gathered ids) are issued first, once.
     pm.addPass(merak::createSparseEmbeddingGrads());
     merak::DeferGradReductionsOptions defer;
     defer.mergeOnly = true;
     pm.addPass(merak::createDeferGradReductions(defer));
+    pm.addPass(merak::createHoistBatchCollectives());
   }
   pm.addPass(merak::createGradBuckets(buckets));
   // No CSE here: it would merge ZeRO-3's per-use parameter gathers into one
@@ -223,6 +225,9 @@ void merak::registerMerakPipelines() {
       "Partition the training step: --merak-mesh, --merak-tensor-parallel, "
       "--merak-data-parallel, --merak-sequence-parallel, "
       "--merak-sharding-propagation, --merak-spmdize, --merak-grad-buckets; "
+      "without pipelines also --merak-sparse-embedding-grads, "
+      "--merak-defer-grad-reductions=merge-only and "
+      "--merak-hoist-batch-collectives; "
       "with pipeline options also --merak-defer-grad-reductions, "
       "--merak-pipeline-partition, --merak-recompute, "
       "--merak-pipeline-outline and --merak-pipeline-schedule",

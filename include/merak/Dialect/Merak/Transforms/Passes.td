@@ -294,6 +294,24 @@ def SparseEmbeddingGrads : Pass<"merak-sparse-embedding-grads",
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
+def HoistBatchCollectives : Pass<"merak-hoist-batch-collectives",
+                                 "mlir::ModuleOp"> {
+  let summary = "Issue the collectives that read only the batch at the "
+                "start of the step, once";
+  let description = [{
+    Runs after `--merak-spmdize`. A collective whose operand depends only
+    on the batch (`merak.input` arguments), on buffers (`merak.buffer`) and
+    on constants, such as the all-reduced count of targets a mean
+    cross-entropy divides by, or the token ids an embedding's gradient
+    gathers, moves with the pure ops that compute its operand to the start
+    of its function, in their order; equal copies of them (the forward and
+    the backward each count the targets) merge into one. The runtime waits
+    for a collective where its result is first used, so the ranks no longer
+    meet there in the middle of the step.
+  }];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
 def DeferGradReductions : Pass<"merak-defer-grad-reductions",
                                "mlir::ModuleOp"> {
   let summary = "Move gradient reductions over the mesh to the optimizer "
