@@ -196,7 +196,9 @@ def main():
         outs = [pr.communicate()[0] for pr in procs]
         if any(pr.returncode for pr in procs):
             sys.exit("PyTorch run failed")
-        return [json.loads(o.strip().splitlines()[-1]) for o in outs]
+        # Under DDP only rank 0 reports (the losses are the group's).
+        return [json.loads(o.strip().splitlines()[-1]) for o in outs
+                if o.strip()]
 
     def merak_run(plan_path, nproc, data, init):
         """merak-exec on `nproc` ranks; with nproc 1, two single-rank runs

@@ -52,6 +52,11 @@ FailureOr<MeshShardingAttr> definedSharding(Value v) {
 }
 
 struct FunctionPartitioner {
+  FunctionPartitioner(func::FuncOp func, bool keepRoles, MeshOp mesh,
+                      FlatSymbolRefAttr meshRef, SymbolTableCollection &symbols)
+      : func(func), keepRoles(keepRoles), mesh(mesh), meshRef(meshRef),
+        symbols(symbols) {}
+
   func::FuncOp func;
   bool keepRoles;
   MeshOp mesh;
@@ -311,8 +316,7 @@ struct SpmdizePass : public merak::impl::SpmdizeBase<SpmdizePass> {
       });
       if (!oneMesh)
         return signalPassFailure();
-      FunctionPartitioner p{func,    keepRoles, mesh, meshRef,
-                            symbols, {},        {},   {}};
+      FunctionPartitioner p(func, keepRoles, mesh, meshRef, symbols);
       if (failed(p.run()))
         return signalPassFailure();
     }
