@@ -594,7 +594,8 @@ TEST_F(CpuKernelsTest, GeluAndSliceBackwardMatchAutograd) {
     OpAttrs attrs;
     attrs.tanhApproximation = tanh;
     at::Tensor mine = run(OpKind::Gelu, attrs, {x0}, {typeOf(y)})[0];
-    at::Tensor grad = run(OpKind::GeluBackward, attrs, {g, x0}, {typeOf(x0)})[0];
+    at::Tensor grad =
+        run(OpKind::GeluBackward, attrs, {g, x0}, {typeOf(x0)})[0];
     if (tanh) {
       // The tanh form runs the backend's own kernel (VectorMathTest holds
       // it to the exact function); ATen's differs from it by rounding.
