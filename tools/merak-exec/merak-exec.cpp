@@ -24,6 +24,8 @@
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/TorchIO.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -191,10 +193,17 @@ DistributedJob *job = nullptr;
 /// Prints an error; after the rendezvous, also tells the other ranks (so
 /// they stop at once, naming this one) and leaves without running
 /// destructors that could wait on peers.
+/// Writes `merak-exec: <kind>: <message>` to stderr, after `rankPrefix`, in
+/// one write: the ranks of a run share stderr, and a line written piece by
+/// piece would interleave with theirs.
+void writeDiagnostic(llvm::StringRef kind, const std::string &message) {
+  llvm::errs() << absl::StrCat(rankPrefix, "merak-exec: ", kind.str(), ": ",
+                               message, "\n");
+}
+
 int fail(const std::string &message) {
   std::fflush(stdout);
-  llvm::errs() << rankPrefix << "merak-exec: error: " << message << "\n";
-  llvm::errs().flush();
+  writeDiagnostic("error", message);
   if (job) {
     job->abort(absl::StrCat("rank ", job->rank(), " failed: ", message));
     std::fflush(stderr);
@@ -207,30 +216,34 @@ int fail(const absl::Status &status) {
   return fail(std::string(status.message()));
 }
 
-void note(const std::string &message) {
-  llvm::errs() << rankPrefix << "merak-exec: note: " << message << "\n";
-}
+void note(const std::string &message) { writeDiagnostic("note", message); }
 
 /// Writes to stderr with `rankPrefix` at the start of every line (MLIR's
-/// diagnostics of one rank among many).
+/// diagnostics of one rank among many), each line in one write so that
+/// the ranks' lines do not interleave.
 class PrefixedErrs final : public llvm::raw_ostream {
 public:
   PrefixedErrs() { SetUnbuffered(); }
-  ~PrefixedErrs() override { flush(); }
+  ~PrefixedErrs() override {
+    flush();
+    if (!line.empty())
+      llvm::errs() << rankPrefix + line;
+  }
 
 private:
   void write_impl(const char *ptr, size_t size) override {
     for (size_t i = 0; i < size; ++i) {
-      if (atLineStart)
-        llvm::errs() << rankPrefix;
-      llvm::errs() << ptr[i];
-      atLineStart = ptr[i] == '\n';
+      line += ptr[i];
+      if (ptr[i] == '\n') {
+        llvm::errs() << rankPrefix + line;
+        line.clear();
+      }
     }
     position += size;
   }
   uint64_t current_pos() const override { return position; }
 
-  bool atLineStart = true;
+  std::string line;
   uint64_t position = 0;
 };
 
@@ -732,9 +745,7 @@ int main(int argc, char **argv) {
     absl::StatusOr<std::unique_ptr<DistributedJob>> made =
         DistributedJob::join(rendezvous, [](const std::string &message) {
           std::fflush(stdout);
-          llvm::errs() << rankPrefix << "merak-exec: error: " << message
-                       << "\n";
-          llvm::errs().flush();
+          writeDiagnostic("error", message);
         });
     if (!made.ok())
       return fail(made.status());
