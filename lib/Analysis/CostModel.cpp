@@ -183,6 +183,8 @@ OpCost merak::estimateOp(Operation *op) {
       })
       .Case<SoftmaxOp, LogSoftmaxOp>(
           [&](Operation *) { cost.flops = 5.0 * double(out); })
+      .Case<SoftmaxBackwardOp>(
+          [&](SoftmaxBackwardOp) { cost.flops = 4.0 * double(out); })
       .Case<LayerNormOp, BatchNormOp>(
           [&](Operation *) { cost.flops = 8.0 * double(out); })
       .Case<RmsNormOp>([&](RmsNormOp) { cost.flops = 6.0 * double(out); })

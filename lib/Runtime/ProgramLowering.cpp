@@ -254,6 +254,10 @@ public:
           kind(OpKind::LogSoftmax), plain();
           a.dim = int64_t(o.getDim());
         })
+        .Case([&](SoftmaxBackwardOp o) {
+          kind(OpKind::SoftmaxBackward), plain();
+          a.dim = int64_t(o.getDim());
+        })
         .Case([&](LayerNormOp o) {
           kind(OpKind::LayerNorm);
           optional(o.getInput()), optional(o.getWeight()),

@@ -95,6 +95,7 @@ func.func @all(%x: tensor<2x3xf32>, %v: tensor<3xf32>, %s: tensor<f32>,
   %k3 = merak.adaptive_avg_pool2d %img {output_size = array<i64: 1, 1>} : (tensor<2x3x8x8xf32>) -> tensor<2x3x1x1xf32>
   %ce0 = merak.cross_entropy %logits, %t : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
   %g0 = merak.gelu_backward %x, %x : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %gs = merak.softmax_backward %x3, %n0 {dim = 2 : i64} : (tensor<2x5x8xf32>, tensor<2x5x8xf32>) -> tensor<2x5x8xf32>
   %g1:3 = merak.layer_norm_backward %x3, %x3 weight %w8 bias %w8 {eps = 1.0e-5 : f64, normalized_rank = 1 : i64} : (tensor<2x5x8xf32>, tensor<2x5x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x5x8xf32>, tensor<8xf32>, tensor<8xf32>)
   %g2:3 = merak.batch_norm_backward %img, %img, %ch, %ch, %ch {eps = 1.0e-5 : f64, training = true} : (tensor<2x3x8x8xf32>, tensor<2x3x8x8xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x8x8xf32>, tensor<3xf32>, tensor<3xf32>)
   %g3 = merak.index_backward %e0, %idx {dim = 0 : i64, dim_size = 10 : i64} : (tensor<2x5x8xf32>, tensor<2x5xi64>) -> tensor<10x8xf32>

@@ -86,6 +86,7 @@ namespace merak::runtime {
   X(AdaptiveAvgPool2d, "adaptive_avg_pool2d")                                  \
   X(CrossEntropy, "cross_entropy")                                             \
   X(GeluBackward, "gelu_backward")                                             \
+  X(SoftmaxBackward, "softmax_backward")                                       \
   X(LayerNormBackward, "layer_norm_backward")                                  \
   X(BatchNormBackward, "batch_norm_backward")                                  \
   X(IndexBackward, "index_backward")                                           \

@@ -1049,7 +1049,7 @@ LogicalResult Importer::importNode(jit::Node *n) {
     if (s.kind == Slot::Kind::Poison) {
       // Downstream of an error, still list every op kind we cannot import.
       if (n->kind().is_aten() && !converters().count(kind))
-        unsupported(n);
+        (void)unsupported(n);
       poisonOutputs();
       return success(); // the cause was reported already
     }
@@ -1184,7 +1184,7 @@ LogicalResult Importer::importNode(jit::Node *n) {
   const auto &table = converters();
   auto it = table.find(kind);
   if (it == table.end()) {
-    unsupported(n);
+    (void)unsupported(n);
     poisonOutputs();
     return failure();
   }
@@ -1401,10 +1401,8 @@ Importer::converters() {
       if (mode == "floor")
         return im.binary(
             n, [&](Value l, Value r) { return im.make1<FloorDivideOp>(l, r); });
-      if (!mode.empty()) {
-        im.unsupported(n, "rounding_mode=" + mode);
-        return failure();
-      }
+      if (!mode.empty())
+        return im.unsupported(n, "rounding_mode=" + mode);
       return im.binary(
           n, [&](Value l, Value r) { return im.make1<DivOp>(l, r); },
           /*floatResult=*/true);

@@ -843,6 +843,9 @@ void runKernel(Ctx &c) {
     return c.set(0, at::softmax(c.in(0), a.dim));
   case OpKind::LogSoftmax:
     return c.set(0, at::log_softmax(c.in(0), a.dim));
+  case OpKind::SoftmaxBackward:
+    return c.set(0, at::_softmax_backward_data(c.in(0), c.in(1), a.dim,
+                                               c.in(0).scalar_type()));
   case OpKind::LayerNorm: {
     const auto &shape = c.operandType(0).shape;
     std::vector<int64_t> normalized(shape.end() - a.normalizedRank,

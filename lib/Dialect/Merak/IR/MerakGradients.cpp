@@ -508,12 +508,12 @@ GRADIENT(MatmulOp) {
 
 GRADIENT(SoftmaxOp) {
   SETUP();
-  // y * (g - sum(g * y, dim))
+  // y * (g - sum(g * y, dim)), in one op as autograd's
+  // _softmax_backward_data.
   Value y = getResult();
   int64_t d = normalizeDim(getDim(), typeOf(y).getRank());
-  Value s =
-      b.create<ReduceSumOp>(loc, mul(b, loc, g, y), ArrayRef<int64_t>{d}, true);
-  operandGrads[0] = mul(b, loc, y, sub(b, loc, g, s));
+  operandGrads[0] = b.create<SoftmaxBackwardOp>(loc, y.getType(), g, y,
+                                                b.getI64IntegerAttr(d));
   return success();
 }
 

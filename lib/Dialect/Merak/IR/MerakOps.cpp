@@ -311,6 +311,11 @@ LogicalResult LogSoftmaxOp::verify() {
   return verifyDim(*this, getDim(), getInput().getType().getRank());
 }
 
+LogicalResult SoftmaxBackwardOp::verify() {
+  return verifyDim(*this, getDim(),
+                   cast<RankedTensorType>(getOutput().getType()).getRank());
+}
+
 static LogicalResult checkNormalizedShape(std::optional<Location> loc,
                                           Value input, Value param,
                                           int64_t normalizedRank,

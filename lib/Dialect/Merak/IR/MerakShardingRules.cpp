@@ -186,8 +186,8 @@ void softmaxLike(SpaceBuilder &b, Operation *op, int64_t dim) {
   for (int64_t i = 0; i < rank; ++i)
     loops.push_back(i == dim ? b.reduction(ReductionKind::Generic, false)
                              : b.parallel());
-  b.next(loops);
-  b.next(loops);
+  for (unsigned i = 0; i < op->getNumOperands() + op->getNumResults(); ++i)
+    b.next(loops);
 }
 
 /// Loops of a tensor normalized over its trailing `normalizedRank` dims:
@@ -663,6 +663,10 @@ std::optional<LoopSpace> merak::getLoopSpace(Operation *op) {
             return true;
           })
           .Case([&](LogSoftmaxOp o) {
+            softmaxLike(b, o, o.getDim());
+            return true;
+          })
+          .Case([&](SoftmaxBackwardOp o) {
             softmaxLike(b, o, o.getDim());
             return true;
           })

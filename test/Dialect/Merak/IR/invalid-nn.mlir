@@ -128,7 +128,7 @@ func.func @matmul_result_mismatch(%a: tensor<1x3x4xf32>, %b: tensor<7x4x6xf32>) 
 // -----
 
 //===----------------------------------------------------------------------===//
-// softmax, log_softmax
+// softmax, log_softmax, softmax_backward
 //===----------------------------------------------------------------------===//
 
 func.func @softmax_dim(%x: tensor<2x3xf32>) {
@@ -158,6 +158,22 @@ func.func @log_softmax_dim(%x: tensor<2x3xf32>) {
 func.func @log_softmax_result_mismatch(%x: tensor<2x3xf32>) {
   // expected-error @below {{'merak.log_softmax' op requires the same type for all operands and results}}
   %0 = "merak.log_softmax"(%x) <{dim = 1 : i64}> : (tensor<2x3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_backward_dim(%g: tensor<2x3xf32>, %y: tensor<2x3xf32>) {
+  // expected-error @below {{'merak.softmax_backward' op dim 2 is out of range for a tensor of rank 2}}
+  %0 = merak.softmax_backward %g, %y {dim = 2 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_backward_types(%g: tensor<2x3xf32>, %y: tensor<3x2xf32>) {
+  // expected-error @below {{'merak.softmax_backward' op failed to verify that all of {grad, output, result} have same type}}
+  %0 = merak.softmax_backward %g, %y {dim = 1 : i64} : (tensor<2x3xf32>, tensor<3x2xf32>) -> tensor<2x3xf32>
   return
 }
 

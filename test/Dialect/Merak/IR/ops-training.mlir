@@ -9,6 +9,8 @@ func.func @backward(%g: tensor<2x8xf32>, %x: tensor<2x8xf32>, %w: tensor<8xf32>,
                     %logits: tensor<2x5xf32>, %t: tensor<2xi64>, %gs: tensor<2x2xf32>) {
   // CHECK: merak.gelu_backward %{{.*}}, %{{.*}} {approximate = #merak.gelu<tanh>} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
   %0 = merak.gelu_backward %g, %x {approximate = #merak.gelu<tanh>} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  // CHECK: merak.softmax_backward %{{.*}}, %{{.*}} {dim = 1 : i64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %sb = merak.softmax_backward %g, %x {dim = 1 : i64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
   // CHECK: merak.layer_norm_backward %{{.*}}, %{{.*}} weight %{{.*}} bias %{{.*}} {eps = 1.000000e-05 : f64, normalized_rank = 1 : i64}
   %1:3 = merak.layer_norm_backward %g, %x weight %w bias %w {eps = 1.0e-5 : f64, normalized_rank = 1 : i64} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>)
   // CHECK: merak.batch_norm_backward

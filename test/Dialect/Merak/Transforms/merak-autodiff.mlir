@@ -65,6 +65,21 @@ func.func @forward(%s: tensor<3xf32> {merak.param = "scale"},
 
 // -----
 
+// softmax: one softmax_backward of the gradient and the softmax's result,
+// as autograd's _softmax_backward_data, with the dimension normalized.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[SM:.*]] = merak.softmax %{{.*}} {dim = -1 : i64, merak.id = 1 : i64}
+// CHECK: merak.softmax_backward %{{.*}}, %[[SM]] {dim = 1 : i64, merak.grad_of = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+func.func @forward(%w: tensor<2x3xf32> {merak.param = "w"}, %x: tensor<2x3xf32> {merak.input = "x"}) -> tensor<f32> {
+  %0 = merak.mul %w, %x : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %1 = merak.softmax %0 {dim = -1 : i64} : tensor<2x3xf32>
+  %2 = merak.mul %1, %x : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %3 = merak.reduce_sum %2 {dims = array<i64>} : (tensor<2x3xf32>) -> tensor<f32>
+  return %3 : tensor<f32>
+}
+
+// -----
+
 // loss-result is needed when the loss is ambiguous.
 // expected-error @+1 {{cannot tell the loss: 2 rank-0 floating results; pass loss-result=K}}
 func.func @forward(%w: tensor<2xf32> {merak.param = "w"}) -> (tensor<f32>, tensor<f32>) {

@@ -552,6 +552,19 @@ def Merak_GeluBackwardOp : Merak_BackwardOp<"gelu_backward",
   let results = (outs Merak_FloatTensor:$result);
 }
 
+def Merak_SoftmaxBackwardOp : Merak_BackwardOp<"softmax_backward",
+    [AllTypesMatch<["grad", "output", "result"]>]> {
+  let summary = "gradient of softmax with respect to its input";
+  let description = [{
+    `output * (grad - sum(grad * output, dim))`, where `output` is the
+    softmax's result: what autograd's `_softmax_backward_data` computes.
+  }];
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$output,
+                   I64Attr:$dim);
+  let results = (outs Merak_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
 def Merak_LayerNormBackwardOp : Merak_BackwardOp<"layer_norm_backward",
     [AttrSizedOperandSegments,
      AllTypesMatch<["grad", "input", "grad_input"]>]> {
