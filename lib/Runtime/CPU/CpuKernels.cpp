@@ -659,11 +659,8 @@ void adamwUpdate(Ctx &c) {
   double biasCorrection2 = 1 - std::pow(a.beta2, step);
   double stepSize = lr / biasCorrection1;
   double biasCorrection2Sqrt = std::sqrt(biasCorrection2);
-  bool fused = param.scalar_type() == at::kFloat &&
-               grad.scalar_type() == at::kFloat && param.is_contiguous() &&
-               grad.is_contiguous() && expAvg.is_contiguous() &&
-               expAvgSq.is_contiguous() && expAvg.scalar_type() == at::kFloat &&
-               expAvgSq.scalar_type() == at::kFloat;
+  bool fused = denseFloat(param) && denseFloat(grad) && denseFloat(expAvg) &&
+               denseFloat(expAvgSq);
   if (fused) {
     AdamwScalars s{a.weightDecay != 0,
                    float(1 - lr * a.weightDecay),

@@ -15,6 +15,7 @@
 
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
+#include "merak/Dialect/Merak/Transforms/Resharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
@@ -32,11 +33,6 @@ using namespace mlir;
 using namespace merak;
 
 namespace {
-
-bool isCollective(Operation *op) {
-  return isa<mesh::AllReduceOp, mesh::AllGatherOp, mesh::ReduceScatterOp,
-             mesh::AllToAllOp, mesh::AllSliceOp, mesh::BroadcastOp>(op);
-}
 
 struct HoistBatchCollectivesPass
     : public merak::impl::HoistBatchCollectivesBase<HoistBatchCollectivesPass> {

@@ -293,12 +293,6 @@ struct PipelinePartitionPass
     }
   }
 
-  static bool isCollective(Operation *op) {
-    return op->getName().getDialectNamespace() ==
-               mesh::MeshDialect::getDialectNamespace() &&
-           op->getNumOperands() == 1;
-  }
-
   /// The stages whose backward ops contribute to gradient `g`, marking the
   /// adds that combine contributions of different stages.
   std::set<int64_t> markTiedSums(Value g, int64_t owner) {

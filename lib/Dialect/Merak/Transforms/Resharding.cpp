@@ -259,6 +259,11 @@ FailureOr<Value> reshard(OpBuilder &b, Location loc, MeshOp mesh, Value local,
 
 namespace merak {
 
+bool isCollective(Operation *op) {
+  return isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp>(
+      op);
+}
+
 Value stripShards(Value v) {
   while (auto s = v.getDefiningOp<ShardOp>())
     v = s.getSrc();

@@ -62,6 +62,11 @@ mlir::FailureOr<mlir::Value> reshard(mlir::OpBuilder &b, mlir::Location loc,
 /// `v` without the `mesh.shard` annotations it passes through.
 mlir::Value stripShards(mlir::Value v);
 
+/// Whether `op` is one of the mesh collectives a partitioned program holds
+/// (`all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`,
+/// `all_slice`), each of one operand.
+bool isCollective(mlir::Operation *op);
+
 /// The module's mesh (`@mesh`), or null.
 mlir::mesh::MeshOp lookupMesh(mlir::ModuleOp module);
 
