@@ -205,6 +205,10 @@ def main():
         at once. Returns each run's log records."""
         runs = 1 if nproc > 1 else 2
         logs = [os.path.join(work, f"run{i}.jsonl") for i in range(runs)]
+        for log in logs:
+            # --log-jsonl appends; each round reads only its own steps.
+            if os.path.exists(log):
+                os.remove(log)
         procs = [subprocess.Popen(
             [os.path.join(bin_dir, "merak-exec"), plan_path] +
             (["--nproc", str(nproc)] if nproc > 1 else []) +
