@@ -138,6 +138,21 @@ void collectiveCost(Operation *op, OpCost &cost) {
 
 } // namespace
 
+/// masked_attention on `query` [..., T, D] and `value` [..., T, E]: two
+/// products of the [..., T, T] scores with D or E features (four backward)
+/// plus the softmax or its gradient. The full square: a kernel skipping a
+/// causal mask's blocks does about half.
+static double attentionFlops(Type query, Type value, bool backward) {
+  ArrayRef<int64_t> q = cast<RankedTensorType>(query).getShape();
+  double scores = double(q[q.size() - 2]);
+  for (int64_t d : q.drop_back())
+    scores *= double(d);
+  double features = double(q.back()) +
+                    double(cast<RankedTensorType>(value).getShape().back());
+  return (backward ? 4.0 : 2.0) * scores * features +
+         (backward ? 6.0 : 7.0) * scores;
+}
+
 OpCost merak::estimateOp(Operation *op) {
   OpCost cost;
   if (isConstantLike(op))
@@ -185,6 +200,12 @@ OpCost merak::estimateOp(Operation *op) {
           [&](Operation *) { cost.flops = 5.0 * double(out); })
       .Case<SoftmaxBackwardOp>(
           [&](SoftmaxBackwardOp) { cost.flops = 4.0 * double(out); })
+      .Case<MaskedAttentionOp, MaskedAttentionBackwardOp>([&](Operation *o) {
+        bool backward = isa<MaskedAttentionBackwardOp>(o);
+        cost.flops =
+            attentionFlops(o->getOperand(backward).getType(),
+                           o->getOperand(backward + 2).getType(), backward);
+      })
       .Case<LayerNormOp, BatchNormOp>(
           [&](Operation *) { cost.flops = 8.0 * double(out); })
       .Case<RmsNormOp>([&](RmsNormOp) { cost.flops = 6.0 * double(out); })
@@ -250,6 +271,12 @@ OpCost merak::estimateOp(Operation *op) {
 
 OpCost merak::estimateBackwardByRule(Operation *op) {
   OpCost forward = estimateOp(op);
+  if (auto attention = dyn_cast<MaskedAttentionOp>(op)) {
+    OpCost backward = forward;
+    backward.flops = attentionFlops(attention.getQuery().getType(),
+                                    attention.getValue().getType(), true);
+    return backward;
+  }
   if (!isContraction(op))
     return forward;
   OpCost backward;

@@ -258,6 +258,14 @@ public:
           kind(OpKind::SoftmaxBackward), plain();
           a.dim = int64_t(o.getDim());
         })
+        .Case([&](MaskedAttentionOp o) {
+          kind(OpKind::MaskedAttention), plain();
+          a.scale = f64(o.getScale());
+        })
+        .Case([&](MaskedAttentionBackwardOp o) {
+          kind(OpKind::MaskedAttentionBackward), plain();
+          a.scale = f64(o.getScale());
+        })
         .Case([&](LayerNormOp o) {
           kind(OpKind::LayerNorm);
           optional(o.getInput()), optional(o.getWeight()),

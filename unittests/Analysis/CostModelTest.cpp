@@ -61,6 +61,28 @@ TEST(CostModel, BatchedMatmul) {
                    2.0 * 4 * 5 * 3 * 7);
 }
 
+TEST(CostModel, MaskedAttention) {
+  // 2 x 3 stacks of 5 x 5 scores, D = 8, E = 4: forward two products and
+  // the softmax, backward (by rule and as an op) four products and the
+  // softmax's gradient.
+  ParsedModule m(R"(
+    func.func @f(%q: tensor<2x3x5x8xf32>, %v: tensor<2x3x5x4xf32>, %m: tensor<5x5xi1>, %p: tensor<2x3x5x5xf32>) {
+      %a:2 = merak.masked_attention %q, %q, %v, %m {scale = 0.5 : f64} : (tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>, tensor<5x5xi1>) -> (tensor<2x3x5x4xf32>, tensor<2x3x5x5xf32>)
+      %b:3 = merak.masked_attention_backward %v, %q, %q, %v, %m, %p {scale = 0.5 : f64} : (tensor<2x3x5x4xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>, tensor<5x5xi1>, tensor<2x3x5x5xf32>) -> (tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>)
+      return
+    })");
+  ASSERT_TRUE(m.module);
+  double scores = 2 * 3 * 5 * 5;
+  Operation *forward = firstOp(m, "merak.masked_attention");
+  EXPECT_DOUBLE_EQ(estimateOp(forward).flops,
+                   2 * scores * (8 + 4) + 7 * scores);
+  double backward = 4 * scores * (8 + 4) + 6 * scores;
+  EXPECT_DOUBLE_EQ(estimateBackwardByRule(forward).flops, backward);
+  EXPECT_DOUBLE_EQ(
+      estimateOp(firstOp(m, "merak.masked_attention_backward")).flops,
+      backward);
+}
+
 TEST(CostModel, Conv2d) {
   // Output 1x4x6x6, 3x3 kernel over 2 input channels (groups 1).
   ParsedModule m(R"(

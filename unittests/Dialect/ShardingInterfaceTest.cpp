@@ -33,7 +33,8 @@ func.func @all(%x: tensor<2x3xf32>, %v: tensor<3xf32>, %s: tensor<f32>,
                %img: tensor<2x3x8x8xf32>, %cw: tensor<4x3x3x3xf32>,
                %ch: tensor<3xf32>, %emb: tensor<10x8xf32>, %idx: tensor<2x5xi64>,
                %logits: tensor<8x10xf32>, %t: tensor<8xi64>, %step: tensor<i64>,
-               %g4arg: tensor<2x4x6x6xf32>, %gp: tensor<2x3x4x4xf32>, %w8m: tensor<1x8x3xf32>, %cb: tensor<4xf32>) {
+               %g4arg: tensor<2x4x6x6xf32>, %gp: tensor<2x3x4x4xf32>, %w8m: tensor<1x8x3xf32>, %cb: tensor<4xf32>,
+               %q4: tensor<2x3x5x8xf32>, %v4: tensor<2x3x5x4xf32>, %m4: tensor<1x1x5x5xi1>, %p4: tensor<2x3x5x5xf32>) {
   %c = merak.constant dense<1.0> : tensor<2x3xf32>
   %u0 = merak.neg %x : tensor<2x3xf32>
   %u1 = merak.abs %x : tensor<2x3xf32>
@@ -96,6 +97,8 @@ func.func @all(%x: tensor<2x3xf32>, %v: tensor<3xf32>, %s: tensor<f32>,
   %ce0 = merak.cross_entropy %logits, %t : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
   %g0 = merak.gelu_backward %x, %x : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
   %gs = merak.softmax_backward %x3, %n0 {dim = 2 : i64} : (tensor<2x5x8xf32>, tensor<2x5x8xf32>) -> tensor<2x5x8xf32>
+  %at:2 = merak.masked_attention %q4, %q4, %v4, %m4 {scale = 0.5 : f64} : (tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>, tensor<1x1x5x5xi1>) -> (tensor<2x3x5x4xf32>, tensor<2x3x5x5xf32>)
+  %ab:3 = merak.masked_attention_backward %v4, %q4, %q4, %v4, %m4, %p4 {scale = 0.5 : f64} : (tensor<2x3x5x4xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>, tensor<1x1x5x5xi1>, tensor<2x3x5x5xf32>) -> (tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>)
   %g1:3 = merak.layer_norm_backward %x3, %x3 weight %w8 bias %w8 {eps = 1.0e-5 : f64, normalized_rank = 1 : i64} : (tensor<2x5x8xf32>, tensor<2x5x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x5x8xf32>, tensor<8xf32>, tensor<8xf32>)
   %g2:3 = merak.batch_norm_backward %img, %img, %ch, %ch, %ch {eps = 1.0e-5 : f64, training = true} : (tensor<2x3x8x8xf32>, tensor<2x3x8x8xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x8x8xf32>, tensor<3xf32>, tensor<3xf32>)
   %g3 = merak.index_backward %e0, %idx {dim = 0 : i64, dim_size = 10 : i64} : (tensor<2x5x8xf32>, tensor<2x5xi64>) -> tensor<10x8xf32>

@@ -454,6 +454,80 @@ TEST_F(CpuKernelsTest, SoftmaxBackwardMatchesAutograd) {
   }
 }
 
+/// What masked_attention stands for, as the unfused ops compute it, with
+/// autograd's gradients of `sum(result * g)`.
+struct UnfusedAttention {
+  at::Tensor result, probs, gq, gk, gv;
+};
+
+UnfusedAttention unfusedAttention(const at::Tensor &q0, const at::Tensor &k0,
+                                  const at::Tensor &v0, const at::Tensor &mask,
+                                  float scale, const at::Tensor &g) {
+  at::Tensor q = q0.clone().requires_grad_(true);
+  at::Tensor k = k0.clone().requires_grad_(true);
+  at::Tensor v = v0.clone().requires_grad_(true);
+  at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)) * at::scalar_tensor(scale, at::kFloat);
+  scores = at::where(mask.logical_not(), at::scalar_tensor(-INFINITY), scores);
+  at::Tensor probs = at::softmax(scores, -1);
+  at::Tensor result = at::matmul(probs, v);
+  result.backward(g);
+  return {result.detach(), probs.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+TEST_F(CpuKernelsTest, MaskedAttentionMatchesUnfusedOps) {
+  // Causal masks (the blocked path; 150 rows are 3 blocks, the last one
+  // partial), a per-batch padding mask and a mask that is almost causal
+  // (the general path), on [batch, heads, T, D] with E != D.
+  torch::manual_seed(9);
+  for (int64_t t : {int64_t(5), int64_t(64), int64_t(150)}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      int64_t b = 2, h = 3, d = 8, e = 6;
+      at::Tensor q = torch::randn({b, h, t, d}), k = torch::randn({b, h, t, d});
+      at::Tensor v = torch::randn({b, h, t, e}), g = torch::randn({b, h, t, e});
+      at::Tensor mask = torch::ones({1, 1, t, t}, at::kBool).tril();
+      if (kind == 1) {
+        mask = torch::ones({b, 1, t, t}, at::kBool).tril();
+        mask.index_put_(
+            {1, 0, torch::indexing::Slice(), torch::indexing::Slice(t / 2 + 1)},
+            false);
+      } else if (kind == 2) {
+        mask = mask.clone();
+        mask.index_put_({0, 0, t - 1, 0}, false);
+      }
+      float scale = 1.0f / std::sqrt(float(d));
+      UnfusedAttention want = unfusedAttention(q, k, v, mask, scale, g);
+      OpAttrs attrs;
+      attrs.scale = scale;
+      std::string what =
+          "T=" + std::to_string(t) + " mask " + std::to_string(kind) + ": ";
+      auto fwd = run(OpKind::MaskedAttention, attrs, {q, k, v, mask},
+                     {typeOf(want.result), typeOf(want.probs)});
+      auto bwd = run(OpKind::MaskedAttentionBackward, attrs,
+                     {g, q, k, v, mask, want.probs},
+                     {typeOf(q), typeOf(k), typeOf(v)});
+      // The general path runs the unfused ops' kernels: the same bits
+      // forward. The causal blocks sum rows of other lengths and GEMMs of
+      // other shapes: within rounding.
+      if (kind != 0 || t <= 64) {
+        expectIdentical(fwd[0], want.result, what + "result");
+        expectIdentical(fwd[1], want.probs, what + "probs");
+      }
+      expectClose(fwd[0], want.result, what + "result", 1e-5, 1e-6);
+      expectClose(fwd[1], want.probs, what + "probs", 1e-5, 1e-6);
+      expectClose(bwd[0], want.gq, what + "grad query", 1e-5, 1e-6);
+      expectClose(bwd[1], want.gk, what + "grad key", 1e-5, 1e-6);
+      expectClose(bwd[2], want.gv, what + "grad value", 1e-5, 1e-6);
+      if (kind == 0) {
+        // The blocks a causal mask skips are zero, as softmax leaves them.
+        at::Tensor upper = torch::ones({t, t}, at::kBool).triu(1);
+        EXPECT_TRUE(torch::all(fwd[1].masked_select(upper) == 0).item<bool>())
+            << what << "probs above the diagonal";
+      }
+    }
+  }
+}
+
 TEST_F(CpuKernelsTest, LayerNormBackwardMatchesAutograd) {
   torch::manual_seed(4);
   at::Tensor x0 = torch::randn({2, 3, 8});
@@ -657,6 +731,32 @@ TEST_F(CpuKernelsTest, GeluTanhOnThreadsMatchesOneThread) {
   backend = createCpuBackend({1});
   // ATen forms 1 + tanh(u), which cancels for negative x.
   expectClose(y1, at::gelu(x, "tanh"), "gelu against ATen", 1e-6, 1e-6);
+}
+
+TEST_F(CpuKernelsTest, MaskedAttentionOnThreadsMatchesOneThread) {
+  // The (batch, head) stacks split over two threads: each stack is
+  // computed as on one thread.
+  torch::manual_seed(13);
+  int64_t t = 130;
+  at::Tensor q = torch::randn({3, 5, t, 8}), k = torch::randn({3, 5, t, 8});
+  at::Tensor v = torch::randn({3, 5, t, 4}), g = torch::randn({3, 5, t, 4});
+  at::Tensor mask = torch::ones({t, t}, at::kBool).tril();
+  OpAttrs attrs;
+  attrs.scale = 0.25;
+  std::vector<TensorType> types = {typeOf(v),
+                                   typeOf(torch::empty({3, 5, t, t}))};
+  auto fwd = run(OpKind::MaskedAttention, attrs, {q, k, v, mask}, types);
+  std::vector<at::Tensor> bwdOperands = {g, q, k, v, mask, fwd[1]};
+  std::vector<TensorType> grads = {typeOf(q), typeOf(k), typeOf(v)};
+  auto bwd = run(OpKind::MaskedAttentionBackward, attrs, bwdOperands, grads);
+  backend = createCpuBackend({2});
+  auto fwd2 = run(OpKind::MaskedAttention, attrs, {q, k, v, mask}, types);
+  auto bwd2 = run(OpKind::MaskedAttentionBackward, attrs, bwdOperands, grads);
+  backend = createCpuBackend({1});
+  for (size_t i = 0; i < fwd.size(); ++i)
+    expectIdentical(fwd2[i], fwd[i], "forward result " + std::to_string(i));
+  for (size_t i = 0; i < bwd.size(); ++i)
+    expectIdentical(bwd2[i], bwd[i], "gradient " + std::to_string(i));
 }
 
 TEST_F(CpuKernelsTest, InPlaceResultsMatchFreshOnes) {

@@ -63,6 +63,7 @@ namespace merak::runtime {
   X(Linear, "linear")                                                          \
   X(Matmul, "matmul")                                                          \
   X(Softmax, "softmax")                                                        \
+  X(MaskedAttention, "masked_attention")                                       \
   X(LogSoftmax, "log_softmax")                                                 \
   X(LayerNorm, "layer_norm")                                                   \
   X(RmsNorm, "rms_norm")                                                       \
@@ -87,6 +88,7 @@ namespace merak::runtime {
   X(CrossEntropy, "cross_entropy")                                             \
   X(GeluBackward, "gelu_backward")                                             \
   X(SoftmaxBackward, "softmax_backward")                                       \
+  X(MaskedAttentionBackward, "masked_attention_backward")                      \
   X(LayerNormBackward, "layer_norm_backward")                                  \
   X(BatchNormBackward, "batch_norm_backward")                                  \
   X(IndexBackward, "index_backward")                                           \
@@ -149,6 +151,7 @@ struct OpAttrs {
 
   double eps = 0, p = 0, momentum = 0, value = 0, labelSmoothing = 0;
   double dampening = 0, weightDecay = 0, beta1 = 0, beta2 = 0;
+  double scale = 1;               // masked_attention (+ backward)
   std::optional<double> min, max; // clamp
 
   bool training = false, keepdim = false, ceilMode = false;

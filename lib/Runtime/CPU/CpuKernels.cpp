@@ -377,6 +377,147 @@ at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
 }
 
 //===----------------------------------------------------------------------===//
+// Masked attention
+//===----------------------------------------------------------------------===//
+
+/// Whether `mask`, broadcast against `[..., t, t]` scores, is the causal
+/// mask: the same for every leading index, true exactly where key <= query.
+bool isCausalMask(const at::Tensor &mask, int64_t t) {
+  if (mask.numel() != t * t)
+    return false;
+  at::Tensor m = mask.contiguous();
+  const bool *p = m.data_ptr<bool>();
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < t; ++j)
+      if (p[i * t + j] != (j <= i))
+        return false;
+  return true;
+}
+
+/// Rows per block of a causal attention: row block [i, i + rows) reads
+/// keys [0, i + rows) only. Blocks of 64 rows keep the products large
+/// enough for the BLAS; long sequences use at most 8 blocks... more would
+/// skip little more of the square and call the BLAS more often.
+int64_t attentionRows(int64_t t) {
+  int64_t rows = std::max<int64_t>(64, (t + 7) / 8);
+  return (rows + 7) / 8 * 8;
+}
+
+/// `[..., t, f]` as `[n, t, f]`.
+at::Tensor asStack(const at::Tensor &x) {
+  return x.reshape({-1, x.size(-2), x.size(-1)});
+}
+
+/// The mask broadcast against the scores, as `[n, t, t]`.
+at::Tensor maskStack(const at::Tensor &mask, const at::Tensor &query) {
+  std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end() - 1);
+  shape.push_back(query.size(-2));
+  return asStack(mask.expand(shape));
+}
+
+/// Contiguous `[n, r, c]` tensors carved from one flat buffer, reused block
+/// after block: a causal kernel's per-block temporaries would otherwise be
+/// fresh pages each time (large allocations are mapped and unmapped).
+class Scratch {
+public:
+  Scratch(int64_t elements, const at::TensorOptions &options)
+      : buffer(at::empty({elements}, options)) {}
+  at::Tensor get(int64_t n, int64_t r, int64_t c) {
+    return buffer.narrow(0, 0, n * r * c).view({n, r, c});
+  }
+
+private:
+  at::Tensor buffer;
+};
+
+/// masked_attention on stacks `[n, t, d]`: the scaled scores, masked to
+/// -inf, their softmax into `probs` and `probs @ v` into `out`, as the
+/// unfused ops compute them (matmul, mul, where, softmax, matmul). With a
+/// causal mask, row block [i0, i1) reads keys [0, i1) only; the probs it
+/// skips are zero, as softmax leaves them.
+void attentionForward(const at::Tensor &q, const at::Tensor &k,
+                      const at::Tensor &v, const at::Tensor &mask, bool causal,
+                      double scale, at::Tensor &out, at::Tensor &probs) {
+  int64_t n = q.size(0), t = q.size(1);
+  const at::Scalar s{float(scale)};
+  if (!causal) {
+    at::Tensor scores = at::bmm(q, k.transpose(1, 2)).mul_(s);
+    scores.masked_fill_(mask.logical_not(), -INFINITY);
+    at::_softmax_out(probs, scores, -1, false);
+    at::bmm_out(out, probs, v);
+    return;
+  }
+  int64_t rows = std::min(t, attentionRows(t));
+  Scratch scoresBuf(n * rows * t, q.options()),
+      probsBuf(n * rows * t, q.options());
+  at::Tensor above = at::ones({rows, rows}, mask.options()).triu_(1);
+  for (int64_t i0 = 0; i0 < t; i0 += rows) {
+    int64_t i1 = std::min(t, i0 + rows), r = i1 - i0;
+    at::Tensor scores = scoresBuf.get(n, r, i1);
+    at::bmm_out(scores, q.narrow(1, i0, r), k.narrow(1, 0, i1).transpose(1, 2));
+    scores.mul_(s);
+    // Within the diagonal block, keys after the query are masked.
+    scores.narrow(2, i0, r).masked_fill_(above.narrow(0, 0, r).narrow(1, 0, r),
+                                         -INFINITY);
+    at::Tensor p = probsBuf.get(n, r, i1);
+    at::_softmax_out(p, scores, -1, false);
+    probs.narrow(1, i0, r).narrow(2, 0, i1).copy_(p);
+    if (i1 < t)
+      probs.narrow(1, i0, r).narrow(2, i1, t - i1).zero_();
+    at::Tensor o = out.narrow(1, i0, r);
+    at::bmm_out(o, p, v.narrow(1, 0, i1));
+  }
+}
+
+/// masked_attention_backward on stacks: `grad_value = probs^T grad`,
+/// `ds = softmax_backward(grad v^T, probs) * scale`, `grad_query = ds k`,
+/// `grad_key = ds^T q`. With a causal mask the query gradient reads keys
+/// [0, i1) for row block [i0, i1), and the key and value gradients of key
+/// block [j0, j1) read rows [j0, t): the skipped terms are products with
+/// probabilities that are zero.
+void attentionBackward(const at::Tensor &g, const at::Tensor &q,
+                       const at::Tensor &k, const at::Tensor &v,
+                       const at::Tensor &probs, bool causal, double scale,
+                       at::Tensor &gq, at::Tensor &gk, at::Tensor &gv) {
+  int64_t n = q.size(0), t = q.size(1);
+  const at::Scalar s{float(scale)};
+  if (!causal) {
+    at::bmm_out(gv, probs.transpose(1, 2), g);
+    at::Tensor ds = at::_softmax_backward_data(at::bmm(g, v.transpose(1, 2)),
+                                               probs, -1, probs.scalar_type())
+                        .mul_(s);
+    at::bmm_out(gq, ds, k);
+    at::bmm_out(gk, ds.transpose(1, 2), q);
+    return;
+  }
+  int64_t rows = std::min(t, attentionRows(t));
+  Scratch probsBuf(n * rows * t, q.options()), dpBuf(n * rows * t, q.options()),
+      dsBuf(n * rows * t, q.options());
+  at::Tensor ds = at::empty({n, t, t}, q.options());
+  for (int64_t i0 = 0; i0 < t; i0 += rows) {
+    int64_t i1 = std::min(t, i0 + rows), r = i1 - i0;
+    at::Tensor p = probsBuf.get(n, r, i1);
+    p.copy_(probs.narrow(1, i0, r).narrow(2, 0, i1));
+    at::Tensor dp = dpBuf.get(n, r, i1);
+    at::bmm_out(dp, g.narrow(1, i0, r), v.narrow(1, 0, i1).transpose(1, 2));
+    at::Tensor d = dsBuf.get(n, r, i1);
+    at::_softmax_backward_data_out(d, dp, p, -1, p.scalar_type());
+    d.mul_(s);
+    ds.narrow(1, i0, r).narrow(2, 0, i1).copy_(d);
+    at::Tensor o = gq.narrow(1, i0, r);
+    at::bmm_out(o, d, k.narrow(1, 0, i1));
+  }
+  for (int64_t j0 = 0; j0 < t; j0 += rows) {
+    int64_t j1 = std::min(t, j0 + rows), c = j1 - j0, below = t - j0;
+    at::Tensor ok = gk.narrow(1, j0, c), ov = gv.narrow(1, j0, c);
+    at::bmm_out(ok, ds.narrow(1, j0, below).narrow(2, j0, c).transpose(1, 2),
+                q.narrow(1, j0, below));
+    at::bmm_out(ov, probs.narrow(1, j0, below).narrow(2, j0, c).transpose(1, 2),
+                g.narrow(1, j0, below));
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Cross-entropy by blocks of rows
 //===----------------------------------------------------------------------===//
 
@@ -843,6 +984,48 @@ void runKernel(Ctx &c) {
   case OpKind::SoftmaxBackward:
     return c.set(0, at::_softmax_backward_data(c.in(0), c.in(1), a.dim,
                                                c.in(0).scalar_type()));
+  case OpKind::MaskedAttention: {
+    const at::Tensor &query = c.in(0);
+    at::Tensor q = asStack(query), k = asStack(c.in(1)), v = asStack(c.in(2));
+    at::Tensor mask = maskStack(c.in(3), query);
+    bool causal = isCausalMask(c.in(3), q.size(1));
+    at::Tensor out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
+    at::Tensor probs =
+        at::empty({q.size(0), q.size(1), q.size(1)}, q.options());
+    forBlocks(q.size(0), 1, 1, [&](int64_t begin, int64_t end) {
+      int64_t n = end - begin;
+      at::Tensor o = out.narrow(0, begin, n), p = probs.narrow(0, begin, n);
+      attentionForward(q.narrow(0, begin, n), k.narrow(0, begin, n),
+                       v.narrow(0, begin, n), mask.narrow(0, begin, n), causal,
+                       a.scale, o, p);
+    });
+    std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end());
+    shape.back() = v.size(2);
+    c.set(0, out.view(shape));
+    shape.back() = q.size(1);
+    c.set(1, probs.view(shape));
+    return;
+  }
+  case OpKind::MaskedAttentionBackward: {
+    const at::Tensor &query = c.in(1);
+    at::Tensor g = asStack(c.in(0)), q = asStack(query), k = asStack(c.in(2)),
+               v = asStack(c.in(3)), probs = asStack(c.in(5));
+    bool causal = isCausalMask(c.in(4), q.size(1));
+    at::Tensor gq = at::empty_like(q), gk = at::empty_like(k),
+               gv = at::empty_like(v);
+    forBlocks(q.size(0), 1, 1, [&](int64_t begin, int64_t end) {
+      int64_t n = end - begin;
+      at::Tensor oq = gq.narrow(0, begin, n), ok = gk.narrow(0, begin, n),
+                 ov = gv.narrow(0, begin, n);
+      attentionBackward(g.narrow(0, begin, n), q.narrow(0, begin, n),
+                        k.narrow(0, begin, n), v.narrow(0, begin, n),
+                        probs.narrow(0, begin, n), causal, a.scale, oq, ok, ov);
+    });
+    c.set(0, gq.view(query.sizes()));
+    c.set(1, gk.view(query.sizes()));
+    c.set(2, gv.view(c.in(3).sizes()));
+    return;
+  }
   case OpKind::LayerNorm: {
     const auto &shape = c.operandType(0).shape;
     std::vector<int64_t> normalized(shape.end() - a.normalizedRank,

@@ -517,6 +517,26 @@ GRADIENT(SoftmaxOp) {
   return success();
 }
 
+GRADIENT(MaskedAttentionOp) {
+  Location loc = getLoc();
+  operandGrads.assign(getOperation()->getNumOperands(), Value());
+  if (resultGrads.size() > 1 && resultGrads[1])
+    return emitOpError("cannot differentiate through probs: only result "
+                       "may reach the loss");
+  Value g = resultGrads.empty() ? Value() : resultGrads[0];
+  if (!g)
+    return success();
+  auto op = b.create<MaskedAttentionBackwardOp>(
+      loc,
+      TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
+      g, getQuery(), getKey(), getValue(), getMask(), getProbs(),
+      getScaleAttr());
+  operandGrads[0] = op.getGradQuery();
+  operandGrads[1] = op.getGradKey();
+  operandGrads[2] = op.getGradValue();
+  return success();
+}
+
 GRADIENT(LogSoftmaxOp) {
   SETUP();
   // g - exp(y) * sum(g, dim)

@@ -14,6 +14,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace merak;
 
@@ -314,6 +316,70 @@ LogicalResult LogSoftmaxOp::verify() {
 LogicalResult SoftmaxBackwardOp::verify() {
   return verifyDim(*this, getDim(),
                    cast<RankedTensorType>(getOutput().getType()).getRank());
+}
+
+/// Shapes of masked_attention and its backward: `query` and `key` are
+/// [..., T, D], `value` [..., T, E], `mask` broadcasts against [..., T, T]
+/// and `probs` is [..., T, T].
+static LogicalResult checkAttentionShapes(Operation *op, Value query,
+                                          Value value, Value mask,
+                                          Value probs) {
+  auto q = tensorOf(query), v = tensorOf(value), m = tensorOf(mask);
+  auto p = tensorOf(probs);
+  int64_t rank = q.getRank();
+  if (rank < 2)
+    return op->emitOpError("query must have rank 2 or more, got ")
+           << shapeStr(q.getShape());
+  if (v.getElementType() != q.getElementType() ||
+      p.getElementType() != q.getElementType())
+    return op->emitOpError("value and probs must have the query's element "
+                           "type ")
+           << q.getElementType();
+  ArrayRef<int64_t> qs = q.getShape();
+  int64_t t = qs[rank - 2];
+  if (v.getRank() != rank || v.getShape().drop_back() != qs.drop_back())
+    return op->emitOpError("value shape ")
+           << shapeStr(v.getShape()) << " must be [..., " << t
+           << ", E] with the query's leading dimensions " << shapeStr(qs);
+  SmallVector<int64_t> scores(qs.drop_back());
+  scores.push_back(t);
+  if (p.getShape() != ArrayRef<int64_t>(scores))
+    return op->emitOpError("probs shape ")
+           << shapeStr(p.getShape()) << " differs from the scores' "
+           << shapeStr(scores);
+  ArrayRef<int64_t> ms = m.getShape();
+  if (int64_t(ms.size()) > rank)
+    return op->emitOpError("mask shape ")
+           << shapeStr(ms) << " has more dimensions than the scores' "
+           << shapeStr(scores);
+  for (auto [j, size] : llvm::enumerate(ms)) {
+    int64_t full = scores[rank - ms.size() + j];
+    if (size != 1 && size != full)
+      return op->emitOpError("mask shape ")
+             << shapeStr(ms) << " does not broadcast to the scores' "
+             << shapeStr(scores);
+  }
+  return success();
+}
+
+LogicalResult MaskedAttentionOp::verify() {
+  if (!std::isfinite(getScale().convertToDouble()))
+    return emitOpError("scale must be finite");
+  if (failed(checkAttentionShapes(*this, getQuery(), getValue(), getMask(),
+                                  getProbs())))
+    return failure();
+  if (getResult().getType() != getValue().getType())
+    return emitOpError("result type ")
+           << getResult().getType() << " differs from the value's "
+           << getValue().getType();
+  return success();
+}
+
+LogicalResult MaskedAttentionBackwardOp::verify() {
+  if (!std::isfinite(getScale().convertToDouble()))
+    return emitOpError("scale must be finite");
+  return checkAttentionShapes(*this, getQuery(), getValue(), getMask(),
+                              getProbs());
 }
 
 static LogicalResult checkNormalizedShape(std::optional<Location> loc,

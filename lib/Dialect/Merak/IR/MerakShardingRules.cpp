@@ -190,6 +190,49 @@ void softmaxLike(SpaceBuilder &b, Operation *op, int64_t dim) {
     b.next(loops);
 }
 
+/// masked_attention and its backward: the leading (batch, head) loops are
+/// parallel; the query, key and feature loops are never split (the
+/// softmax couples a row's keys, and the backward sums over rows).
+void attention(SpaceBuilder &b, Value query, Value mask, bool backward) {
+  ArrayRef<int64_t> qs = shapeOf(query);
+  ArrayRef<int64_t> batchShape = qs.drop_back(2);
+  SmallVector<unsigned> batch = b.parallels(batchShape.size());
+  auto inner = [&] {
+    return backward ? b.reduction(ReductionKind::Generic, false)
+                    : b.parallel(false);
+  };
+  unsigned t = inner();
+  unsigned s = b.reduction(ReductionKind::Generic, false);
+  unsigned d = b.reduction(ReductionKind::Generic, false);
+  unsigned e =
+      backward ? b.reduction(ReductionKind::Generic, false) : b.parallel(false);
+  auto with = [&](unsigned i, unsigned j) {
+    SmallVector<unsigned> l(batch);
+    l.push_back(i);
+    l.push_back(j);
+    return l;
+  };
+  int64_t seq = qs[qs.size() - 2];
+  SmallVector<int64_t> scores(batchShape);
+  scores.append({seq, seq});
+  SmallVector<unsigned> scoreLoops = with(t, s);
+  if (backward)
+    b.next(with(t, e)); // grad
+  b.next(with(t, d));   // query
+  b.next(with(s, d));   // key
+  b.next(with(s, e));   // value
+  b.next(broadcastExprs(b, shapeOf(mask), scores, scoreLoops));
+  if (backward) {
+    b.next(with(t, s)); // probs
+    b.next(with(t, d)); // grad_query
+    b.next(with(s, d)); // grad_key
+    b.next(with(s, e)); // grad_value
+  } else {
+    b.next(with(t, e)); // result
+    b.next(with(t, s)); // probs
+  }
+}
+
 /// Loops of a tensor normalized over its trailing `normalizedRank` dims:
 /// the leading ones of type `lead`, the trailing ones generic reductions
 /// that are never split.
@@ -668,6 +711,14 @@ std::optional<LoopSpace> merak::getLoopSpace(Operation *op) {
           })
           .Case([&](SoftmaxBackwardOp o) {
             softmaxLike(b, o, o.getDim());
+            return true;
+          })
+          .Case([&](MaskedAttentionOp o) {
+            attention(b, o.getQuery(), o.getMask(), false);
+            return true;
+          })
+          .Case([&](MaskedAttentionBackwardOp o) {
+            attention(b, o.getQuery(), o.getMask(), true);
             return true;
           })
           .Case([&](LayerNormOp o) {

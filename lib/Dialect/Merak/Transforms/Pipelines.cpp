@@ -50,11 +50,18 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       *this, "loss-result",
       llvm::cl::desc("index of the loss among the forward's results"),
       llvm::cl::init(-1)};
+  Option<bool> fuseAttention{
+      *this, "fuse-attention",
+      llvm::cl::desc("fuse boolean-masked attention into "
+                     "merak.masked_attention (--merak-fuse-attention)"),
+      llvm::cl::init(true)};
 };
 
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (o.fuseAttention)
+    pm.addPass(merak::createFuseAttention());
   merak::AutodiffOptions ad;
   ad.lossResult = o.lossResult;
   pm.addPass(merak::createAutodiff(ad));

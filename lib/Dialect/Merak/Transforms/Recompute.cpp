@@ -151,6 +151,11 @@ struct RecomputePass : public merak::impl::RecomputeBase<RecomputePass> {
   /// matmul with V, all within one layer.
   void markAttentionCores(func::FuncOp func, const LayerAnalysis &layers,
                           llvm::SetVector<Operation *> &marked) {
+    // A fused core is one op.
+    func.walk([&](MaskedAttentionOp attention) {
+      if (isRecomputable(attention))
+        marked.insert(attention);
+    });
     func.walk([&](SoftmaxOp softmax) {
       if (!getForwardId(softmax))
         return;

@@ -747,3 +747,55 @@ func.func @cross_entropy_result_mismatch(%l: tensor<8x10xf32>, %t: tensor<8xi64>
   %0 = merak.cross_entropy %l, %t {reduction = #merak.reduction<none>} : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
   return
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// masked_attention, masked_attention_backward
+//===----------------------------------------------------------------------===//
+
+func.func @attention_value_rows(%q: tensor<2x8x16xf32>, %v: tensor<2x7x16xf32>, %m: tensor<8x8xi1>) {
+  // expected-error @below {{'merak.masked_attention' op value shape [2, 7, 16] must be [..., 8, E] with the query's leading dimensions [2, 8, 16]}}
+  %0:2 = merak.masked_attention %q, %q, %v, %m {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x7x16xf32>, tensor<8x8xi1>) -> (tensor<2x7x16xf32>, tensor<2x8x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_mask(%q: tensor<2x8x16xf32>, %m: tensor<3x8x8xi1>) {
+  // expected-error @below {{'merak.masked_attention' op mask shape [3, 8, 8] does not broadcast to the scores' [2, 8, 8]}}
+  %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<3x8x8xi1>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_probs(%q: tensor<2x8x16xf32>, %m: tensor<8x8xi1>) {
+  // expected-error @below {{'merak.masked_attention' op probs shape [2, 8, 16] differs from the scores' [2, 8, 8]}}
+  %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_key(%q: tensor<2x8x16xf32>, %k: tensor<2x8x8xf32>, %m: tensor<8x8xi1>) {
+  // expected-error @below {{'merak.masked_attention' op failed to verify that all of {query, key} have same type}}
+  %0:2 = merak.masked_attention %q, %k, %q, %m {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x8xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>) -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>) {
+  // expected-error @below {{'merak.masked_attention' op scale must be finite}}
+  %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 0x7FF0000000000000 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xi1>) -> (tensor<8x16xf32>, tensor<8x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_backward_probs(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>, %p: tensor<8x9xf32>) {
+  // expected-error @below {{'merak.masked_attention_backward' op probs shape [8, 9] differs from the scores' [8, 8]}}
+  %0:3 = merak.masked_attention_backward %q, %q, %q, %q, %m, %p {scale = 1.0 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xi1>, tensor<8x9xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>)
+  return
+}

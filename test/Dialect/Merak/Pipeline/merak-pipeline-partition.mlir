@@ -64,11 +64,11 @@
 // GPT-2: an attention and an MLP layer per block, the embeddings with the
 // first attention, the final norm with the last MLP, the head.
 // GPT2: merak-pipeline-partition: 5 layers, pp=4 virtual=1, 4 stages
-// GPT2: 0 3-30
-// GPT2-NEXT: 1 31-36
-// GPT2-NEXT: 2 37-60
-// GPT2-NEXT: 3 61-67
-// GPT2-NEXT: 4 68-71
+// GPT2: 0 1-21
+// GPT2-NEXT: 1 22-27
+// GPT2-NEXT: 2 28-44
+// GPT2-NEXT: 3 45-51
+// GPT2-NEXT: 4 52-55
 // GPT2: stage rank layers
 // GPT2-NEXT: 0 0 0-0
 // GPT2-NEXT: 1 1 1-1

@@ -80,6 +80,19 @@ func.func @forward(%w: tensor<2x3xf32> {merak.param = "w"}, %x: tensor<2x3xf32> 
 
 // -----
 
+// masked_attention: one masked_attention_backward of the gradient, the
+// operands and the forward's probs.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[R:.*]], %[[P:.*]] = merak.masked_attention %arg0, %arg1, %arg2, %arg3 {merak.id = 0 : i64, scale = 5.000000e-01 : f64}
+// CHECK: %{{.*}}, %{{.*}}, %{{.*}} = merak.masked_attention_backward %{{.*}}, %arg0, %arg1, %arg2, %arg3, %[[P]] {merak.grad_of = 0 : i64, scale = 5.000000e-01 : f64}
+func.func @forward(%q: tensor<2x4x3xf32> {merak.param = "q"}, %k: tensor<2x4x3xf32> {merak.param = "k"}, %v: tensor<2x4x3xf32> {merak.param = "v"}, %m: tensor<4x4xi1> {merak.buffer = "mask"}) -> tensor<f32> {
+  %0:2 = merak.masked_attention %q, %k, %v, %m {scale = 0.5 : f64} : (tensor<2x4x3xf32>, tensor<2x4x3xf32>, tensor<2x4x3xf32>, tensor<4x4xi1>) -> (tensor<2x4x3xf32>, tensor<2x4x4xf32>)
+  %1 = merak.reduce_sum %0#0 {dims = array<i64>} : (tensor<2x4x3xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
 // loss-result is needed when the loss is ambiguous.
 // expected-error @+1 {{cannot tell the loss: 2 rank-0 floating results; pass loss-result=K}}
 func.func @forward(%w: tensor<2xf32> {merak.param = "w"}) -> (tensor<f32>, tensor<f32>) {

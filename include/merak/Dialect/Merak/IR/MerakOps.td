@@ -299,6 +299,29 @@ def Merak_MatmulOp : Merak_InferOp<"matmul"> {
   let results = (outs Merak_FloatTensor:$result);
 }
 
+def Merak_MaskedAttentionOp : Merak_Op<"masked_attention",
+    [Pure, AllTypesMatch<["query", "key"]>,
+     DeclareOpInterfaceMethods<GradientOpInterface>]> {
+  let summary = "scaled dot-product attention with a boolean mask";
+  let description = [{
+    `probs = softmax(where(mask, (query @ key^T) * scale, -inf))` over the
+    last dimension, and `result = probs @ value`: what a model's
+    `masked_fill` attention computes, in one op. `query` and `key` are
+    `[..., T, D]` (the same shape, self-attention), `value` is
+    `[..., T, E]`; `mask` (true: attend) broadcasts against `[..., T, T]`.
+    `probs` is what the backward reads. `--merak-fuse-attention` builds it.
+    A kernel may skip the blocks of the product a causal (lower-triangular)
+    mask removes; a fully masked row gives NaN, as in PyTorch.
+  }];
+  let arguments = (ins Merak_FloatTensor:$query, Merak_FloatTensor:$key,
+                   Merak_FloatTensor:$value, Merak_BoolTensor:$mask,
+                   F64Attr:$scale);
+  let results = (outs Merak_FloatTensor:$result, Merak_FloatTensor:$probs);
+  let assemblyFormat =
+      "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Activations over a dimension, normalization
 //===----------------------------------------------------------------------===//
@@ -562,6 +585,27 @@ def Merak_SoftmaxBackwardOp : Merak_BackwardOp<"softmax_backward",
   let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$output,
                    I64Attr:$dim);
   let results = (outs Merak_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Merak_MaskedAttentionBackwardOp
+    : Merak_BackwardOp<"masked_attention_backward",
+        [AllTypesMatch<["query", "key", "grad_query", "grad_key"]>,
+         AllTypesMatch<["value", "grad_value"]>,
+         AllTypesMatch<["grad", "value"]>]> {
+  let summary = "gradients of masked_attention: query, key and value";
+  let description = [{
+    From `probs` (the forward's second result): `grad_value = probs^T @
+    grad`, `s = softmax_backward(grad @ value^T, probs) * scale`,
+    `grad_query = s @ key`, `grad_key = s^T @ query`. `mask` lets a kernel
+    skip the blocks a causal mask removes.
+  }];
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$query,
+                   Merak_FloatTensor:$key, Merak_FloatTensor:$value,
+                   Merak_BoolTensor:$mask, Merak_FloatTensor:$probs,
+                   F64Attr:$scale);
+  let results = (outs Merak_FloatTensor:$grad_query,
+                 Merak_FloatTensor:$grad_key, Merak_FloatTensor:$grad_value);
   let hasVerifier = 1;
 }
 

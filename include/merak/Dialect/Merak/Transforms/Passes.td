@@ -294,6 +294,22 @@ def SparseEmbeddingGrads : Pass<"merak-sparse-embedding-grads",
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
+def FuseAttention : Pass<"merak-fuse-attention", "mlir::ModuleOp"> {
+  let summary = "Fuse boolean-masked attention into merak.masked_attention";
+  let description = [{
+    Runs on the forward program, before `--merak-autodiff`;
+    `--merak-train` runs it. The chain a model's `masked_fill` attention
+    imports to, `matmul(q, k^T)`, an optional `mul` by a scalar constant,
+    `where(not(mask), -inf, .)`, `softmax` over the last dimension, an
+    optional dropout of probability 0 and `matmul(., v)`, becomes one
+    `merak.masked_attention` (its gradient one
+    `merak.masked_attention_backward`). The result is the same; the CPU
+    kernel skips the blocks of the products that a causal mask removes.
+    Chains whose intermediate values have other readers, or with a dropout
+    that is active, stay as they are.
+  }];
+}
+
 def HoistBatchCollectives : Pass<"merak-hoist-batch-collectives",
                                  "mlir::ModuleOp"> {
   let summary = "Issue the collectives that read only the batch at the "
