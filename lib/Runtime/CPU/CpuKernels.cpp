@@ -471,10 +471,10 @@ void attentionForward(const at::Tensor &q, const at::Tensor &k,
 
 /// masked_attention_backward on stacks: `grad_value = probs^T grad`,
 /// `ds = softmax_backward(grad v^T, probs) * scale`, `grad_query = ds k`,
-/// `grad_key = ds^T q`. With a causal mask the query gradient reads keys
-/// [0, i1) for row block [i0, i1), and the key and value gradients of key
-/// block [j0, j1) read rows [j0, t): the skipped terms are products with
-/// probabilities that are zero.
+/// `grad_key = ds^T q`. With a causal mask, row block [i0, i1) reads keys
+/// [0, i1): its query gradient rows, and its terms of the key and value
+/// gradients of keys [0, i1), summed block after block. The terms skipped
+/// are products with probabilities that are zero.
 void attentionBackward(const at::Tensor &g, const at::Tensor &q,
                        const at::Tensor &k, const at::Tensor &v,
                        const at::Tensor &probs, bool causal, double scale,
@@ -493,27 +493,23 @@ void attentionBackward(const at::Tensor &g, const at::Tensor &q,
   int64_t rows = std::min(t, attentionRows(t));
   Scratch probsBuf(n * rows * t, q.options()), dpBuf(n * rows * t, q.options()),
       dsBuf(n * rows * t, q.options());
-  at::Tensor ds = at::empty({n, t, t}, q.options());
+  gk.zero_();
+  gv.zero_();
   for (int64_t i0 = 0; i0 < t; i0 += rows) {
     int64_t i1 = std::min(t, i0 + rows), r = i1 - i0;
+    // _softmax_backward_data reads its operands densely.
     at::Tensor p = probsBuf.get(n, r, i1);
     p.copy_(probs.narrow(1, i0, r).narrow(2, 0, i1));
+    at::Tensor gBlock = g.narrow(1, i0, r);
     at::Tensor dp = dpBuf.get(n, r, i1);
-    at::bmm_out(dp, g.narrow(1, i0, r), v.narrow(1, 0, i1).transpose(1, 2));
+    at::bmm_out(dp, gBlock, v.narrow(1, 0, i1).transpose(1, 2));
     at::Tensor d = dsBuf.get(n, r, i1);
     at::_softmax_backward_data_out(d, dp, p, -1, p.scalar_type());
     d.mul_(s);
-    ds.narrow(1, i0, r).narrow(2, 0, i1).copy_(d);
     at::Tensor o = gq.narrow(1, i0, r);
     at::bmm_out(o, d, k.narrow(1, 0, i1));
-  }
-  for (int64_t j0 = 0; j0 < t; j0 += rows) {
-    int64_t j1 = std::min(t, j0 + rows), c = j1 - j0, below = t - j0;
-    at::Tensor ok = gk.narrow(1, j0, c), ov = gv.narrow(1, j0, c);
-    at::bmm_out(ok, ds.narrow(1, j0, below).narrow(2, j0, c).transpose(1, 2),
-                q.narrow(1, j0, below));
-    at::bmm_out(ov, probs.narrow(1, j0, below).narrow(2, j0, c).transpose(1, 2),
-                g.narrow(1, j0, below));
+    gk.narrow(1, 0, i1).baddbmm_(d.transpose(1, 2), q.narrow(1, i0, r));
+    gv.narrow(1, 0, i1).baddbmm_(p.transpose(1, 2), gBlock);
   }
 }
 
