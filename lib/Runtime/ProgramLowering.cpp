@@ -261,10 +261,12 @@ public:
         .Case([&](MaskedAttentionOp o) {
           kind(OpKind::MaskedAttention), plain();
           a.scale = f64(o.getScale());
+          a.scaleDivides = o.getDivide();
         })
         .Case([&](MaskedAttentionBackwardOp o) {
           kind(OpKind::MaskedAttentionBackward), plain();
           a.scale = f64(o.getScale());
+          a.scaleDivides = o.getDivide();
         })
         .Case([&](LayerNormOp o) {
           kind(OpKind::LayerNorm);

@@ -462,13 +462,19 @@ struct UnfusedAttention {
 
 UnfusedAttention unfusedAttention(const at::Tensor &q0, const at::Tensor &k0,
                                   const at::Tensor &v0, const at::Tensor &mask,
-                                  float scale, const at::Tensor &g) {
+                                  float scale, bool divide,
+                                  const at::Tensor &g) {
   at::Tensor q = q0.clone().requires_grad_(true);
   at::Tensor k = k0.clone().requires_grad_(true);
   at::Tensor v = v0.clone().requires_grad_(true);
-  at::Tensor scores =
-      at::matmul(q, k.transpose(-2, -1)) * at::scalar_tensor(scale, at::kFloat);
-  scores = at::where(mask.logical_not(), at::scalar_tensor(-INFINITY), scores);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1));
+  at::Tensor c = at::scalar_tensor(scale, at::kFloat);
+  scores = divide ? scores / c : scores * c;
+  if (mask.scalar_type() == at::kBool)
+    scores =
+        at::where(mask.logical_not(), at::scalar_tensor(-INFINITY), scores);
+  else
+    scores = scores + mask;
   at::Tensor probs = at::softmax(scores, -1);
   at::Tensor result = at::matmul(probs, v);
   result.backward(g);
@@ -478,10 +484,12 @@ UnfusedAttention unfusedAttention(const at::Tensor &q0, const at::Tensor &k0,
 TEST_F(CpuKernelsTest, MaskedAttentionMatchesUnfusedOps) {
   // Causal masks (the blocked path; 150 rows are 3 blocks, the last one
   // partial), a per-batch padding mask and a mask that is almost causal
-  // (the general path), on [batch, heads, T, D] with E != D.
+  // (the general path), on [batch, heads, T, D] with E != D: boolean masks
+  // with the scores multiplied by the scale (GPT-2), additive ones with
+  // the scores divided by it (LLaMA's causal mask, BERT's padding mask).
   torch::manual_seed(9);
   for (int64_t t : {int64_t(5), int64_t(64), int64_t(150)}) {
-    for (int kind = 0; kind < 3; ++kind) {
+    for (int kind = 0; kind < 5; ++kind) {
       int64_t b = 2, h = 3, d = 8, e = 6;
       at::Tensor q = torch::randn({b, h, t, d}), k = torch::randn({b, h, t, d});
       at::Tensor v = torch::randn({b, h, t, e}), g = torch::randn({b, h, t, e});
@@ -494,11 +502,19 @@ TEST_F(CpuKernelsTest, MaskedAttentionMatchesUnfusedOps) {
       } else if (kind == 2) {
         mask = mask.clone();
         mask.index_put_({0, 0, t - 1, 0}, false);
+      } else if (kind == 3) {
+        mask = torch::full({t, t}, -INFINITY).triu(1);
+      } else if (kind == 4) {
+        mask = torch::zeros({b, 1, 1, t});
+        mask.index_put_({1, 0, 0, torch::indexing::Slice(t / 2 + 1)}, -10000.0);
       }
-      float scale = 1.0f / std::sqrt(float(d));
-      UnfusedAttention want = unfusedAttention(q, k, v, mask, scale, g);
+      bool divide = kind >= 3;
+      float scale = divide ? std::sqrt(float(d)) : 1.0f / std::sqrt(float(d));
+      UnfusedAttention want = unfusedAttention(q, k, v, mask, scale, divide, g);
       OpAttrs attrs;
       attrs.scale = scale;
+      attrs.scaleDivides = divide;
+      bool causal = kind == 0 || kind == 3;
       std::string what =
           "T=" + std::to_string(t) + " mask " + std::to_string(kind) + ": ";
       auto fwd = run(OpKind::MaskedAttention, attrs, {q, k, v, mask},
@@ -509,7 +525,7 @@ TEST_F(CpuKernelsTest, MaskedAttentionMatchesUnfusedOps) {
       // The general path runs the unfused ops' kernels: the same bits
       // forward. The causal blocks sum rows of other lengths and GEMMs of
       // other shapes: within rounding.
-      if (kind != 0 || t <= 64) {
+      if (!causal || t <= 64) {
         expectIdentical(fwd[0], want.result, what + "result");
         expectIdentical(fwd[1], want.probs, what + "probs");
       }
@@ -518,7 +534,7 @@ TEST_F(CpuKernelsTest, MaskedAttentionMatchesUnfusedOps) {
       expectClose(bwd[0], want.gq, what + "grad query", 1e-5, 1e-6);
       expectClose(bwd[1], want.gk, what + "grad key", 1e-5, 1e-6);
       expectClose(bwd[2], want.gv, what + "grad value", 1e-5, 1e-6);
-      if (kind == 0) {
+      if (causal) {
         // The blocks a causal mask skips are zero, as softmax leaves them.
         at::Tensor upper = torch::ones({t, t}, at::kBool).triu(1);
         EXPECT_TRUE(torch::all(fwd[1].masked_select(upper) == 0).item<bool>())

@@ -157,6 +157,7 @@ struct OpAttrs {
   bool training = false, keepdim = false, ceilMode = false;
   bool countIncludePad = true, nesterov = false;
   bool tanhApproximation = false; // gelu, gelu_backward
+  bool scaleDivides = false;      // masked_attention (+ backward)
   ComparePredicate predicate = ComparePredicate::Eq;
   LossReduction reduction = LossReduction::Mean;
 

@@ -381,17 +381,50 @@ at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
 //===----------------------------------------------------------------------===//
 
 /// Whether `mask`, broadcast against `[..., t, t]` scores, is the causal
-/// mask: the same for every leading index, true exactly where key <= query.
+/// mask: the same for every leading index, and for key <= query true (a
+/// boolean mask) or zero (an additive one), else false or -inf.
 bool isCausalMask(const at::Tensor &mask, int64_t t) {
   if (mask.numel() != t * t)
     return false;
   at::Tensor m = mask.contiguous();
-  const bool *p = m.data_ptr<bool>();
+  if (m.scalar_type() == at::kBool) {
+    const bool *p = m.data_ptr<bool>();
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < t; ++j)
+        if (p[i * t + j] != (j <= i))
+          return false;
+    return true;
+  }
+  if (m.scalar_type() != at::kFloat)
+    return false;
+  const float *p = m.data_ptr<float>();
   for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = 0; j < t; ++j)
-      if (p[i * t + j] != (j <= i))
+    for (int64_t j = 0; j < t; ++j) {
+      float x = p[i * t + j];
+      if (j <= i ? x != 0.0f : !(std::isinf(x) && x < 0))
         return false;
+    }
   return true;
+}
+
+/// The scores' scaling of masked_attention: by `scale`, or divided by it.
+struct AttentionScale {
+  at::Scalar scale;
+  bool divide;
+  void apply(at::Tensor &scores) const {
+    if (divide)
+      scores.div_(scale);
+    else
+      scores.mul_(scale);
+  }
+};
+
+/// A mask (boolean, or additive float) applied to the scores.
+void applyMask(at::Tensor &scores, const at::Tensor &mask) {
+  if (mask.scalar_type() == at::kBool)
+    scores.masked_fill_(mask.logical_not(), -INFINITY);
+  else
+    scores.add_(mask);
 }
 
 /// Rows per block of a causal attention: row block [i, i + rows) reads
@@ -430,19 +463,20 @@ private:
   at::Tensor buffer;
 };
 
-/// masked_attention on stacks `[n, t, d]`: the scaled scores, masked to
-/// -inf, their softmax into `probs` and `probs @ v` into `out`, as the
-/// unfused ops compute them (matmul, mul, where, softmax, matmul). With a
-/// causal mask, row block [i0, i1) reads keys [0, i1) only; the probs it
-/// skips are zero, as softmax leaves them.
+/// masked_attention on stacks `[n, t, d]`: the scaled and masked scores,
+/// their softmax into `probs` and `probs @ v` into `out`, as the unfused
+/// ops compute them (matmul, mul or div, where or add, softmax, matmul).
+/// With a causal mask, row block [i0, i1) reads keys [0, i1) only; the
+/// probs it skips are zero, as softmax leaves them.
 void attentionForward(const at::Tensor &q, const at::Tensor &k,
                       const at::Tensor &v, const at::Tensor &mask, bool causal,
-                      double scale, at::Tensor &out, at::Tensor &probs) {
+                      const AttentionScale &s, at::Tensor &out,
+                      at::Tensor &probs) {
   int64_t n = q.size(0), t = q.size(1);
-  const at::Scalar s{float(scale)};
   if (!causal) {
-    at::Tensor scores = at::bmm(q, k.transpose(1, 2)).mul_(s);
-    scores.masked_fill_(mask.logical_not(), -INFINITY);
+    at::Tensor scores = at::bmm(q, k.transpose(1, 2));
+    s.apply(scores);
+    applyMask(scores, mask);
     at::_softmax_out(probs, scores, -1, false);
     at::bmm_out(out, probs, v);
     return;
@@ -450,13 +484,15 @@ void attentionForward(const at::Tensor &q, const at::Tensor &k,
   int64_t rows = std::min(t, attentionRows(t));
   Scratch scoresBuf(n * rows * t, q.options()),
       probsBuf(n * rows * t, q.options());
-  at::Tensor above = at::ones({rows, rows}, mask.options()).triu_(1);
+  at::Tensor above =
+      at::ones({rows, rows}, mask.options().dtype(at::kBool)).triu_(1);
   for (int64_t i0 = 0; i0 < t; i0 += rows) {
     int64_t i1 = std::min(t, i0 + rows), r = i1 - i0;
     at::Tensor scores = scoresBuf.get(n, r, i1);
     at::bmm_out(scores, q.narrow(1, i0, r), k.narrow(1, 0, i1).transpose(1, 2));
-    scores.mul_(s);
-    // Within the diagonal block, keys after the query are masked.
+    s.apply(scores);
+    // Within the diagonal block, keys after the query are masked (adding
+    // zero where they are not leaves the scores as they are).
     scores.narrow(2, i0, r).masked_fill_(above.narrow(0, 0, r).narrow(1, 0, r),
                                          -INFINITY);
     at::Tensor p = probsBuf.get(n, r, i1);
@@ -470,22 +506,23 @@ void attentionForward(const at::Tensor &q, const at::Tensor &k,
 }
 
 /// masked_attention_backward on stacks: `grad_value = probs^T grad`,
-/// `ds = softmax_backward(grad v^T, probs) * scale`, `grad_query = ds k`,
+/// `ds = softmax_backward(grad v^T, probs)`, scaled as the scores were,
+/// `grad_query = ds k`,
 /// `grad_key = ds^T q`. With a causal mask, row block [i0, i1) reads keys
 /// [0, i1): its query gradient rows, and its terms of the key and value
 /// gradients of keys [0, i1), summed block after block. The terms skipped
 /// are products with probabilities that are zero.
 void attentionBackward(const at::Tensor &g, const at::Tensor &q,
                        const at::Tensor &k, const at::Tensor &v,
-                       const at::Tensor &probs, bool causal, double scale,
-                       at::Tensor &gq, at::Tensor &gk, at::Tensor &gv) {
+                       const at::Tensor &probs, bool causal,
+                       const AttentionScale &s, at::Tensor &gq, at::Tensor &gk,
+                       at::Tensor &gv) {
   int64_t n = q.size(0), t = q.size(1);
-  const at::Scalar s{float(scale)};
   if (!causal) {
     at::bmm_out(gv, probs.transpose(1, 2), g);
     at::Tensor ds = at::_softmax_backward_data(at::bmm(g, v.transpose(1, 2)),
-                                               probs, -1, probs.scalar_type())
-                        .mul_(s);
+                                               probs, -1, probs.scalar_type());
+    s.apply(ds);
     at::bmm_out(gq, ds, k);
     at::bmm_out(gk, ds.transpose(1, 2), q);
     return;
@@ -505,7 +542,7 @@ void attentionBackward(const at::Tensor &g, const at::Tensor &q,
     at::bmm_out(dp, gBlock, v.narrow(1, 0, i1).transpose(1, 2));
     at::Tensor d = dsBuf.get(n, r, i1);
     at::_softmax_backward_data_out(d, dp, p, -1, p.scalar_type());
-    d.mul_(s);
+    s.apply(d);
     at::Tensor o = gq.narrow(1, i0, r);
     at::bmm_out(o, d, k.narrow(1, 0, i1));
     gk.narrow(1, 0, i1).baddbmm_(d.transpose(1, 2), q.narrow(1, i0, r));
@@ -985,6 +1022,7 @@ void runKernel(Ctx &c) {
     at::Tensor q = asStack(query), k = asStack(c.in(1)), v = asStack(c.in(2));
     at::Tensor mask = maskStack(c.in(3), query);
     bool causal = isCausalMask(c.in(3), q.size(1));
+    AttentionScale scale{at::Scalar(float(a.scale)), a.scaleDivides};
     at::Tensor out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
     at::Tensor probs =
         at::empty({q.size(0), q.size(1), q.size(1)}, q.options());
@@ -993,7 +1031,7 @@ void runKernel(Ctx &c) {
       at::Tensor o = out.narrow(0, begin, n), p = probs.narrow(0, begin, n);
       attentionForward(q.narrow(0, begin, n), k.narrow(0, begin, n),
                        v.narrow(0, begin, n), mask.narrow(0, begin, n), causal,
-                       a.scale, o, p);
+                       scale, o, p);
     });
     std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end());
     shape.back() = v.size(2);
@@ -1007,6 +1045,7 @@ void runKernel(Ctx &c) {
     at::Tensor g = asStack(c.in(0)), q = asStack(query), k = asStack(c.in(2)),
                v = asStack(c.in(3)), probs = asStack(c.in(5));
     bool causal = isCausalMask(c.in(4), q.size(1));
+    AttentionScale scale{at::Scalar(float(a.scale)), a.scaleDivides};
     at::Tensor gq = at::empty_like(q), gk = at::empty_like(k),
                gv = at::empty_like(v);
     forBlocks(q.size(0), 1, 1, [&](int64_t begin, int64_t end) {
@@ -1015,7 +1054,7 @@ void runKernel(Ctx &c) {
                  ov = gv.narrow(0, begin, n);
       attentionBackward(g.narrow(0, begin, n), q.narrow(0, begin, n),
                         k.narrow(0, begin, n), v.narrow(0, begin, n),
-                        probs.narrow(0, begin, n), causal, a.scale, oq, ok, ov);
+                        probs.narrow(0, begin, n), causal, scale, oq, ok, ov);
     });
     c.set(0, gq.view(query.sizes()));
     c.set(1, gk.view(query.sizes()));

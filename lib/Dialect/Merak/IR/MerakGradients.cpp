@@ -530,7 +530,7 @@ GRADIENT(MaskedAttentionOp) {
       loc,
       TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
       g, getQuery(), getKey(), getValue(), getMask(), getProbs(),
-      getScaleAttr());
+      getScaleAttr(), getDivideAttr());
   operandGrads[0] = op.getGradQuery();
   operandGrads[1] = op.getGradKey();
   operandGrads[2] = op.getGradValue();

@@ -335,6 +335,11 @@ static LogicalResult checkAttentionShapes(Operation *op, Value query,
     return op->emitOpError("value and probs must have the query's element "
                            "type ")
            << q.getElementType();
+  if (!m.getElementType().isInteger(1) &&
+      m.getElementType() != q.getElementType())
+    return op->emitOpError("an additive mask must have the query's element "
+                           "type ")
+           << q.getElementType() << ", got " << m.getElementType();
   ArrayRef<int64_t> qs = q.getShape();
   int64_t t = qs[rank - 2];
   if (v.getRank() != rank || v.getShape().drop_back() != qs.drop_back())
@@ -363,8 +368,9 @@ static LogicalResult checkAttentionShapes(Operation *op, Value query,
 }
 
 LogicalResult MaskedAttentionOp::verify() {
-  if (!std::isfinite(getScale().convertToDouble()))
-    return emitOpError("scale must be finite");
+  if (!std::isfinite(getScale().convertToDouble()) ||
+      (getDivide() && getScale().convertToDouble() == 0.0))
+    return emitOpError("scale must be finite (and non-zero to divide by)");
   if (failed(checkAttentionShapes(*this, getQuery(), getValue(), getMask(),
                                   getProbs())))
     return failure();
@@ -376,8 +382,9 @@ LogicalResult MaskedAttentionOp::verify() {
 }
 
 LogicalResult MaskedAttentionBackwardOp::verify() {
-  if (!std::isfinite(getScale().convertToDouble()))
-    return emitOpError("scale must be finite");
+  if (!std::isfinite(getScale().convertToDouble()) ||
+      (getDivide() && getScale().convertToDouble() == 0.0))
+    return emitOpError("scale must be finite (and non-zero to divide by)");
   return checkAttentionShapes(*this, getQuery(), getValue(), getMask(),
                               getProbs());
 }

@@ -1,21 +1,24 @@
 //===- FuseAttention.cpp - masked attention chains into one op ------------===//
 //
-// A model's attention with a boolean mask (GPT-2's
-// `att.masked_fill(~mask, -inf)`) imports to a chain of six ops: the scores
-// `matmul(q, k^T)`, their scaling, the masking `where`, `softmax`, a
-// dropout and `matmul(probs, v)`. Fused into one `merak.masked_attention`,
-// the kernel sees the mask next to the products and, where it is causal,
-// skips the blocks of both products (and of the four in the backward) that
-// the mask zeroes: about half of the attention's work at long sequences.
+// A model's masked attention imports to a chain of ops: the scores
+// `matmul(q, k^T)`, their scaling, the mask (GPT-2's boolean
+// `masked_fill(~mask, -inf)` as a `where`, LLaMA's additive `scores + mask`
+// as an `add`), `softmax`, a dropout and `matmul(probs, v)`. Fused into one
+// `merak.masked_attention`, the kernel sees the mask next to the products
+// and, where it is causal, skips the blocks of both products (and of the
+// four in the backward) that the mask zeroes: about half of the
+// attention's work at long sequences.
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include <cmath>
 
@@ -53,6 +56,26 @@ bool isLastDimSwap(PermuteOp p) {
 }
 
 bool hasOneUse(Value v) { return v.hasOneUse(); }
+
+/// Whether `v` is computed from a parameter (a `merak.param` argument).
+bool dependsOnParameter(Value v) {
+  SmallVector<Value> work = {v};
+  DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value x = work.pop_back_val();
+    if (!seen.insert(x).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(x)) {
+      auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+      if (func && func.getArgAttr(arg.getArgNumber(), kParamAttr))
+        return true;
+      continue;
+    }
+    for (Value operand : x.getDefiningOp()->getOperands())
+      work.push_back(operand);
+  }
+  return false;
+}
 
 RankedTensorType tensorType(Value v) {
   return cast<RankedTensorType>(v.getType());
@@ -95,31 +118,62 @@ struct FuseAttentionPass
       return;
     Value v = context.getRhs();
 
-    // Up: where(not(mask), -inf, scores), scores = [mul(] matmul [, c)].
-    auto where = softmax.getInput().getDefiningOp<WhereOp>();
-    if (!where || !hasOneUse(where.getResult()))
+    // Up: the mask, where(not(mask), -inf, s) or s + mask ...
+    Value masked = softmax.getInput();
+    if (!hasOneUse(masked))
       return;
-    auto notOp = where.getCondition().getDefiningOp<NotOp>();
-    std::optional<double> fill = scalarConstant(where.getOnTrue());
-    if (!notOp || !fill || !std::isinf(*fill) || *fill > 0)
+    Value mask, scores;
+    Operation *maskOp = masked.getDefiningOp();
+    SmallVector<Operation *> shared; // erased when nothing else reads them
+    if (auto where = dyn_cast_or_null<WhereOp>(maskOp)) {
+      auto notOp = where.getCondition().getDefiningOp<NotOp>();
+      std::optional<double> fill = scalarConstant(where.getOnTrue());
+      if (!notOp || !fill || !std::isinf(*fill) || *fill > 0)
+        return;
+      mask = notOp.getInput();
+      scores = where.getOnFalse();
+      shared = {notOp, where.getOnTrue().getDefiningOp()};
+    } else if (auto add = dyn_cast_or_null<AddOp>(maskOp)) {
+      // The scores are the operand of the result's type that the scaling
+      // or the product computes; the mask is the other one, and must not
+      // need a gradient (T5's position bias, added the same way, does).
+      auto isScores = [&](Value x) {
+        return tensorType(x) == type &&
+               isa_and_nonnull<MulOp, DivOp, MatmulOp>(x.getDefiningOp());
+      };
+      scores = isScores(add.getLhs()) ? add.getLhs() : add.getRhs();
+      mask = scores == add.getLhs() ? add.getRhs() : add.getLhs();
+      if (!isScores(scores) ||
+          tensorType(mask).getElementType() != type.getElementType() ||
+          dependsOnParameter(mask))
+        return;
+      shared = {mask.getDefiningOp()};
+    } else {
       return;
-    Value mask = notOp.getInput();
-    Value scores = where.getOnFalse();
+    }
     if (tensorType(scores) != type)
       return;
+    // ... of s = matmul(q, k^T), optionally multiplied or divided by a
+    // one-element constant.
     double scale = 1.0;
-    MulOp mul = scores.getDefiningOp<MulOp>();
-    if (mul) {
-      std::optional<double> c = scalarConstant(mul.getRhs());
-      Value other = mul.getLhs();
-      if (!c) {
-        c = scalarConstant(mul.getLhs());
-        other = mul.getRhs();
+    bool divide = false;
+    Operation *scaling = scores.getDefiningOp();
+    if (isa_and_nonnull<MulOp, DivOp>(scaling)) {
+      Value lhs = scaling->getOperand(0), rhs = scaling->getOperand(1);
+      divide = isa<DivOp>(scaling);
+      std::optional<double> c = scalarConstant(rhs);
+      Value other = lhs;
+      if (!c && !divide) {
+        c = scalarConstant(lhs);
+        other = rhs;
       }
-      if (!c || !hasOneUse(mul.getResult()))
+      if (!c || (divide && *c == 0.0) || !hasOneUse(scaling->getResult(0)))
         return;
       scale = *c;
+      shared.push_back((other == lhs ? rhs : lhs).getDefiningOp());
       scores = other;
+    } else {
+      scaling = nullptr;
     }
     auto product = scores.getDefiningOp<MatmulOp>();
     if (!product || !hasOneUse(product.getResult()) ||
@@ -168,26 +222,20 @@ struct FuseAttentionPass
       if (size != 1 && size != type.getShape()[rank - ms.size() + j])
         return;
 
-    auto fused = b.create<MaskedAttentionOp>(loc, TypeRange{vt, type}, q, k, v,
-                                             mask, b.getF64FloatAttr(scale));
+    auto fused = b.create<MaskedAttentionOp>(
+        loc, TypeRange{vt, type}, q, k, v, mask, b.getF64FloatAttr(scale),
+        divide ? b.getUnitAttr() : UnitAttr());
     context.getResult().replaceAllUsesWith(fused.getResult());
     // The chain, last reader first; shared values (the mask's `not`, the
     // constants, k's transpose) go when nothing else reads them.
-    SmallVector<Operation *> chain = {context, dropout, softmax, where};
-    SmallVector<Operation *> shared = {notOp,
-                                       where.getOnTrue().getDefiningOp()};
-    if (mul) {
-      chain.push_back(mul);
-      shared.push_back((mul.getLhs() == scores ? mul.getRhs() : mul.getLhs())
-                           .getDefiningOp());
-    }
-    chain.push_back(product);
     shared.push_back(permute);
-    for (Operation *op : chain)
+    for (Operation *op :
+         {context.getOperation(), dropout.getOperation(),
+          softmax.getOperation(), maskOp, scaling, product.getOperation()})
       if (op)
         op->erase();
     for (Operation *op : shared)
-      if (op && op->use_empty())
+      if (op && op->use_empty() && isMemoryEffectFree(op))
         op->erase();
   }
 };

@@ -52,7 +52,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::init(-1)};
   Option<bool> fuseAttention{
       *this, "fuse-attention",
-      llvm::cl::desc("fuse boolean-masked attention into "
+      llvm::cl::desc("fuse masked attention into "
                      "merak.masked_attention (--merak-fuse-attention)"),
       llvm::cl::init(true)};
 };

@@ -787,7 +787,7 @@ func.func @attention_key(%q: tensor<2x8x16xf32>, %k: tensor<2x8x8xf32>, %m: tens
 // -----
 
 func.func @attention_scale(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>) {
-  // expected-error @below {{'merak.masked_attention' op scale must be finite}}
+  // expected-error @below {{'merak.masked_attention' op scale must be finite (and non-zero to divide by)}}
   %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 0x7FF0000000000000 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xi1>) -> (tensor<8x16xf32>, tensor<8x8xf32>)
   return
 }
@@ -797,5 +797,21 @@ func.func @attention_scale(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>) {
 func.func @attention_backward_probs(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>, %p: tensor<8x9xf32>) {
   // expected-error @below {{'merak.masked_attention_backward' op probs shape [8, 9] differs from the scores' [8, 8]}}
   %0:3 = merak.masked_attention_backward %q, %q, %q, %q, %m, %p {scale = 1.0 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xi1>, tensor<8x9xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_additive_mask_type(%q: tensor<8x16xf32>, %m: tensor<8x8xf64>) {
+  // expected-error @below {{'merak.masked_attention' op an additive mask must have the query's element type 'f32', got 'f64'}}
+  %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 1.0 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xf64>) -> (tensor<8x16xf32>, tensor<8x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_divide_by_zero(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>) {
+  // expected-error @below {{'merak.masked_attention' op scale must be finite (and non-zero to divide by)}}
+  %0:2 = merak.masked_attention %q, %q, %q, %m {divide, scale = 0.0 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xi1>) -> (tensor<8x16xf32>, tensor<8x8xf32>)
   return
 }

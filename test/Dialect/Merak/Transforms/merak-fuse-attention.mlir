@@ -1,6 +1,6 @@
-// Tests --merak-fuse-attention: the chain a boolean-masked attention
-// imports to becomes one merak.masked_attention; chains it cannot replace
-// exactly stay as they are.
+// Tests --merak-fuse-attention: the chain a masked attention imports to
+// (a boolean mask through where, an additive one through add) becomes one
+// merak.masked_attention; chains it cannot replace exactly stay as they are.
 // RUN: merak-opt %s -split-input-file --merak-fuse-attention | FileCheck %s
 
 // GPT-2's attention: q @ k^T, scaled, masked_fill(~mask, -inf), softmax,
@@ -41,6 +41,56 @@ func.func @unscaled(%q: tensor<8x16xf32>, %kt: tensor<16x8xf32>, %v: tensor<8x4x
   %p = merak.softmax %masked {dim = -1 : i64} : tensor<8x8xf32>
   %o = merak.matmul %p, %v : (tensor<8x8xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   return %o : tensor<8x4xf32>
+}
+
+// -----
+
+// LLaMA's attention: the scores divided by sqrt(d), plus a constant
+// additive causal mask (zeros and -inf). The fused op divides and adds.
+// CHECK-LABEL: func.func @llama
+// CHECK-NEXT: %[[M:.*]] = merak.constant
+// CHECK-NEXT: %[[R:.*]], %{{.*}} = merak.masked_attention %arg0, %arg1, %arg2, %[[M]] {divide, scale = 2.000000e+00 : f64} : (tensor<2x4x3x4xf32>, tensor<2x4x3x4xf32>, tensor<2x4x3x4xf32>, tensor<3x3xf32>) -> (tensor<2x4x3x4xf32>, tensor<2x4x3x3xf32>)
+// CHECK-NEXT: return %[[R]]
+func.func @llama(%q: tensor<2x4x3x4xf32>, %k: tensor<2x4x3x4xf32>, %v: tensor<2x4x3x4xf32>) -> tensor<2x4x3x4xf32> {
+  %mask = merak.constant dense<[[0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>
+  %kt = merak.permute %k {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x4x3x4xf32>) -> tensor<2x4x4x3xf32>
+  %s = merak.matmul %q, %kt : (tensor<2x4x3x4xf32>, tensor<2x4x4x3xf32>) -> tensor<2x4x3x3xf32>
+  %c = merak.constant dense<2.000000e+00> : tensor<f32>
+  %scaled = merak.div %s, %c : (tensor<2x4x3x3xf32>, tensor<f32>) -> tensor<2x4x3x3xf32>
+  %masked = merak.add %scaled, %mask : (tensor<2x4x3x3xf32>, tensor<3x3xf32>) -> tensor<2x4x3x3xf32>
+  %p = merak.softmax %masked {dim = 3 : i64} : tensor<2x4x3x3xf32>
+  %o = merak.matmul %p, %v : (tensor<2x4x3x3xf32>, tensor<2x4x3x4xf32>) -> tensor<2x4x3x4xf32>
+  return %o : tensor<2x4x3x4xf32>
+}
+
+// -----
+
+// An additive term computed from a parameter (T5's relative position
+// bias) needs its gradient: the chain stays. So does a constant divisor
+// on the left (c / s is not a scaling of the scores).
+// CHECK-LABEL: func.func @position_bias
+// CHECK-NOT: merak.masked_attention
+// CHECK: merak.softmax
+func.func @position_bias(%q: tensor<8x16xf32>, %kt: tensor<16x8xf32>, %v: tensor<8x16xf32>, %table: tensor<8x8xf32> {merak.param = "bias"}) -> tensor<8x16xf32> {
+  %s = merak.matmul %q, %kt : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+  %bias = merak.neg %table : tensor<8x8xf32>
+  %masked = merak.add %s, %bias : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %p = merak.softmax %masked {dim = 1 : i64} : tensor<8x8xf32>
+  %o = merak.matmul %p, %v : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %o : tensor<8x16xf32>
+}
+
+// CHECK-LABEL: func.func @divisor_on_the_left
+// CHECK-NOT: merak.masked_attention
+// CHECK: merak.softmax
+func.func @divisor_on_the_left(%q: tensor<8x16xf32>, %kt: tensor<16x8xf32>, %v: tensor<8x16xf32>, %mask: tensor<8x8xf32>) -> tensor<8x16xf32> {
+  %s = merak.matmul %q, %kt : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+  %c = merak.constant dense<2.000000e+00> : tensor<f32>
+  %scaled = merak.div %c, %s : (tensor<f32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %masked = merak.add %scaled, %mask : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %p = merak.softmax %masked {dim = 1 : i64} : tensor<8x8xf32>
+  %o = merak.matmul %p, %v : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %o : tensor<8x16xf32>
 }
 
 // -----

@@ -302,20 +302,26 @@ def Merak_MatmulOp : Merak_InferOp<"matmul"> {
 def Merak_MaskedAttentionOp : Merak_Op<"masked_attention",
     [Pure, AllTypesMatch<["query", "key"]>,
      DeclareOpInterfaceMethods<GradientOpInterface>]> {
-  let summary = "scaled dot-product attention with a boolean mask";
+  let summary = "scaled dot-product attention with a mask";
   let description = [{
-    `probs = softmax(where(mask, (query @ key^T) * scale, -inf))` over the
-    last dimension, and `result = probs @ value`: what a model's
-    `masked_fill` attention computes, in one op. `query` and `key` are
+    `probs = softmax(masked(scaled(query @ key^T)))` over the last
+    dimension, and `result = probs @ value`: what a model's masked
+    attention computes, in one op. `scaled(s)` is `s * scale`, or
+    `s / scale` with `divide`. `mask` broadcasts against the scores: a
+    boolean mask (true: attend) gives `where(mask, s, -inf)`
+    (`masked_fill`), a float mask of the query's element type `s + mask`
+    (an additive mask of zeros and `-inf`). `query` and `key` are
     `[..., T, D]` (the same shape, self-attention), `value` is
-    `[..., T, E]`; `mask` (true: attend) broadcasts against `[..., T, T]`.
-    `probs` is what the backward reads. `--merak-fuse-attention` builds it.
-    A kernel may skip the blocks of the product a causal (lower-triangular)
-    mask removes; a fully masked row gives NaN, as in PyTorch.
+    `[..., T, E]`. `probs` is what the backward reads.
+    `--merak-fuse-attention` builds it. A kernel may skip the blocks of the
+    products a causal mask (lower-triangular, or zero on and below the
+    diagonal and `-inf` above) removes; a fully masked row gives NaN, as in
+    PyTorch.
   }];
   let arguments = (ins Merak_FloatTensor:$query, Merak_FloatTensor:$key,
-                   Merak_FloatTensor:$value, Merak_BoolTensor:$mask,
-                   F64Attr:$scale);
+                   Merak_FloatTensor:$value,
+                   AnyTypeOf<[Merak_BoolTensor, Merak_FloatTensor]>:$mask,
+                   F64Attr:$scale, UnitAttr:$divide);
   let results = (outs Merak_FloatTensor:$result, Merak_FloatTensor:$probs);
   let assemblyFormat =
       "operands attr-dict `:` functional-type(operands, results)";
@@ -596,14 +602,16 @@ def Merak_MaskedAttentionBackwardOp
   let summary = "gradients of masked_attention: query, key and value";
   let description = [{
     From `probs` (the forward's second result): `grad_value = probs^T @
-    grad`, `s = softmax_backward(grad @ value^T, probs) * scale`,
-    `grad_query = s @ key`, `grad_key = s^T @ query`. `mask` lets a kernel
-    skip the blocks a causal mask removes.
+    grad`, `s = scaled(softmax_backward(grad @ value^T, probs))` (by
+    `scale`, divided with `divide`), `grad_query = s @ key`,
+    `grad_key = s^T @ query`. `mask` (as the forward's) lets a kernel skip
+    the blocks a causal mask removes; it gets no gradient.
   }];
   let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$query,
                    Merak_FloatTensor:$key, Merak_FloatTensor:$value,
-                   Merak_BoolTensor:$mask, Merak_FloatTensor:$probs,
-                   F64Attr:$scale);
+                   AnyTypeOf<[Merak_BoolTensor, Merak_FloatTensor]>:$mask,
+                   Merak_FloatTensor:$probs, F64Attr:$scale,
+                   UnitAttr:$divide);
   let results = (outs Merak_FloatTensor:$grad_query,
                  Merak_FloatTensor:$grad_key, Merak_FloatTensor:$grad_value);
   let hasVerifier = 1;

@@ -295,14 +295,15 @@ def SparseEmbeddingGrads : Pass<"merak-sparse-embedding-grads",
 }
 
 def FuseAttention : Pass<"merak-fuse-attention", "mlir::ModuleOp"> {
-  let summary = "Fuse boolean-masked attention into merak.masked_attention";
+  let summary = "Fuse masked attention into merak.masked_attention";
   let description = [{
     Runs on the forward program, before `--merak-autodiff`;
-    `--merak-train` runs it. The chain a model's `masked_fill` attention
-    imports to, `matmul(q, k^T)`, an optional `mul` by a scalar constant,
-    `where(not(mask), -inf, .)`, `softmax` over the last dimension, an
-    optional dropout of probability 0 and `matmul(., v)`, becomes one
-    `merak.masked_attention` (its gradient one
+    `--merak-train` runs it. The chain a model's masked attention imports
+    to, `matmul(q, k^T)`, an optional `mul` or `div` by a one-element
+    constant, the mask (`where(not(mask), -inf, .)` for a boolean one,
+    `add` of a float one that needs no gradient), `softmax` over the last
+    dimension, an optional dropout of probability 0 and `matmul(., v)`,
+    becomes one `merak.masked_attention` (its gradient one
     `merak.masked_attention_backward`). The result is the same; the CPU
     kernel skips the blocks of the products that a causal mask removes.
     Chains whose intermediate values have other readers, or with a dropout
