@@ -125,14 +125,25 @@ struct FuseAttentionPass
     Value mask, scores;
     Operation *maskOp = masked.getDefiningOp();
     SmallVector<Operation *> shared; // erased when nothing else reads them
+    auto isMinusInf = [](Value x) {
+      std::optional<double> fill = scalarConstant(x);
+      return fill && std::isinf(*fill) && *fill < 0;
+    };
     if (auto where = dyn_cast_or_null<WhereOp>(maskOp)) {
-      auto notOp = where.getCondition().getDefiningOp<NotOp>();
-      std::optional<double> fill = scalarConstant(where.getOnTrue());
-      if (!notOp || !fill || !std::isinf(*fill) || *fill > 0)
+      // masked_fill(~mask, -inf): where(not(mask), -inf, s); or
+      // torch.where(mask, s, -inf).
+      if (auto notOp = where.getCondition().getDefiningOp<NotOp>();
+          notOp && isMinusInf(where.getOnTrue())) {
+        mask = notOp.getInput();
+        scores = where.getOnFalse();
+        shared = {notOp, where.getOnTrue().getDefiningOp()};
+      } else if (isMinusInf(where.getOnFalse())) {
+        mask = where.getCondition();
+        scores = where.getOnTrue();
+        shared = {where.getOnFalse().getDefiningOp()};
+      } else {
         return;
-      mask = notOp.getInput();
-      scores = where.getOnFalse();
-      shared = {notOp, where.getOnTrue().getDefiningOp()};
+      }
     } else if (auto add = dyn_cast_or_null<AddOp>(maskOp)) {
       // The scores are the operand of the result's type that the scaling
       // or the product computes; the mask is the other one, and must not

@@ -45,6 +45,24 @@ func.func @unscaled(%q: tensor<8x16xf32>, %kt: tensor<16x8xf32>, %v: tensor<8x4x
 
 // -----
 
+// torch.where(mask, scores, -inf): the condition is the mask itself.
+// CHECK-LABEL: func.func @where_keep
+// CHECK-NEXT: %[[R:.*]], %{{.*}} = merak.masked_attention %arg0, %arg1, %arg2, %arg3 {scale = 1.250000e-01 : f64}
+// CHECK-NEXT: return %[[R]]
+func.func @where_keep(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>, %v: tensor<4x8x16xf32>, %mask: tensor<8x8xi1>) -> tensor<4x8x16xf32> {
+  %kt = merak.permute %k {permutation = array<i64: 0, 2, 1>} : (tensor<4x8x16xf32>) -> tensor<4x16x8xf32>
+  %s = merak.matmul %q, %kt : (tensor<4x8x16xf32>, tensor<4x16x8xf32>) -> tensor<4x8x8xf32>
+  %c = merak.constant dense<1.250000e-01> : tensor<f32>
+  %scaled = merak.mul %c, %s : (tensor<f32>, tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %inf = merak.constant dense<0xFF800000> : tensor<f32>
+  %masked = merak.where %mask, %scaled, %inf : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<f32>) -> tensor<4x8x8xf32>
+  %p = merak.softmax %masked {dim = 2 : i64} : tensor<4x8x8xf32>
+  %o = merak.matmul %p, %v : (tensor<4x8x8xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+  return %o : tensor<4x8x16xf32>
+}
+
+// -----
+
 // LLaMA's attention: the scores divided by sqrt(d), plus a constant
 // additive causal mask (zeros and -inf). The fused op divides and adds.
 // CHECK-LABEL: func.func @llama

@@ -300,7 +300,8 @@ def FuseAttention : Pass<"merak-fuse-attention", "mlir::ModuleOp"> {
     Runs on the forward program, before `--merak-autodiff`;
     `--merak-train` runs it. The chain a model's masked attention imports
     to, `matmul(q, k^T)`, an optional `mul` or `div` by a one-element
-    constant, the mask (`where(not(mask), -inf, .)` for a boolean one,
+    constant, the mask (`where(not(mask), -inf, .)` or
+    `where(mask, ., -inf)` for a boolean one,
     `add` of a float one that needs no gradient), `softmax` over the last
     dimension, an optional dropout of probability 0 and `matmul(., v)`,
     becomes one `merak.masked_attention` (its gradient one
