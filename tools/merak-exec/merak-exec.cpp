@@ -351,6 +351,9 @@ void printProfile(const OpProfile &profile, double stepMs) {
               stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
   std::printf("  BLAS: %s; %lld GEMMs split over threads\n",
               blasDescription().c_str(), (long long)gemmsSplitOverThreads());
+  if (int64_t causal = causalAttentionCalls())
+    std::printf("  attention by causal blocks: %lld calls\n",
+                (long long)causal);
   std::printf("  %-32s %8s %12s %7s\n", "op", "calls", "ms", "share");
   for (const auto &[kind, e] : rows)
     std::printf("  %-32s %8lld %12.2f %6.1f%%\n", opFullName(kind).c_str(),

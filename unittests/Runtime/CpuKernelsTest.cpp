@@ -517,11 +517,16 @@ TEST_F(CpuKernelsTest, MaskedAttentionMatchesUnfusedOps) {
       bool causal = kind == 0 || kind == 3;
       std::string what =
           "T=" + std::to_string(t) + " mask " + std::to_string(kind) + ": ";
+      int64_t causalBefore = causalAttentionCalls();
       auto fwd = run(OpKind::MaskedAttention, attrs, {q, k, v, mask},
                      {typeOf(want.result), typeOf(want.probs)});
       auto bwd = run(OpKind::MaskedAttentionBackward, attrs,
                      {g, q, k, v, mask, want.probs},
                      {typeOf(q), typeOf(k), typeOf(v)});
+      // Causal masks (boolean or additive) take the blocked path, forward
+      // and backward; the others do not.
+      EXPECT_EQ(causalAttentionCalls() - causalBefore, causal ? 2 : 0)
+          << what << "causal path";
       // The general path runs the unfused ops' kernels: the same bits
       // forward. The causal blocks sum rows of other lengths and GEMMs of
       // other shapes: within rounding.

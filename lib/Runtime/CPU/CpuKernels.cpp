@@ -239,6 +239,7 @@ std::atomic<bool> gemmsOnAtenThreads{false};
 
 /// GEMMs so far that ran as more than one block on ATen's threads.
 std::atomic<int64_t> gemmsSplit{0};
+std::atomic<int64_t> causalAttention{0};
 
 /// An OpenBLAS entry point, or null where the BLAS is another.
 template <typename Fn> Fn *blasFunction(const char *name) {
@@ -1022,6 +1023,8 @@ void runKernel(Ctx &c) {
     at::Tensor q = asStack(query), k = asStack(c.in(1)), v = asStack(c.in(2));
     at::Tensor mask = maskStack(c.in(3), query);
     bool causal = isCausalMask(c.in(3), q.size(1));
+    if (causal)
+      causalAttention.fetch_add(1);
     AttentionScale scale{at::Scalar(float(a.scale)), a.scaleDivides};
     at::Tensor out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
     at::Tensor probs =
@@ -1045,6 +1048,8 @@ void runKernel(Ctx &c) {
     at::Tensor g = asStack(c.in(0)), q = asStack(query), k = asStack(c.in(2)),
                v = asStack(c.in(3)), probs = asStack(c.in(5));
     bool causal = isCausalMask(c.in(4), q.size(1));
+    if (causal)
+      causalAttention.fetch_add(1);
     AttentionScale scale{at::Scalar(float(a.scale)), a.scaleDivides};
     at::Tensor gq = at::empty_like(q), gk = at::empty_like(k),
                gv = at::empty_like(v);
@@ -1458,6 +1463,8 @@ private:
 } // namespace
 
 int64_t gemmsSplitOverThreads() { return gemmsSplit.load(); }
+
+int64_t causalAttentionCalls() { return causalAttention.load(); }
 
 std::string blasDescription() {
   auto *config = blasFunction<char *()>("openblas_get_config");

@@ -32,6 +32,10 @@ std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options);
 /// kernels' threads (`CpuBackendOptions::oneThreadPool`).
 int64_t gemmsSplitOverThreads();
 
+/// Calls of masked_attention and its backward in this process so far that
+/// found a causal mask and ran by blocks of rows.
+int64_t causalAttentionCalls();
+
 /// The BLAS and how GEMMs use it, for reports: "OpenBLAS 0.3.21 ...
 /// (SkylakeX kernels; GEMMs split over the kernels' threads)".
 std::string blasDescription();
