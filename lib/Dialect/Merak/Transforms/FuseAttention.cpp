@@ -211,19 +211,14 @@ struct FuseAttentionPass
     if (tensorType(context.getResult()) != vt)
       return;
 
-    OpBuilder b(context);
-    Location loc =
-        b.getFusedLoc({product.getLoc(), softmax.getLoc(), context.getLoc()});
-    Value k;
+    // k is kT with its last two dimensions swapped back: the permute's
+    // input, or a new permute.
     auto permute = kT.getDefiningOp<PermuteOp>();
-    if (permute && isLastDimSwap(permute)) {
-      k = permute.getInput();
-    } else {
-      SmallVector<int64_t> perm = llvm::to_vector(llvm::seq<int64_t>(0, rank));
-      std::swap(perm[rank - 1], perm[rank - 2]);
-      k = b.create<PermuteOp>(loc, kT, perm);
-    }
-    if (tensorType(k) != qt)
+    if (!permute || !isLastDimSwap(permute))
+      permute = nullptr;
+    SmallVector<int64_t> kShape(kTt.getShape());
+    std::swap(kShape[rank - 1], kShape[rank - 2]);
+    if (ArrayRef<int64_t>(kShape) != qs)
       return;
     // The mask must broadcast against the scores.
     ArrayRef<int64_t> ms = tensorType(mask).getShape();
@@ -233,6 +228,17 @@ struct FuseAttentionPass
       if (size != 1 && size != type.getShape()[rank - ms.size() + j])
         return;
 
+    OpBuilder b(context);
+    Location loc =
+        b.getFusedLoc({product.getLoc(), softmax.getLoc(), context.getLoc()});
+    Value k;
+    if (permute) {
+      k = permute.getInput();
+    } else {
+      SmallVector<int64_t> perm = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+      std::swap(perm[rank - 1], perm[rank - 2]);
+      k = b.create<PermuteOp>(loc, kT, perm);
+    }
     auto fused = b.create<MaskedAttentionOp>(
         loc, TypeRange{vt, type}, q, k, v, mask, b.getF64FloatAttr(scale),
         divide ? b.getUnitAttr() : UnitAttr());

@@ -168,3 +168,19 @@ func.func @softmax_over_queries(%q: tensor<8x16xf32>, %kt: tensor<16x8xf32>, %v:
   %o = merak.matmul %p, %v : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
   return %o : tensor<8x16xf32>
 }
+
+// Cross-attention (8 queries, 6 keys) is not self-attention: it stays, and
+// no transpose of the keys is left behind.
+// CHECK-LABEL: func.func @cross_attention
+// CHECK-NOT: merak.masked_attention
+// CHECK-NOT: merak.permute
+// CHECK: merak.softmax
+func.func @cross_attention(%q: tensor<8x16xf32>, %kt: tensor<16x6xf32>, %v: tensor<6x16xf32>, %mask: tensor<8x6xi1>) -> tensor<8x16xf32> {
+  %s = merak.matmul %q, %kt : (tensor<8x16xf32>, tensor<16x6xf32>) -> tensor<8x6xf32>
+  %not = merak.not %mask : tensor<8x6xi1>
+  %inf = merak.constant dense<0xFF800000> : tensor<f32>
+  %masked = merak.where %not, %inf, %s : (tensor<8x6xi1>, tensor<f32>, tensor<8x6xf32>) -> tensor<8x6xf32>
+  %p = merak.softmax %masked {dim = 1 : i64} : tensor<8x6xf32>
+  %o = merak.matmul %p, %v : (tensor<8x6xf32>, tensor<6x16xf32>) -> tensor<8x16xf32>
+  return %o : tensor<8x16xf32>
+}
