@@ -318,61 +318,78 @@ LogicalResult SoftmaxBackwardOp::verify() {
                    cast<RankedTensorType>(getOutput().getType()).getRank());
 }
 
-/// Shapes of masked_attention and its backward: `query` and `key` are
-/// [..., T, D], `value` [..., T, E], `mask` broadcasts against [..., T, T]
-/// and `probs` is [..., T, T].
-static LogicalResult checkAttentionShapes(Operation *op, Value query,
-                                          Value value, Value mask,
-                                          Value probs) {
+LogicalResult MaskedAttentionOp::checkOperands(Operation *op, Value query,
+                                               Value key, Value value,
+                                               Value mask) {
+  auto fail = [&](const std::string &message) {
+    if (op)
+      op->emitOpError(message);
+    return failure();
+  };
   auto q = tensorOf(query), v = tensorOf(value), m = tensorOf(mask);
-  auto p = tensorOf(probs);
   int64_t rank = q.getRank();
   if (rank < 2)
-    return op->emitOpError("query must have rank 2 or more, got ")
-           << shapeStr(q.getShape());
-  if (v.getElementType() != q.getElementType() ||
-      p.getElementType() != q.getElementType())
-    return op->emitOpError("value and probs must have the query's element "
-                           "type ")
-           << q.getElementType();
+    return fail("query must have rank 2 or more, got " +
+                shapeStr(q.getShape()));
+  if (tensorOf(key) != q)
+    return fail("key shape " + shapeStr(tensorOf(key).getShape()) +
+                " differs from the query's " + shapeStr(q.getShape()));
+  std::string elem;
+  llvm::raw_string_ostream(elem) << q.getElementType();
+  if (v.getElementType() != q.getElementType())
+    return fail("value must have the query's element type " + elem);
   if (!m.getElementType().isInteger(1) &&
-      m.getElementType() != q.getElementType())
-    return op->emitOpError("an additive mask must have the query's element "
-                           "type ")
-           << q.getElementType() << ", got " << m.getElementType();
+      m.getElementType() != q.getElementType()) {
+    std::string got;
+    llvm::raw_string_ostream(got) << m.getElementType();
+    return fail("an additive mask must have the query's element type " + elem +
+                ", got " + got);
+  }
   ArrayRef<int64_t> qs = q.getShape();
   int64_t t = qs[rank - 2];
   if (v.getRank() != rank || v.getShape().drop_back() != qs.drop_back())
-    return op->emitOpError("value shape ")
-           << shapeStr(v.getShape()) << " must be [..., " << t
-           << ", E] with the query's leading dimensions " << shapeStr(qs);
+    return fail("value shape " + shapeStr(v.getShape()) + " must be [..., " +
+                std::to_string(t) +
+                ", E] with the query's leading "
+                "dimensions " +
+                shapeStr(qs));
   SmallVector<int64_t> scores(qs.drop_back());
   scores.push_back(t);
-  if (p.getShape() != ArrayRef<int64_t>(scores))
-    return op->emitOpError("probs shape ")
-           << shapeStr(p.getShape()) << " differs from the scores' "
-           << shapeStr(scores);
   ArrayRef<int64_t> ms = m.getShape();
-  if (int64_t(ms.size()) > rank)
-    return op->emitOpError("mask shape ")
-           << shapeStr(ms) << " has more dimensions than the scores' "
-           << shapeStr(scores);
-  for (auto [j, size] : llvm::enumerate(ms)) {
-    int64_t full = scores[rank - ms.size() + j];
-    if (size != 1 && size != full)
-      return op->emitOpError("mask shape ")
-             << shapeStr(ms) << " does not broadcast to the scores' "
-             << shapeStr(scores);
-  }
+  bool broadcasts = int64_t(ms.size()) <= rank;
+  for (auto [j, size] : llvm::enumerate(ms))
+    if (broadcasts && size != 1 && size != scores[rank - ms.size() + j])
+      broadcasts = false;
+  if (!broadcasts)
+    return fail("mask shape " + shapeStr(ms) +
+                " does not broadcast to the scores' " + shapeStr(scores));
+  return success();
+}
+
+/// The operands and `probs` ([..., T, T]) of masked_attention or its
+/// backward.
+static LogicalResult checkAttention(Operation *op, Value query, Value key,
+                                    Value value, Value mask, Value probs,
+                                    double scale, bool divide) {
+  if (!std::isfinite(scale) || (divide && scale == 0.0))
+    return op->emitOpError("scale must be finite (and non-zero to divide by)");
+  if (failed(MaskedAttentionOp::checkOperands(op, query, key, value, mask)))
+    return failure();
+  auto q = tensorOf(query), p = tensorOf(probs);
+  SmallVector<int64_t> scores(q.getShape().drop_back());
+  scores.push_back(q.getShape()[q.getRank() - 2]);
+  if (p.getElementType() != q.getElementType() ||
+      p.getShape() != ArrayRef<int64_t>(scores))
+    return op->emitOpError("probs type ")
+           << p << " differs from the scores' "
+           << RankedTensorType::get(scores, q.getElementType());
   return success();
 }
 
 LogicalResult MaskedAttentionOp::verify() {
-  if (!std::isfinite(getScale().convertToDouble()) ||
-      (getDivide() && getScale().convertToDouble() == 0.0))
-    return emitOpError("scale must be finite (and non-zero to divide by)");
-  if (failed(checkAttentionShapes(*this, getQuery(), getValue(), getMask(),
-                                  getProbs())))
+  if (failed(checkAttention(*this, getQuery(), getKey(), getValue(), getMask(),
+                            getProbs(), getScale().convertToDouble(),
+                            getDivide())))
     return failure();
   if (getResult().getType() != getValue().getType())
     return emitOpError("result type ")
@@ -382,11 +399,8 @@ LogicalResult MaskedAttentionOp::verify() {
 }
 
 LogicalResult MaskedAttentionBackwardOp::verify() {
-  if (!std::isfinite(getScale().convertToDouble()) ||
-      (getDivide() && getScale().convertToDouble() == 0.0))
-    return emitOpError("scale must be finite (and non-zero to divide by)");
-  return checkAttentionShapes(*this, getQuery(), getValue(), getMask(),
-                              getProbs());
+  return checkAttention(*this, getQuery(), getKey(), getValue(), getMask(),
+                        getProbs(), getScale().convertToDouble(), getDivide());
 }
 
 static LogicalResult checkNormalizedShape(std::optional<Location> loc,

@@ -193,40 +193,21 @@ struct FuseAttentionPass
     Value q = product.getLhs();
     Value kT = product.getRhs();
 
-    // Self-attention shapes without broadcasting: q and k [..., T, D],
-    // v [..., T, E], all float of one type.
-    auto qt = tensorType(q), kTt = tensorType(kT), vt = tensorType(v);
-    if (qt.getRank() != rank || kTt.getRank() != rank || vt.getRank() != rank ||
-        qt.getElementType() != type.getElementType() ||
-        vt.getElementType() != type.getElementType())
-      return;
-    ArrayRef<int64_t> qs = qt.getShape();
-    int64_t t = qs[rank - 2];
-    if (type.getShape()[rank - 1] != t ||
-        vt.getShape().drop_back() != qs.drop_back() ||
-        kTt.getShape().drop_back(2) != qs.drop_back(2) ||
-        kTt.getShape()[rank - 2] != qs[rank - 1] ||
-        kTt.getShape()[rank - 1] != t)
-      return;
-    if (tensorType(context.getResult()) != vt)
-      return;
-
     // k is kT with its last two dimensions swapped back: the permute's
-    // input, or a new permute.
+    // input, or a new permute. It must have q's type (self-attention);
+    // then the op's own rule decides whether q, k, v and the mask fit.
     auto permute = kT.getDefiningOp<PermuteOp>();
     if (!permute || !isLastDimSwap(permute))
       permute = nullptr;
+    auto kTt = tensorType(kT);
     SmallVector<int64_t> kShape(kTt.getShape());
-    std::swap(kShape[rank - 1], kShape[rank - 2]);
-    if (ArrayRef<int64_t>(kShape) != qs)
+    if (kShape.size() < 2)
       return;
-    // The mask must broadcast against the scores.
-    ArrayRef<int64_t> ms = tensorType(mask).getShape();
-    if (int64_t(ms.size()) > rank)
+    std::swap(kShape[kShape.size() - 1], kShape[kShape.size() - 2]);
+    auto qt = tensorType(q);
+    if (RankedTensorType::get(kShape, kTt.getElementType()) != qt ||
+        failed(MaskedAttentionOp::checkOperands(nullptr, q, q, v, mask)))
       return;
-    for (auto [j, size] : llvm::enumerate(ms))
-      if (size != 1 && size != type.getShape()[rank - ms.size() + j])
-        return;
 
     OpBuilder b(context);
     Location loc =
@@ -240,8 +221,8 @@ struct FuseAttentionPass
       k = b.create<PermuteOp>(loc, kT, perm);
     }
     auto fused = b.create<MaskedAttentionOp>(
-        loc, TypeRange{vt, type}, q, k, v, mask, b.getF64FloatAttr(scale),
-        divide ? b.getUnitAttr() : UnitAttr());
+        loc, TypeRange{v.getType(), type}, q, k, v, mask,
+        b.getF64FloatAttr(scale), divide ? b.getUnitAttr() : UnitAttr());
     context.getResult().replaceAllUsesWith(fused.getResult());
     // The chain, last reader first; shared values (the mask's `not`, the
     // constants, k's transpose) go when nothing else reads them.

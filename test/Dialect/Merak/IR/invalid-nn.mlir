@@ -771,7 +771,7 @@ func.func @attention_mask(%q: tensor<2x8x16xf32>, %m: tensor<3x8x8xi1>) {
 // -----
 
 func.func @attention_probs(%q: tensor<2x8x16xf32>, %m: tensor<8x8xi1>) {
-  // expected-error @below {{'merak.masked_attention' op probs shape [2, 8, 16] differs from the scores' [2, 8, 8]}}
+  // expected-error @below {{'merak.masked_attention' op probs type 'tensor<2x8x16xf32>' differs from the scores' 'tensor<2x8x8xf32>'}}
   %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)
   return
 }
@@ -795,7 +795,7 @@ func.func @attention_scale(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>) {
 // -----
 
 func.func @attention_backward_probs(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>, %p: tensor<8x9xf32>) {
-  // expected-error @below {{'merak.masked_attention_backward' op probs shape [8, 9] differs from the scores' [8, 8]}}
+  // expected-error @below {{'merak.masked_attention_backward' op probs type 'tensor<8x9xf32>' differs from the scores' 'tensor<8x8xf32>'}}
   %0:3 = merak.masked_attention_backward %q, %q, %q, %q, %m, %p {scale = 1.0 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xi1>, tensor<8x9xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>)
   return
 }
@@ -803,7 +803,7 @@ func.func @attention_backward_probs(%q: tensor<8x16xf32>, %m: tensor<8x8xi1>, %p
 // -----
 
 func.func @attention_additive_mask_type(%q: tensor<8x16xf32>, %m: tensor<8x8xf64>) {
-  // expected-error @below {{'merak.masked_attention' op an additive mask must have the query's element type 'f32', got 'f64'}}
+  // expected-error @below {{'merak.masked_attention' op an additive mask must have the query's element type f32, got f64}}
   %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 1.0 : f64} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x8xf64>) -> (tensor<8x16xf32>, tensor<8x8xf32>)
   return
 }

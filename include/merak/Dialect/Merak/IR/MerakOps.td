@@ -326,6 +326,14 @@ def Merak_MaskedAttentionOp : Merak_Op<"masked_attention",
   let assemblyFormat =
       "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Whether `query`, `key`, `value` and `mask` can be the operands (of
+    /// this op or of its backward). On failure, emits the reason on `op`
+    /// when it is given.
+    static ::llvm::LogicalResult checkOperands(::mlir::Operation *op,
+        ::mlir::Value query, ::mlir::Value key, ::mlir::Value value,
+        ::mlir::Value mask);
+  }];
 }
 
 //===----------------------------------------------------------------------===//
