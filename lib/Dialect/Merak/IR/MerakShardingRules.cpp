@@ -197,15 +197,15 @@ void attention(SpaceBuilder &b, Value query, Value mask, bool backward) {
   ArrayRef<int64_t> qs = shapeOf(query);
   ArrayRef<int64_t> batchShape = qs.drop_back(2);
   SmallVector<unsigned> batch = b.parallels(batchShape.size());
-  auto inner = [&] {
+  // T and E index the forward's results; the backward sums over them.
+  auto resultLoop = [&] {
     return backward ? b.reduction(ReductionKind::Generic, false)
                     : b.parallel(false);
   };
-  unsigned t = inner();
+  unsigned t = resultLoop();
   unsigned s = b.reduction(ReductionKind::Generic, false);
   unsigned d = b.reduction(ReductionKind::Generic, false);
-  unsigned e =
-      backward ? b.reduction(ReductionKind::Generic, false) : b.parallel(false);
+  unsigned e = resultLoop();
   auto with = [&](unsigned i, unsigned j) {
     SmallVector<unsigned> l(batch);
     l.push_back(i);
@@ -215,13 +215,12 @@ void attention(SpaceBuilder &b, Value query, Value mask, bool backward) {
   int64_t seq = qs[qs.size() - 2];
   SmallVector<int64_t> scores(batchShape);
   scores.append({seq, seq});
-  SmallVector<unsigned> scoreLoops = with(t, s);
   if (backward)
     b.next(with(t, e)); // grad
   b.next(with(t, d));   // query
   b.next(with(s, d));   // key
   b.next(with(s, e));   // value
-  b.next(broadcastExprs(b, shapeOf(mask), scores, scoreLoops));
+  b.next(broadcastExprs(b, shapeOf(mask), scores, with(t, s)));
   if (backward) {
     b.next(with(t, s)); // probs
     b.next(with(t, d)); // grad_query

@@ -4,6 +4,7 @@
 // the errors.
 // RUN: merak-opt %S/Inputs/mlp8.mlir --merak-train --merak-recompute="recompute=full" | FileCheck %s --check-prefix=FULL
 // RUN: merak-opt %S/Inputs/attention.mlir --merak-train --merak-recompute="recompute=selective" | FileCheck %s --check-prefix=SELECTIVE
+// RUN: sed 's/dense<-1.0e9>/dense<0xFF800000>/' %S/Inputs/attention.mlir | merak-opt --merak-train --merak-recompute="recompute=selective" | FileCheck %s --check-prefix=FUSED
 // RUN: merak-opt %S/Inputs/mlp8.mlir --merak-train --merak-pipeline-partition="pp=4" --merak-recompute="recompute=full recompute-ratio=0.5" | FileCheck %s --check-prefix=RATIO
 // RUN: merak-opt %S/Inputs/mlp8.mlir --merak-train --merak-pipeline-partition="pp=4" --merak-recompute="recompute=full recompute-ratio=1" | FileCheck %s --check-prefix=RATIO1
 // RUN: merak-opt %S/Inputs/mlp8.mlir --merak-train --merak-recompute="recompute=none" | FileCheck %s --check-prefix=NONE
@@ -36,6 +37,15 @@
 // SELECTIVE-NEXT: %[[PD:.*]] = merak.dropout %[[P]] {merak.recompute_of = 11 : i64
 // SELECTIVE-NEXT: merak.matmul %[[PD]], %{{.*}} {merak.recompute_of = 12 : i64}
 // SELECTIVE-NOT: merak.linear {{.*}}recompute_of
+
+// With a -inf fill --merak-train fuses the core into one
+// merak.masked_attention: selective recomputation clones that op, and the
+// backward reads the recomputed probabilities.
+// FUSED-LABEL: func.func @train_step
+// FUSED: merak.masked_attention {{.*}}merak.id = [[ID:[0-9]+]] : i64
+// FUSED: %{{.*}}, %[[P:.*]] = merak.masked_attention {{.*}}merak.recompute_of = [[ID]] : i64
+// FUSED: merak.masked_attention_backward {{.*}}, %[[P]] {merak.grad_of = [[ID]] : i64
+// FUSED-NOT: merak.linear {{.*}}recompute_of
 
 // Pipeline rank s of 4 recomputes 1 - (1 - 0.5) * 3 / (4 - s) of its two
 // layers: 0.625 and 0.5 (one layer) on ranks 0 and 1, 0.25 (one of two,
