@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"
 
@@ -116,6 +117,42 @@ struct Propagator {
     return found;
   }
 
+  /// Partial sums stay partial through ops that are linear in them: a sum
+  /// or difference of partial sums over the same axes, split alike, and a
+  /// reshape or permute of a partial sum that is not split. The reduction
+  /// is left to the readers of the result: one all-reduce where each
+  /// operand would take one (the input gradients of q, k and v projections
+  /// summed).
+  bool keepsPartialSum(Operation *op, ArrayRef<MeshShardingAttr> operands) {
+    if (!isa<AddOp, SubOp, ReshapeOp, PermuteOp>(op) ||
+        defined(op->getResult(0)))
+      return false;
+    MeshShardingAttr first = operands[0];
+    if (!first || first.getPartialAxes().empty() ||
+        first.getPartialType() != ReductionKind::Sum)
+      return false;
+    Value result = op->getResult(0);
+    SplitAxes split = splitAxesOf(first, rankOf(op->getOperand(0)));
+    bool unsplit = llvm::all_of(split, [](const auto &a) { return a.empty(); });
+    MeshShardingAttr target;
+    if (isa<ReshapeOp, PermuteOp>(op)) {
+      if (!unsplit)
+        return false;
+      target = makeSharding(op->getContext(), meshRef,
+                            SplitAxes(rankOf(result)),
+                            first.getPartialAxes(), ReductionKind::Sum);
+    } else {
+      for (auto [v, s] : llvm::zip(op->getOperands(), operands))
+        if (v.getType() != result.getType() || !s ||
+            !sameSharding(s, first, rankOf(v)))
+          return false;
+      target = first;
+    }
+    decided.insert(op);
+    annotateResult(cast<OpResult>(result), normalize(target, rankOf(result)));
+    return true;
+  }
+
   LogicalResult visit(Operation *op) {
     if (decided.contains(op) || isa<ShardOp>(op) ||
         op->hasTrait<OpTrait::IsTerminator>())
@@ -128,6 +165,8 @@ struct Propagator {
     SmallVector<MeshShardingAttr> operandHints, resultMust, resultHints;
     for (Value v : op->getOperands())
       operandHints.push_back(defined(v));
+    if (keepsPartialSum(op, operandHints))
+      return success();
     bool anyMust = false;
     for (Value r : op->getResults()) {
       MeshShardingAttr d = defined(r);

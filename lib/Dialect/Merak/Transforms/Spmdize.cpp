@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"
 
@@ -227,6 +228,32 @@ struct FunctionPartitioner {
                                [](MeshAxesAttr a) { return a.empty(); }));
   }
 
+  /// An op propagation left a partial sum (a sum of partial sums, or a
+  /// reshape or permute of an unsplit one) runs on the local partial
+  /// values as they are.
+  LogicalResult partitionPartialSum(OpBuilder &b, Operation &op,
+                                    MeshShardingAttr result) {
+    IRMapping operands;
+    for (Value operand : op.getOperands()) {
+      MeshShardingAttr want =
+          isa<AddOp, SubOp>(op)
+              ? result
+              : makeSharding(op.getContext(), result.getMesh(),
+                             SplitAxes(rankOf(operand)),
+                             result.getPartialAxes(), ReductionKind::Sum);
+      FailureOr<Value> v = resharded(b, op.getLoc(), operand, want);
+      if (failed(v))
+        return failure();
+      operands.map(operand, *v);
+    }
+    Operation *local = b.clone(op, operands);
+    if (isa<AddOp, SubOp>(op))
+      local->getResult(0).setType(local->getOperand(0).getType());
+    map.map(op.getResult(0), local->getResult(0));
+    current[op.getResult(0)] = result;
+    return success();
+  }
+
   LogicalResult partitionOp(OpBuilder &b, Operation &op) {
     auto iface = dyn_cast<ShardingInterface>(&op);
     if (!iface)
@@ -261,6 +288,10 @@ struct FunctionPartitioner {
         }
       }
     }
+
+    if (annotated && isa<AddOp, SubOp, ReshapeOp, PermuteOp>(op) &&
+        !resultShardings[0].getPartialAxes().empty())
+      return partitionPartialSum(b, op, resultShardings[0]);
 
     SmallVector<Value> locals;
     for (auto [operand, s] : llvm::zip(op.getOperands(), operandShardings)) {

@@ -321,9 +321,19 @@ struct TensorParallelPass
     });
   }
 
-  /// Splits the parameter behind `v` along `dim` over tp.
+  /// Splits the parameter behind `v` along `dim` over tp. `v` may be one
+  /// section of a parameter, `select(param, 0, s)` (a fused projection that
+  /// --merak-split-fused-projections took apart): the parameter is split
+  /// along the section's `dim`, every section alike.
   void splitParam(Value v, int64_t dim, StringRef what, Operation *at) {
-    auto arg = dyn_cast<BlockArgument>(stripShards(v));
+    v = stripShards(v);
+    if (auto section = v.getDefiningOp<SelectOp>();
+        section && section.getDim() == 0 &&
+        isa<BlockArgument>(stripShards(section.getInput()))) {
+      v = stripShards(section.getInput());
+      ++dim;
+    }
+    auto arg = dyn_cast<BlockArgument>(v);
     if (!arg || !func.getArgAttr(arg.getArgNumber(), kParamAttr)) {
       // A weight computed in the graph: propagation decides.
       return;

@@ -26,7 +26,8 @@
 
 // Stage 0's forward: its arguments keep @train_step's shardings and local
 // shapes; the embedding, attention and MLP sum their partial results over
-// tp; nothing is reduced over dp.
+// tp (added to the residual first: a sum of partial sums stays partial);
+// nothing is reduced over dp.
 // CHECK-LABEL: func.func @stage0_forward
 // CHECK-SAME: %arg0: tensor<1x6xi64> {merak.input = "tokens", merak.sharding = #mesh.shard<@mesh, {{\[\[}}0]]>}
 // CHECK-SAME: %arg1: tensor<4x4xf32> {merak.param = "wte", merak.sharding = #mesh.shard<@mesh, {{\[\[}}1]]>}
@@ -35,9 +36,11 @@
 // CHECK: merak.embedding
 // CHECK: mesh.all_reduce %{{.*}} on @mesh mesh_axes = [1] {{.*}}: tensor<1x6x4xf32>
 // CHECK: %[[O:.*]] = merak.linear %{{.*}}, %{{.*}} {merak.id = 16 : i64, merak.stage = 0 : i64} : (tensor<1x6x2xf32>, tensor<4x2xf32>) -> tensor<1x6x4xf32>
-// CHECK-NEXT: mesh.all_reduce %[[O]] on @mesh mesh_axes = [1]
+// CHECK-NEXT: %[[R:.*]] = merak.add %{{.*}}, %[[O]]
+// CHECK-NEXT: mesh.all_reduce %[[R]] on @mesh mesh_axes = [1]
 // CHECK: %[[F2:.*]] = merak.linear %{{.*}} {merak.id = 20 : i64, merak.stage = 0 : i64} : (tensor<1x6x8xf32>, tensor<4x8xf32>, tensor<4xf32>) -> tensor<1x6x4xf32>
-// CHECK-NEXT: mesh.all_reduce %[[F2]] on @mesh mesh_axes = [1]
+// CHECK-NEXT: %[[R2:.*]] = merak.add %{{.*}}, %[[F2]]
+// CHECK-NEXT: mesh.all_reduce %[[R2]] on @mesh mesh_axes = [1]
 // CHECK-NOT: mesh_axes = [0]
 // CHECK: return
 

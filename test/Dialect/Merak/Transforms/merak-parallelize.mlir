@@ -15,15 +15,18 @@
 // Forward: the vocabulary-parallel embedding is summed over tp ...
 // CHECK: %[[E:.*]] = merak.embedding
 // CHECK: mesh.all_reduce %{{.*}} on @mesh mesh_axes = [1] : tensor<1x6x4xf32>
-// ... attention runs on this rank's head, the output projection's partial
-// sums are all-reduced over tp ...
+// ... attention runs on this rank's head; the output projection's partial
+// sums are added to the embedding's (a sum of partial sums stays partial)
+// and all-reduced over tp once ...
 // CHECK: merak.softmax %{{.*}} : tensor<1x1x6x6xf32>
 // CHECK: %[[O:.*]] = merak.linear %{{.*}} {merak.id = 16 : i64} : (tensor<1x6x2xf32>, tensor<4x2xf32>) -> tensor<1x6x4xf32>
-// CHECK: mesh.all_reduce %[[O]] on @mesh mesh_axes = [1] : tensor<1x6x4xf32>
+// CHECK: %[[R:.*]] = merak.add %{{.*}}, %[[O]] {merak.id = 17 : i64}
+// CHECK: mesh.all_reduce %[[R]] on @mesh mesh_axes = [1] : tensor<1x6x4xf32>
 // ... and so are the MLP's.
 // CHECK: merak.gelu %{{.*}} : tensor<1x6x8xf32>
 // CHECK: %[[F2:.*]] = merak.linear %{{.*}} {merak.id = 20 : i64} : (tensor<1x6x8xf32>, tensor<4x8xf32>, tensor<4xf32>) -> tensor<1x6x4xf32>
-// CHECK: mesh.all_reduce %[[F2]] on @mesh mesh_axes = [1]
+// CHECK: %[[R2:.*]] = merak.add %{{.*}}, %[[F2]] {merak.id = 21 : i64}
+// CHECK: mesh.all_reduce %[[R2]] on @mesh mesh_axes = [1]
 // The parallel cross-entropy never gathers the logits: a max and two sums
 // over tp of one value per token.
 // CHECK: mesh.all_reduce %{{.*}} on @mesh mesh_axes = [1] reduction = <max> : tensor<6x1xf32>

@@ -42,6 +42,41 @@ func.func @fewest_bytes(%a: tensor<64x64xf32>, %b: tensor<64x1xf32>) -> tensor<6
   return %s : tensor<64x64xf32>
 }
 
+// -----
+
+mesh.mesh @mesh(shape = 2) {merak.axes = ["tp"]}
+
+// Partial sums stay partial through what is linear in them: the input
+// gradients of two projections split by features (q and k) are summed as
+// partial sums, reshaped, and reduced once by the reader that needs the
+// whole value; a partial sum added to a replicated value is reduced first.
+// CHECK-LABEL: func.func @partial_sums
+// CHECK: %[[Q:.*]] = merak.matmul
+// CHECK-NEXT: mesh.shard %[[Q]] to <@mesh, {{\[\[}}]], partial = sum[0]> : tensor<8x4xf32>
+// CHECK: %[[K:.*]] = merak.matmul
+// CHECK-NEXT: mesh.shard %[[K]] to <@mesh, {{\[\[}}]], partial = sum[0]> : tensor<8x4xf32>
+// CHECK: %[[S:.*]] = merak.add
+// CHECK-NEXT: mesh.shard %[[S]] to <@mesh, {{\[\[}}]], partial = sum[0]> : tensor<8x4xf32>
+// CHECK: %[[R:.*]] = merak.reshape
+// CHECK-NEXT: %[[RS:.*]] = mesh.shard %[[R]] to <@mesh, {{\[\[}}]], partial = sum[0]> : tensor<2x4x4xf32>
+// CHECK: %[[RU:.*]] = mesh.shard %[[RS]] to <@mesh, {{\[\[}}]]> annotate_for_users : tensor<2x4x4xf32>
+// CHECK: merak.add %[[RU]], %{{.*}} : (tensor<2x4x4xf32>, tensor<2x4x4xf32>)
+func.func @partial_sums(%dq: tensor<8x4xf32>, %dk: tensor<8x4xf32>,
+                        %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>,
+                        %res: tensor<2x4x4xf32>) -> tensor<2x4x4xf32> {
+  %dqs = mesh.shard %dq to <@mesh, [[], [0]]> : tensor<8x4xf32>
+  %dks = mesh.shard %dk to <@mesh, [[], [0]]> : tensor<8x4xf32>
+  %wqs = mesh.shard %wq to <@mesh, [[0]]> : tensor<4x4xf32>
+  %wks = mesh.shard %wk to <@mesh, [[0]]> : tensor<4x4xf32>
+  %ress = mesh.shard %res to <@mesh, [[]]> : tensor<2x4x4xf32>
+  %gq = merak.matmul %dqs, %wqs : (tensor<8x4xf32>, tensor<4x4xf32>) -> tensor<8x4xf32>
+  %gk = merak.matmul %dks, %wks : (tensor<8x4xf32>, tensor<4x4xf32>) -> tensor<8x4xf32>
+  %g = merak.add %gq, %gk : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %g3 = merak.reshape %g {shape = array<i64: 2, 4, 4>} : (tensor<8x4xf32>) -> tensor<2x4x4xf32>
+  %out = merak.add %g3, %ress : (tensor<2x4x4xf32>, tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  return %out : tensor<2x4x4xf32>
+}
+
 // TP: mesh.mesh @mesh(shape = 2) {merak.axes = ["tp"]}
 // Column-parallel fc1 (weight split by rows): its result is split by
 // features, GELU runs on the shard, and row-parallel fc2 gives a partial

@@ -70,3 +70,42 @@ func.func @not_divisible(%a: tensor<3x4xf32>) -> tensor<3x4xf32> {
   %as = mesh.shard %a to <@mesh, [[0]]> : tensor<3x4xf32>
   return %as : tensor<3x4xf32>
 }
+
+// -----
+
+mesh.mesh @mesh(shape = 2) {merak.axes = ["tp"]}
+
+// Sums and reshapes of partial sums (as propagation leaves them) run on the
+// local partial values; the one reader that needs the whole value gets one
+// all_reduce.
+// CHECK-LABEL: func.func @partial_sums
+// CHECK: %[[Q:.*]] = merak.matmul %{{.*}} : (tensor<8x2xf32>, tensor<2x4xf32>) -> tensor<8x4xf32>
+// CHECK: %[[K:.*]] = merak.matmul %{{.*}} : (tensor<8x2xf32>, tensor<2x4xf32>) -> tensor<8x4xf32>
+// CHECK-NOT: mesh.all_reduce
+// CHECK: %[[S:.*]] = merak.add %[[Q]], %[[K]] : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+// CHECK-NOT: mesh.all_reduce
+// CHECK: %[[R:.*]] = merak.reshape %[[S]]
+// CHECK-NEXT: %[[A:.*]] = mesh.all_reduce %[[R]] on @mesh mesh_axes = [0] : tensor<2x4x4xf32>
+// CHECK-NEXT: merak.add %[[A]], %{{.*}}
+// CHECK-NOT: mesh.all_reduce
+func.func @partial_sums(%dq: tensor<8x4xf32>, %dk: tensor<8x4xf32>,
+                        %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>,
+                        %res: tensor<2x4x4xf32>) -> tensor<2x4x4xf32> {
+  %dqs = mesh.shard %dq to <@mesh, [[], [0]]> : tensor<8x4xf32>
+  %dks = mesh.shard %dk to <@mesh, [[], [0]]> : tensor<8x4xf32>
+  %wqs = mesh.shard %wq to <@mesh, [[0]]> : tensor<4x4xf32>
+  %wks = mesh.shard %wk to <@mesh, [[0]]> : tensor<4x4xf32>
+  %ress = mesh.shard %res to <@mesh, [[]]> : tensor<2x4x4xf32>
+  %gq = merak.matmul %dqs, %wqs : (tensor<8x4xf32>, tensor<4x4xf32>) -> tensor<8x4xf32>
+  %gqs = mesh.shard %gq to <@mesh, [[]], partial = sum[0]> : tensor<8x4xf32>
+  %gk = merak.matmul %dks, %wks : (tensor<8x4xf32>, tensor<4x4xf32>) -> tensor<8x4xf32>
+  %gks = mesh.shard %gk to <@mesh, [[]], partial = sum[0]> : tensor<8x4xf32>
+  %g = merak.add %gqs, %gks : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %gs = mesh.shard %g to <@mesh, [[]], partial = sum[0]> : tensor<8x4xf32>
+  %g3 = merak.reshape %gs {shape = array<i64: 2, 4, 4>} : (tensor<8x4xf32>) -> tensor<2x4x4xf32>
+  %g3s = mesh.shard %g3 to <@mesh, [[]], partial = sum[0]> : tensor<2x4x4xf32>
+  %g3u = mesh.shard %g3s to <@mesh, [[]]> annotate_for_users : tensor<2x4x4xf32>
+  %out = merak.add %g3u, %ress : (tensor<2x4x4xf32>, tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %outs = mesh.shard %out to <@mesh, [[]]> : tensor<2x4x4xf32>
+  return %outs : tensor<2x4x4xf32>
+}
