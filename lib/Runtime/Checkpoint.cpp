@@ -77,7 +77,8 @@ public:
     size_t file; // index into `files`
   };
   struct Entry {
-    TensorType type;
+    TensorType type; // as read: the stored shape when the index gives one
+    std::vector<int64_t> blockShape; // the shape the blocks are boxes of
     std::vector<SavedBlock> blocks;
   };
 
@@ -92,6 +93,23 @@ public:
   absl::StatusOr<HostTensor> read(const std::string &tensor,
                                   const TensorBlock &block) override {
     const Entry &entry = entries.at(tensor);
+    if (entry.blockShape == entry.type.shape)
+      return readBlocks(tensor, entry, block);
+    // Saved as a reshape of the tensor: assemble it whole in the saved
+    // shape, view it as stored, and cut the box.
+    absl::StatusOr<HostTensor> whole = readBlocks(
+        tensor, entry,
+        {std::vector<int64_t>(entry.blockShape.size(), 0), entry.blockShape});
+    if (!whole.ok())
+      return whole.status();
+    whole->type.shape = entry.type.shape;
+    return extractBlock(*whole, block);
+  }
+
+  /// The box `block` of the tensor in the shape its saved blocks tile.
+  absl::StatusOr<HostTensor> readBlocks(const std::string &tensor,
+                                        const Entry &entry,
+                                        const TensorBlock &block) {
     // The common case, resuming under the plan that saved: one saved block
     // is exactly the one asked for, and its mapped bytes serve as they are.
     for (const SavedBlock &saved : entry.blocks)
@@ -168,6 +186,17 @@ public:
         if (!dtype)
           return bad(absl::StrCat("tensor '", name, "' has an unknown dtype"));
         entry.type = {*dtype, t.at("shape").get<std::vector<int64_t>>()};
+        entry.blockShape = entry.type.shape;
+        if (t.contains("stored_shape")) {
+          entry.type.shape = t.at("stored_shape").get<std::vector<int64_t>>();
+          if (TensorType{*dtype, entry.blockShape}.numElements() !=
+                  entry.type.numElements() ||
+              std::any_of(entry.type.shape.begin(), entry.type.shape.end(),
+                          [](int64_t d) { return d < 0; }))
+            return bad(absl::StrCat("tensor '", name,
+                                    "': stored_shape and shape have "
+                                    "different element counts"));
+        }
         for (const json &b : t.at("blocks")) {
           SavedBlock saved;
           saved.block.offsets = b.at("offsets").get<std::vector<int64_t>>();
@@ -184,7 +213,7 @@ public:
             return bad(absl::StrCat("'", name, "' in ",
                                     b.at("file").get<std::string>(),
                                     " is not the block the index lists"));
-          if (saved.block.offsets.size() != entry.type.shape.size())
+          if (saved.block.offsets.size() != entry.blockShape.size())
             return bad(absl::StrCat("a block of '", name,
                                     "' has the wrong "
                                     "rank"));
@@ -286,6 +315,30 @@ shardState(const Program &program, GlobalState &state) {
     if (!global)
       continue;
     const TensorType &local = program.values[arg->value].type;
+    if (!arg->storedShape.empty()) {
+      // The program's value is a reshape of the stored tensor: read it
+      // whole, view it in the program's shape, and cut this rank's block.
+      std::vector<int64_t> view =
+          globalShape(local.shape, arg->sharding, meshShape);
+      if (global->shape != arg->storedShape)
+        return absl::InvalidArgumentError(absl::StrCat(
+            argumentRoleNoun(arg->role), " '", arg->name, "' is ",
+            global->str(), " in ", state.name(), ", but the program stores it "
+            "as ", TensorType{global->dtype, arg->storedShape}.str(),
+            " (viewed as ", TensorType{local.dtype, view}.str(), ")"));
+      absl::StatusOr<HostTensor> whole = state.read(
+          arg->name,
+          {std::vector<int64_t>(global->shape.size(), 0), global->shape});
+      if (!whole.ok())
+        return whole.status();
+      whole->type.shape = view;
+      absl::StatusOr<HostTensor> shard =
+          cutShard(*whole, arg->sharding, meshShape, program.rank);
+      if (!shard.ok())
+        return shard.status();
+      result[arg->name] = *std::move(shard);
+      continue;
+    }
     if (arg->sharding.isReplicated()) {
       // The whole tensor; Executor::loadState checks its type.
       absl::StatusOr<HostTensor> whole =
@@ -333,6 +386,17 @@ static int64_t savingRank(const PipelineOwnership *pipeline,
   auto it = pipeline->owner.find(name);
   int64_t owner = it == pipeline->owner.end() ? 0 : it->second;
   return owner * meshSize + meshRank;
+}
+
+void toStoredShapes(const Program &program,
+                    std::map<std::string, HostTensor> &tensors) {
+  for (const Argument *arg : stateArguments(program)) {
+    auto it = tensors.find(arg->name);
+    if (it != tensors.end() && !arg->storedShape.empty() &&
+        TensorType{it->second.type.dtype, arg->storedShape}.numElements() ==
+            it->second.type.numElements())
+      it->second.type.shape = arg->storedShape;
+  }
 }
 
 absl::Status
@@ -404,6 +468,10 @@ writeCheckpointIndex(const std::string &path, const Program &program,
                           {"shape", shape},
                           {"sharding", shardingJson(arg->sharding)},
                           {"blocks", blocks}};
+    // Blocks are boxes of `shape`; the tensor as PyTorch holds it (and as
+    // any other plan reads it) is its reshape to `stored_shape`.
+    if (!arg->storedShape.empty())
+      entries[arg->name]["stored_shape"] = arg->storedShape;
   }
   // One line per key and per tensor: readable, and diffable between saves.
   std::string text = "{\n";

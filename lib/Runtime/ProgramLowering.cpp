@@ -10,6 +10,7 @@
 #include "merak/Analysis/PipelineAttrNames.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Runtime/Mesh.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
@@ -739,6 +740,31 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
                             "argument #" + std::to_string(barg.getArgNumber()),
                             type, program.mesh, arg.sharding)))
       ok = false;
+    if (auto stored = func.getArgAttrOfType<DenseI64ArrayAttr>(
+            barg.getArgNumber(), kStoredShapeAttr)) {
+      std::vector<int64_t> global = globalShape(
+          type.shape, arg.sharding,
+          program.mesh ? program.mesh->shape : std::vector<int64_t>());
+      arg.storedShape.assign(stored.asArrayRef().begin(),
+                             stored.asArrayRef().end());
+      auto count = [](const std::vector<int64_t> &shape) {
+        int64_t n = 1;
+        for (int64_t d : shape)
+          n *= d;
+        return n;
+      };
+      if (!arg.isState() ||
+          llvm::any_of(arg.storedShape, [](int64_t d) { return d < 0; }) ||
+          count(arg.storedShape) != count(global)) {
+        func.emitError() << "argument #" << barg.getArgNumber() << " ('"
+                         << arg.name << "'): merak.stored_shape "
+                         << stored
+                         << " must be a parameter's, buffer's or optimizer "
+                            "state's, with as many elements as its global "
+                         << TensorType{type.dtype, global}.str();
+        ok = false;
+      }
+    }
     program.arguments.push_back(std::move(arg));
   }
 

@@ -1079,6 +1079,7 @@ int main(int argc, char **argv) {
         {"optimizer_step", std::to_string(doneUpdates)},
         {"seed", std::to_string(runSeed)}};
     if (!job) {
+      toStoredShapes(program, *state);
       if (absl::Status s = writeSafetensors(saveFile, *state, metadata);
           !s.ok())
         return fail(s);

@@ -196,6 +196,67 @@ TEST_F(CheckpointTest, ShapeMismatchNamesArgumentShardingAndRank) {
             "evenly into 4 shards");
 }
 
+TEST_F(CheckpointTest, StoredShapesAreViewedAndSavedAsStored) {
+  // `a` (4x6 as stored) is a 2x2x6 view in the program, split along its
+  // dimension 1 over a mesh of 2: rank r holds rows {r, 2 + r} of the
+  // stored tensor, which no block of 4x6 is.
+  std::vector<StateSpec> specs = {{"a", {2, 2, 6}, Sharding{{{}, {0}}}}};
+  auto program = [&](int64_t rank) {
+    Program p = stateProgram(Shape{2}, specs, rank);
+    p.arguments[0].storedShape = {4, 6};
+    return p;
+  };
+  HostTensor view = global["a"];
+  view.type.shape = {2, 2, 6};
+  std::unique_ptr<GlobalState> weights = wholeTensors(global, "model.pt");
+  std::string path = dir + "/view.safetensors";
+  std::map<std::string, std::string> meta = {
+      {"format", kCheckpointFormat}, {"checkpoint_id", "v"}};
+  for (int64_t r = 0; r < 2; ++r) {
+    absl::StatusOr<std::map<std::string, HostTensor>> shards =
+        shardState(program(r), *weights);
+    ASSERT_TRUE(shards.ok()) << shards.status();
+    HostTensor expected = *cutShard(view, specs[0].sharding, {2}, r);
+    const float *rows = reinterpret_cast<const float *>(expected.bytes());
+    EXPECT_EQ(rows[0], float(6 * r));      // stored row r
+    EXPECT_EQ(rows[6], float(6 * (2 + r))); // stored row 2 + r
+    EXPECT_TRUE(sameBytes(shards->at("a"), expected)) << "rank " << r;
+    ASSERT_TRUE(writeCheckpointShard(path, program(r), *shards, meta).ok());
+  }
+  ASSERT_TRUE(writeCheckpointIndex(path, program(0), meta).ok());
+  // The sharded checkpoint lists blocks of the view and the stored shape;
+  // a plan without the view (one process) reads the tensor as stored.
+  std::ifstream index(path + ".index.json");
+  std::stringstream text;
+  text << index.rdbuf();
+  EXPECT_NE(text.str().find("\"shape\":[2,2,6],\"sharding\":[[],[0]]"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("\"stored_shape\":[4,6]"), std::string::npos)
+      << text.str();
+  absl::StatusOr<std::unique_ptr<GlobalState>> ckpt = openCheckpoint(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->type("a")->shape, (Shape{4, 6}));
+  absl::StatusOr<std::map<std::string, HostTensor>> whole =
+      shardState(stateProgram(std::nullopt, {{"a", {4, 6}, {}}}, 0), **ckpt);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(sameBytes(whole->at("a"), global["a"]));
+  // A one-process run of the viewed program saves the tensor as stored.
+  std::map<std::string, HostTensor> state = {{"a", view}};
+  Program one = stateProgram(std::nullopt, {{"a", {2, 2, 6}, {}}}, 0);
+  one.arguments[0].storedShape = {4, 6};
+  toStoredShapes(one, state);
+  EXPECT_TRUE(sameBytes(state.at("a"), global["a"]));
+  // A stored tensor of another shape is named with both shapes.
+  std::map<std::string, HostTensor> other = {{"a", iota({6, 4}, 0)}};
+  absl::StatusOr<std::map<std::string, HostTensor>> bad =
+      shardState(program(0), *wholeTensors(other, "w.safetensors"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "parameter 'a' is 6x4xf32 in w.safetensors, but the program "
+            "stores it as 4x6xf32 (viewed as 2x2x6xf32)");
+}
+
 TEST_F(CheckpointTest, ANewSaveReplacesTheOldFilesAfterItsIndex) {
   std::string path = saveSharded("first");
   EXPECT_EQ(::access(shardFilePath(path, "first", 3).c_str(), F_OK), 0);

@@ -302,6 +302,37 @@ func.func @forward(%x: tensor<2xf32>) -> tensor<2xf32> {
             std::string::npos);
 }
 
+TEST_F(ProgramLoweringTest, StoredShapesAreReadAndChecked) {
+  FailureOr<Program> p = lower(R"mlir(
+func.func @forward(%w: tensor<3x2x4xf32> {merak.param = "w", merak.stored_shape = array<i64: 6, 4>}) -> tensor<3x2x4xf32> {
+  return %w : tensor<3x2x4xf32>
+}
+)mlir");
+  ASSERT_TRUE(succeeded(p));
+  EXPECT_EQ(p->arguments[0].storedShape, (std::vector<int64_t>{6, 4}));
+  // Another element count, or an argument that is not state: an error.
+  for (const char *text : {R"mlir(
+func.func @forward(%w: tensor<3x2x4xf32> {merak.param = "w", merak.stored_shape = array<i64: 6, 5>}) -> tensor<3x2x4xf32> {
+  return %w : tensor<3x2x4xf32>
+}
+)mlir",
+                           R"mlir(
+func.func @forward(%x: tensor<6xf32> {merak.input = "x", merak.stored_shape = array<i64: 2, 3>}) -> tensor<6xf32> {
+  return %x : tensor<6xf32>
+}
+)mlir"}) {
+    errors.clear();
+    EXPECT_TRUE(failed(lower(text)));
+    ASSERT_FALSE(errors.empty());
+    EXPECT_NE(errors[0].find("merak.stored_shape"), std::string::npos)
+        << errors[0];
+    EXPECT_NE(errors[0].find("must be a parameter's, buffer's or optimizer "
+                             "state's, with as many elements as its global"),
+              std::string::npos)
+        << errors[0];
+  }
+}
+
 TEST_F(ProgramLoweringTest, UpdatesMustMatchTheirArgument) {
   FailureOr<Program> p = lower(R"mlir(
 func.func @train_step(%w: tensor<4xf32> {merak.param = "w"})

@@ -67,6 +67,12 @@ std::string shardFilePath(const std::string &path, const std::string &id,
 absl::StatusOr<std::unique_ptr<GlobalState>>
 openCheckpoint(const std::string &path);
 
+/// Gives the whole tensors of a single-process run (`tensors`, by name) the
+/// shapes they are stored in (`merak.stored_shape`), as a checkpoint keeps
+/// them.
+void toStoredShapes(const Program &program,
+                    std::map<std::string, HostTensor> &tensors);
+
 /// This rank's block of every state argument (parameter, buffer, optimizer
 /// state) of `program` (bound to its rank) that `state` holds; absent ones
 /// are left for `Executor::loadState` to report. A replicated argument gets

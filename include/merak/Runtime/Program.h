@@ -248,6 +248,10 @@ struct Argument {
   Sharding sharding;
   /// `merak.value = N` (role Value), else -1.
   int64_t pipelineValue = -1;
+  /// `merak.stored_shape`: the shape the tensor is loaded from and saved
+  /// as, of which the program's global value is a row-major reshape (the
+  /// sections of a fused projection); empty when they are the same.
+  std::vector<int64_t> storedShape;
 
   bool isState() const {
     return role == ArgumentRole::Param || role == ArgumentRole::Buffer ||

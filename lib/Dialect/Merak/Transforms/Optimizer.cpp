@@ -102,9 +102,9 @@ struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
     }
 
     // New arguments: optimizer state, learning rate, step.
-    auto addArg = [&](Type t, NamedAttribute attr) {
+    auto addArg = [&](Type t, ArrayRef<NamedAttribute> attrs) {
       unsigned idx = func.getNumArguments();
-      (void)func.insertArgument(idx, t, b.getDictionaryAttr(attr), loc);
+      (void)func.insertArgument(idx, t, b.getDictionaryAttr(attrs), loc);
       return idx;
     };
     SmallVector<SmallVector<unsigned, 2>> stateArgs;
@@ -115,11 +115,14 @@ struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
     for (Entry &e : entries) {
       auto name = cast<StringAttr>(func.getArgAttr(e.param, kParamAttr));
       SmallVector<unsigned, 2> args;
-      for (StringRef s : stateNames)
-        args.push_back(
-            addArg(func.getArgument(e.param).getType(),
-                   b.getNamedAttr(kOptStateAttr,
-                                  b.getStringAttr(name.getValue() + "/" + s))));
+      for (StringRef s : stateNames) {
+        SmallVector<NamedAttribute, 2> attrs{b.getNamedAttr(
+            kOptStateAttr, b.getStringAttr(name.getValue() + "/" + s))};
+        // State is stored in its parameter's shape.
+        if (Attribute stored = func.getArgAttr(e.param, kStoredShapeAttr))
+          attrs.push_back(b.getNamedAttr(kStoredShapeAttr, stored));
+        args.push_back(addArg(func.getArgument(e.param).getType(), attrs));
+      }
       stateArgs.push_back(args);
     }
     auto f32Scalar = RankedTensorType::get({}, b.getF32Type());

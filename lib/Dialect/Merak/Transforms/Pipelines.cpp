@@ -1,5 +1,6 @@
 //===- Pipelines.cpp - pass pipelines built from Merak's passes -----------===//
 
+#include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -57,7 +58,22 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::init(true)};
 };
 
-void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
+/// Records the options @train_step was derived with on the module.
+struct RecordTrainOptionsPass
+    : public PassWrapper<RecordTrainOptionsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(RecordTrainOptionsPass)
+  explicit RecordTrainOptionsPass(std::string options)
+      : options(std::move(options)) {}
+  StringRef getName() const final { return "RecordTrainOptions"; }
+  void runOnOperation() final {
+    getOperation()->setAttr(merak::kTrainOptionsAttr,
+                            StringAttr::get(&getContext(), options));
+  }
+  std::string options;
+};
+
+void buildTrainPipelineFromOptions(OpPassManager &pm,
+                                   const TrainPipelineOptions &o) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (o.fuseAttention)
@@ -82,6 +98,10 @@ void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &o) {
   pm.addPass(merak::createOptimizer(opt));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  std::string recorded;
+  llvm::raw_string_ostream os(recorded);
+  const_cast<TrainPipelineOptions &>(o).print(os);
+  pm.addPass(std::make_unique<RecordTrainOptionsPass>(os.str()));
 }
 
 struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
@@ -159,6 +179,11 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
          "would gather its parameters before every use in every "
          "micro-batch (DeepSpeed refuses ZeRO-3 with pipelines too); use "
          "zero=1 or zero=2");
+  if (o.tp > 1) {
+    merak::SplitFusedProjectionsOptions split;
+    split.tp = o.tp;
+    pm.addPass(merak::createSplitFusedProjections(split));
+  }
   merak::MeshOptions mesh;
   mesh.dp = o.dp;
   mesh.tp = o.tp;
@@ -243,7 +268,21 @@ void merak::registerMerakPipelines() {
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "merak-train",
-      "Build the training step: clean-ups, --merak-autodiff, "
-      "--merak-grad-accumulation, --merak-optimizer, clean-ups",
-      buildTrainPipeline);
+      "Build the training step: clean-ups, --merak-fuse-attention, "
+      "--merak-autodiff, --merak-grad-accumulation, --merak-optimizer, "
+      "clean-ups",
+      buildTrainPipelineFromOptions);
+}
+
+LogicalResult merak::buildTrainPipeline(OpPassManager &pm,
+                                        StringRef options) {
+  StringRef body = options.trim();
+  if (body.consume_front("{") && !body.consume_back("}"))
+    return failure();
+  std::unique_ptr<TrainPipelineOptions> o =
+      TrainPipelineOptions::createFromString(body);
+  if (!o)
+    return failure();
+  buildTrainPipelineFromOptions(pm, *o);
+  return success();
 }

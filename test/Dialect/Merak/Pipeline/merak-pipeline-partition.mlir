@@ -16,7 +16,7 @@
 // RUN: not merak-opt %S/Inputs/mlp8.mlir --merak-pipeline-partition="pp=2" 2>&1 | FileCheck %s --check-prefix=NO-STEP
 
 // Eight equal layers (a linear and its relu each) on four stages.
-// CHECK: module attributes {merak.pipeline = {layers = 8 : i64, pp = 4 : i64, stage_layers = array<i64: 0, 2, 4, 6>, stages = 4 : i64, virtual = 1 : i64}}
+// CHECK: module attributes {merak.pipeline = {layers = 8 : i64, pp = 4 : i64, stage_layers = array<i64: 0, 2, 4, 6>, stages = 4 : i64, virtual = 1 : i64}
 // The first and last linears share w0: it is tied between stages 0 and 3.
 // CHECK-LABEL: func.func @train_step(%arg0: tensor<16x16xf32> {merak.param = "w0", merak.tied = array<i64: 0, 3>}, %arg1: tensor<16x16xf32> {merak.param = "w1"},
 // Constants go to the first stage that uses them (and are rematerialized).

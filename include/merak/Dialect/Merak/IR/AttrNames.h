@@ -19,6 +19,10 @@ inline constexpr llvm::StringLiteral kInputAttr = "merak.input";
 inline constexpr llvm::StringLiteral kOptStateAttr = "merak.opt_state";
 inline constexpr llvm::StringLiteral kLrAttr = "merak.lr";
 inline constexpr llvm::StringLiteral kStepAttr = "merak.step";
+/// On a parameter (and its optimizer state) whose program shape is a
+/// row-major reshape of the tensor as PyTorch holds it: that shape, in
+/// which weights are loaded and checkpoints saved.
+inline constexpr llvm::StringLiteral kStoredShapeAttr = "merak.stored_shape";
 
 // Function results.
 inline constexpr llvm::StringLiteral kBufferUpdateAttr = "merak.buffer_update";
@@ -30,6 +34,9 @@ inline constexpr llvm::StringLiteral kGradNormAttr = "merak.grad_norm";
 // Functions.
 inline constexpr llvm::StringLiteral kTrainStepName = "train_step";
 inline constexpr llvm::StringLiteral kOptimizerAttr = "merak.optimizer";
+/// On the module: the options --merak-train derived @train_step with, so
+/// that a pass that changes @forward can derive it again.
+inline constexpr llvm::StringLiteral kTrainOptionsAttr = "merak.train_options";
 
 // Ops: forward op ids and the forward op a backward op belongs to.
 inline constexpr llvm::StringLiteral kIdAttr = "merak.id";

@@ -17,6 +17,11 @@ namespace merak {
 /// Registers --merak-train and the other pass pipelines.
 void registerMerakPipelines();
 
+/// Adds --merak-train's passes with `options` (as the pipeline's option
+/// string, `{optimizer=adamw lr=0.001 ...}` or empty) to `pm`.
+mlir::LogicalResult buildTrainPipeline(mlir::OpPassManager &pm,
+                                       llvm::StringRef options);
+
 } // namespace merak
 
 #endif // MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H

@@ -165,6 +165,37 @@ def DataParallel : Pass<"merak-data-parallel", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
+def SplitFusedProjections
+    : Pass<"merak-split-fused-projections", "mlir::ModuleOp"> {
+  let summary = "Take fused q/k/v (or gate/up) projections apart for tensor "
+                "parallelism";
+  let description = [{
+    A fused projection is one `linear` whose result is sliced along its last
+    dimension into S >= 2 sections of one size N, each reshaped into heads
+    (GPT-2's `c_attn(x).split(E, dim=2)`) or each read only by elementwise
+    ops (a fused gate and up projection). Tensor parallelism splits every
+    section by heads or features, which is not a block of the `[S*N, K]`
+    weight. The pass views the weight as `[S, N, K]` (and the bias as
+    `[S, N]`) and computes each section with its own `linear` on
+    `select(weight, 0, s)`; the parameter keeps its PyTorch layout in
+    weights and checkpoints through `merak.stored_shape`. Then
+    `--merak-tensor-parallel` splits the view along N: every rank holds and
+    updates its heads of q, k and v.
+
+    It changes `@forward` and derives `@train_step` again with the options
+    `--merak-train` recorded (`merak.train_options`), only when the recorded
+    derivation reproduces the `@train_step` the module has (a step changed
+    since is left alone, with a warning). Projections whose section size
+    `tp` does not divide, whose weight has other readers, or that are not
+    sliced this way are left whole. `--merak-parallelize` runs it when
+    `tp > 1`.
+  }];
+  let options = [
+    Option<"tp", "tp", "int", /*default=*/"2",
+           "Tensor-parallel degree: only sections it divides are split">
+  ];
+}
+
 def TensorParallel : Pass<"merak-tensor-parallel", "mlir::ModuleOp"> {
   let summary = "Megatron tensor parallelism, found in the graph structure";
   let description = [{
