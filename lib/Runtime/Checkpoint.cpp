@@ -323,12 +323,14 @@ shardState(const Program &program, GlobalState &state) {
       if (global->shape != arg->storedShape)
         return absl::InvalidArgumentError(absl::StrCat(
             argumentRoleNoun(arg->role), " '", arg->name, "' is ",
-            global->str(), " in ", state.name(), ", but the program stores it "
-            "as ", TensorType{global->dtype, arg->storedShape}.str(),
-            " (viewed as ", TensorType{local.dtype, view}.str(), ")"));
-      absl::StatusOr<HostTensor> whole = state.read(
-          arg->name,
-          {std::vector<int64_t>(global->shape.size(), 0), global->shape});
+            global->str(), " in ", state.name(),
+            ", but the program stores it "
+            "as ",
+            TensorType{global->dtype, arg->storedShape}.str(), " (viewed as ",
+            TensorType{local.dtype, view}.str(), ")"));
+      absl::StatusOr<HostTensor> whole =
+          state.read(arg->name, {std::vector<int64_t>(global->shape.size(), 0),
+                                 global->shape});
       if (!whole.ok())
         return whole.status();
       whole->type.shape = view;

@@ -757,8 +757,7 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
           llvm::any_of(arg.storedShape, [](int64_t d) { return d < 0; }) ||
           count(arg.storedShape) != count(global)) {
         func.emitError() << "argument #" << barg.getArgNumber() << " ('"
-                         << arg.name << "'): merak.stored_shape "
-                         << stored
+                         << arg.name << "'): merak.stored_shape " << stored
                          << " must be a parameter's, buffer's or optimizer "
                             "state's, with as many elements as its global "
                          << TensorType{type.dtype, global}.str();

@@ -210,15 +210,15 @@ TEST_F(CheckpointTest, StoredShapesAreViewedAndSavedAsStored) {
   view.type.shape = {2, 2, 6};
   std::unique_ptr<GlobalState> weights = wholeTensors(global, "model.pt");
   std::string path = dir + "/view.safetensors";
-  std::map<std::string, std::string> meta = {
-      {"format", kCheckpointFormat}, {"checkpoint_id", "v"}};
+  std::map<std::string, std::string> meta = {{"format", kCheckpointFormat},
+                                             {"checkpoint_id", "v"}};
   for (int64_t r = 0; r < 2; ++r) {
     absl::StatusOr<std::map<std::string, HostTensor>> shards =
         shardState(program(r), *weights);
     ASSERT_TRUE(shards.ok()) << shards.status();
     HostTensor expected = *cutShard(view, specs[0].sharding, {2}, r);
     const float *rows = reinterpret_cast<const float *>(expected.bytes());
-    EXPECT_EQ(rows[0], float(6 * r));      // stored row r
+    EXPECT_EQ(rows[0], float(6 * r));       // stored row r
     EXPECT_EQ(rows[6], float(6 * (2 + r))); // stored row 2 + r
     EXPECT_TRUE(sameBytes(shards->at("a"), expected)) << "rank " << r;
     ASSERT_TRUE(writeCheckpointShard(path, program(r), *shards, meta).ok());

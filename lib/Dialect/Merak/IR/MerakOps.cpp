@@ -318,6 +318,32 @@ LogicalResult SoftmaxBackwardOp::verify() {
                    cast<RankedTensorType>(getOutput().getType()).getRank());
 }
 
+std::optional<int64_t> ReshapeOp::splitHeads() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getType());
+  if (out.getRank() != in.getRank() + 1 || in.getRank() < 3)
+    return std::nullopt;
+  for (int64_t d = 0; d + 1 < in.getRank(); ++d)
+    if (in.getDimSize(d) != out.getDimSize(d))
+      return std::nullopt;
+  int64_t heads = out.getDimSize(out.getRank() - 2);
+  if (heads * out.getDimSize(out.getRank() - 1) !=
+      in.getDimSize(in.getRank() - 1))
+    return std::nullopt;
+  return heads;
+}
+
+bool ReshapeOp::mergesHeads() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getType());
+  if (in.getRank() != out.getRank() + 1 || out.getRank() < 3)
+    return false;
+  for (int64_t d = 0; d + 1 < out.getRank(); ++d)
+    if (in.getDimSize(d) != out.getDimSize(d))
+      return false;
+  return true;
+}
+
 LogicalResult MaskedAttentionOp::checkOperands(Operation *op, Value query,
                                                Value key, Value value,
                                                Value mask) {

@@ -274,8 +274,7 @@ void merak::registerMerakPipelines() {
       buildTrainPipelineFromOptions);
 }
 
-LogicalResult merak::buildTrainPipeline(OpPassManager &pm,
-                                        StringRef options) {
+LogicalResult merak::buildTrainPipeline(OpPassManager &pm, StringRef options) {
   StringRef body = options.trim();
   if (body.consume_front("{") && !body.consume_back("}"))
     return failure();

@@ -138,9 +138,9 @@ struct Propagator {
     if (isa<ReshapeOp, PermuteOp>(op)) {
       if (!unsplit)
         return false;
-      target = makeSharding(op->getContext(), meshRef,
-                            SplitAxes(rankOf(result)),
-                            first.getPartialAxes(), ReductionKind::Sum);
+      target =
+          makeSharding(op->getContext(), meshRef, SplitAxes(rankOf(result)),
+                       first.getPartialAxes(), ReductionKind::Sum);
     } else {
       for (auto [v, s] : llvm::zip(op->getOperands(), operands))
         if (v.getType() != result.getType() || !s ||

@@ -35,22 +35,6 @@ struct Fused {
   SmallVector<SliceOp> sections;
 };
 
-/// A reshape of a section `[..., N]` into heads `[..., H, N / H]`: its H.
-std::optional<int64_t> headsOf(ReshapeOp r) {
-  auto in = cast<RankedTensorType>(r.getInput().getType());
-  auto out = cast<RankedTensorType>(r.getType());
-  if (out.getRank() != in.getRank() + 1 || in.getRank() < 2)
-    return std::nullopt;
-  for (int64_t d = 0; d + 1 < in.getRank(); ++d)
-    if (in.getDimSize(d) != out.getDimSize(d))
-      return std::nullopt;
-  int64_t heads = out.getDimSize(out.getRank() - 2);
-  if (heads * out.getDimSize(out.getRank() - 1) !=
-      in.getDimSize(in.getRank() - 1))
-    return std::nullopt;
-  return heads;
-}
-
 /// Whether tensor parallelism can split a section by what reads it: every
 /// reader reshapes it into heads that `tp` divides (q, k, v), or every
 /// reader is elementwise (a gate or up projection).
@@ -60,7 +44,7 @@ bool splitBySection(SliceOp section, int64_t tp) {
   bool heads = true, elementwise = true;
   for (Operation *user : section->getUsers()) {
     auto r = dyn_cast<ReshapeOp>(user);
-    std::optional<int64_t> h = r ? headsOf(r) : std::nullopt;
+    std::optional<int64_t> h = r ? r.splitHeads() : std::nullopt;
     heads &= h && *h % tp == 0;
     elementwise &=
         isa<GeluOp, ReluOp, SiluOp, SigmoidOp, TanhOp, MulOp, DropoutOp>(user);
@@ -141,8 +125,7 @@ struct SplitFusedProjectionsPass
       auto type = cast<RankedTensorType>(arg.getType());
       auto result = RankedTensorType::get(type.getShape().drop_front(),
                                           type.getElementType());
-      return b.create<SelectOp>(l.getLoc(), result, arg,
-                                b.getI64IntegerAttr(0),
+      return b.create<SelectOp>(l.getLoc(), result, arg, b.getI64IntegerAttr(0),
                                 b.getI64IntegerAttr(s));
     };
     for (auto [s, section] : llvm::enumerate(f.sections)) {
@@ -201,9 +184,9 @@ struct SplitFusedProjectionsPass
                          "list: ") +
                    recorded.getValue());
     }
-    bool same = succeeded(runPipeline(derive, probe)) &&
-                print(probe.lookupSymbol<func::FuncOp>(kTrainStepName)) ==
-                    print(step);
+    bool same =
+        succeeded(runPipeline(derive, probe)) &&
+        print(probe.lookupSymbol<func::FuncOp>(kTrainStepName)) == print(step);
     probe.erase();
     if (!same)
       return leave("@train_step is not what --merak-train derives from "
@@ -213,8 +196,8 @@ struct SplitFusedProjectionsPass
     for (Fused &f : fused)
       rewrite(forward, f);
     SmallVector<Type> inputs(forward.getBody().getArgumentTypes());
-    forward.setType(FunctionType::get(&getContext(), inputs,
-                                      forward.getResultTypes()));
+    forward.setType(
+        FunctionType::get(&getContext(), inputs, forward.getResultTypes()));
     step.erase();
     OpPassManager again(ModuleOp::getOperationName());
     if (failed(buildTrainPipeline(again, recorded.getValue())) ||

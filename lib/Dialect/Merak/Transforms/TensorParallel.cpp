@@ -66,35 +66,6 @@ int64_t lastDim(Value v) {
   return t.getRank() ? t.getDimSize(t.getRank() - 1) : 1;
 }
 
-/// A reshape that splits the last dimension into [heads, head_dim].
-std::optional<int64_t> headsOf(ReshapeOp r) {
-  auto in = cast<RankedTensorType>(r.getInput().getType());
-  auto out = cast<RankedTensorType>(r.getType());
-  // Activations are [batch, sequence, hidden] (or more leading dims).
-  if (out.getRank() != in.getRank() + 1 || in.getRank() < 3)
-    return std::nullopt;
-  for (int64_t d = 0; d + 1 < in.getRank(); ++d)
-    if (in.getDimSize(d) != out.getDimSize(d))
-      return std::nullopt;
-  int64_t heads = out.getDimSize(out.getRank() - 2);
-  if (heads * out.getDimSize(out.getRank() - 1) !=
-      in.getDimSize(in.getRank() - 1))
-    return std::nullopt;
-  return heads;
-}
-
-/// A reshape that merges [heads, head_dim] back into the last dimension.
-bool mergesHeads(ReshapeOp r) {
-  auto in = cast<RankedTensorType>(r.getInput().getType());
-  auto out = cast<RankedTensorType>(r.getType());
-  if (in.getRank() != out.getRank() + 1 || out.getRank() < 3)
-    return false;
-  for (int64_t d = 0; d + 1 < out.getRank(); ++d)
-    if (in.getDimSize(d) != out.getDimSize(d))
-      return false;
-  return true;
-}
-
 /// A sharding for an activation of `type`: dimension 0 (the batch) split
 /// over dp when the mesh has that axis, plus the given splits.
 MeshShardingAttr
@@ -263,7 +234,7 @@ struct TensorParallelPass
     func.walk([&](ReshapeOp r) {
       if (!isForward(r))
         return;
-      if (std::optional<int64_t> heads = headsOf(r)) {
+      if (std::optional<int64_t> heads = r.splitHeads()) {
         Value in = stripShards(r.getInput());
         if (auto slice = in.getDefiningOp<SliceOp>();
             slice && isForward(slice) &&
@@ -291,7 +262,7 @@ struct TensorParallelPass
         linears[proj] = Split::Column;
         return;
       }
-      if (!mergesHeads(r))
+      if (!r.mergesHeads())
         return;
       for (OpOperand *use : usesOf(r.getResult()))
         if (auto out = dyn_cast<LinearOp>(use->getOwner());
@@ -534,7 +505,7 @@ struct SequenceParallelPass
       if (!isForward(r))
         return;
       auto out = cast<RankedTensorType>(r.getType());
-      if (std::optional<int64_t> heads = headsOf(r)) {
+      if (std::optional<int64_t> heads = r.splitHeads()) {
         if (*heads % n != 0) {
           r.emitError("Ulysses attention: ")
               << *heads << " heads are not divisible by sp=" << n;
@@ -546,7 +517,7 @@ struct SequenceParallelPass
             activationSharding(mesh, out, {{out.getRank() - 2, axis}}));
         return;
       }
-      if (mergesHeads(r) && splittable(mesh, r.getInput(), 1, axis)) {
+      if (r.mergesHeads() && splittable(mesh, r.getInput(), 1, axis)) {
         auto in = cast<RankedTensorType>(r.getInput().getType());
         OpBuilder b(r);
         auto seq = b.create<ShardOp>(r.getLoc(), r.getInput(),

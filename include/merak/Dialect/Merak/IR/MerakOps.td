@@ -438,6 +438,14 @@ def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Merak_Tensor:$result);
   let hasFolder = 1;
+  let extraClassDeclaration = [{
+    /// For a reshape of an activation `[batch, ..., hidden]` (rank >= 3)
+    /// that splits the last dimension into `[heads, head_dim]`: heads.
+    std::optional<int64_t> splitHeads();
+    /// Whether it merges `[heads, head_dim]` back into the last dimension
+    /// of an activation of rank >= 3.
+    bool mergesHeads();
+  }];
 }
 
 def Merak_PermuteOp : Merak_InferOp<"permute"> {
