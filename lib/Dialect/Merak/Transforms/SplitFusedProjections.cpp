@@ -13,6 +13,7 @@
 
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Dialect/Merak/Transforms/LayerPatterns.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -46,8 +47,7 @@ bool splitBySection(SliceOp section, int64_t tp) {
     auto r = dyn_cast<ReshapeOp>(user);
     std::optional<int64_t> h = r ? r.splitHeads() : std::nullopt;
     heads &= h && *h % tp == 0;
-    elementwise &=
-        isa<GeluOp, ReluOp, SiluOp, SigmoidOp, TanhOp, MulOp, DropoutOp>(user);
+    elementwise &= isHiddenElementwise(user);
   }
   return heads || elementwise;
 }

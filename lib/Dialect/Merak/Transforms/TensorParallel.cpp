@@ -18,6 +18,7 @@
 
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Dialect/Merak/Transforms/LayerPatterns.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"
 
@@ -55,11 +56,6 @@ SmallVector<OpOperand *> usesOf(Value v) {
 }
 
 bool isForward(Operation *op) { return op->hasAttr(kIdAttr); }
-
-/// Elementwise ops an MLP's hidden activation flows through.
-bool isHiddenElementwise(Operation *op) {
-  return isa<GeluOp, ReluOp, SiluOp, SigmoidOp, TanhOp, MulOp, DropoutOp>(op);
-}
 
 int64_t lastDim(Value v) {
   auto t = cast<RankedTensorType>(v.getType());
