@@ -6,6 +6,8 @@
 // neighbouring ones into flat buckets of about `bucket-mb` megabytes: one
 // collective per bucket, issued while the rest of backward still runs (the
 // runtime waits for a collective only where its result is first used).
+// ZeRO's reduce-scatters of gradients and gathers of updated shards are
+// packed the same way.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,8 +41,27 @@ void hoist(Operation *op) {
     op->moveAfter(in.getDefiningOp());
 }
 
+/// Reshapes `v` to `shape` unless it has it.
+Value reshaped(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
+  if (cast<RankedTensorType>(v.getType()).getShape() == shape)
+    return v;
+  return b.create<ReshapeOp>(loc, v, b.getDenseI64ArrayAttr(shape));
+}
+
+/// The slice [offset, offset + size) of `v` along `dim`.
+Value sliceOf(OpBuilder &b, Location loc, Value v, int64_t dim, int64_t offset,
+              int64_t size) {
+  return b.create<SliceOp>(loc, v, b.getI64IntegerAttr(dim),
+                           b.getI64IntegerAttr(offset),
+                           b.getI64IntegerAttr(offset + size),
+                           b.getI64IntegerAttr(1));
+}
+
 struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
   using GradBucketsBase::GradBucketsBase;
+
+  /// The dp group's size.
+  int64_t n = 1;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -50,19 +71,21 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
     int64_t dpIdx = meshAxisIndex(mesh, "dp");
     if (dpIdx < 0)
       return;
-    if (bucketMb < 0) {
-      module.emitError("bucket-mb must be >= 0, got ") << double(bucketMb);
+    if (bucketMb < 0 || zeroBucketMb < 0) {
+      module.emitError("bucket-mb and zero-bucket-mb must be >= 0, got ")
+          << double(bucketMb) << " and " << double(zeroBucketMb);
       return signalPassFailure();
     }
+    n = mesh.getShape()[dpIdx];
     for (auto func : module.getOps<func::FuncOp>())
       runOnFunction(func, static_cast<MeshAxis>(dpIdx));
   }
 
   void runOnFunction(func::FuncOp func, MeshAxis dp) {
-    // Gradient reductions: all-reduces over exactly the dp axis of values
-    // computed by backward ops, or of the gradients a pipeline's optimizer
-    // function takes (`merak.grad` arguments, accumulated over
-    // micro-batches).
+    // Gradient reductions: all-reduces (and ZeRO's reduce-scatters) over
+    // exactly the dp axis of values computed by backward ops, or of the
+    // gradients a pipeline's optimizer function takes (`merak.grad`
+    // arguments, accumulated over micro-batches).
     auto isGradient = [&](Value v) {
       if (Operation *def = v.getDefiningOp())
         return def->hasAttr(kGradOfAttr);
@@ -70,27 +93,68 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
       return arg.getOwner()->isEntryBlock() &&
              func.getArgAttr(arg.getArgNumber(), kGradAttr);
     };
+    auto overDp = [&](ArrayRef<MeshAxis> axes) {
+      return axes.size() == 1 && axes[0] == dp;
+    };
     SmallVector<AllReduceOp> reductions;
-    func.walk([&](AllReduceOp op) {
-      if (op.getMeshAxes().size() == 1 && op.getMeshAxes()[0] == dp &&
-          isGradient(op.getInput()))
-        reductions.push_back(op);
+    SmallVector<ReduceScatterOp> scatters;
+    SmallVector<AllGatherOp> gathers;
+    func.walk([&](Operation *op) {
+      if (auto r = dyn_cast<AllReduceOp>(op);
+          r && overDp(r.getMeshAxes()) && isGradient(r.getInput()))
+        reductions.push_back(r);
+      // ZeRO 2 and 3: a gradient reduce-scattered into the rank's shard
+      // along dimension 0.
+      if (auto r = dyn_cast<ReduceScatterOp>(op);
+          r && overDp(r.getMeshAxes()) && r.getScatterAxis() == 0 &&
+          isGradient(r.getInput()))
+        scatters.push_back(r);
+      // ZeRO 1 and 2: an updated shard gathered along dimension 0 for the
+      // next step (not ZeRO-3's gathers of a parameter before its use).
+      if (auto g = dyn_cast<AllGatherOp>(op);
+          g && overDp(g.getMeshAxes()) && g.getGatherAxis() == 0 &&
+          isa_and_nonnull<AdamwUpdateOp, SgdUpdateOp>(
+              g.getInput().getDefiningOp()))
+        gathers.push_back(g);
     });
     for (AllReduceOp op : reductions)
       hoist(op);
-    if (bucketMb == 0 || reductions.size() < 2)
-      return;
-
-    // Buckets of neighbouring reductions, in the order backward produces
-    // their gradients.
+    for (ReduceScatterOp op : scatters)
+      hoist(op);
     Block &body = func.getBody().front();
-    llvm::sort(reductions, [](AllReduceOp a, AllReduceOp b) {
-      return a->isBeforeInBlock(b);
-    });
-    auto limit = static_cast<int64_t>(bucketMb * 1024 * 1024);
-    SmallVector<AllReduceOp> bucket;
+    bucketize<AllReduceOp>(
+        body, reductions, bucketMb,
+        [](AllReduceOp a, AllReduceOp b) {
+          return a.getReduction() == b.getReduction();
+        },
+        [&](ArrayRef<AllReduceOp> bucket) { packReductions(bucket); });
+    bucketize<ReduceScatterOp>(
+        body, scatters, zeroBucketMb,
+        [](ReduceScatterOp a, ReduceScatterOp b) {
+          return a.getReduction() == b.getReduction();
+        },
+        [&](ArrayRef<ReduceScatterOp> bucket) { packScatters(bucket); });
+    bucketize<AllGatherOp>(
+        body, gathers, zeroBucketMb,
+        [](AllGatherOp, AllGatherOp) { return true; },
+        [&](ArrayRef<AllGatherOp> bucket) { packGathers(bucket); });
+  }
+
+  /// Packs neighbouring collectives of `ops` (in block order) into buckets
+  /// of about `mb` megabytes of operands (0: none), one element type and
+  /// `compatible` with each other, each placed where its last member is
+  /// and before the first use of any member's result.
+  template <typename OpT>
+  void bucketize(Block &body, SmallVector<OpT> ops, double mb,
+                 llvm::function_ref<bool(OpT, OpT)> compatible,
+                 llvm::function_ref<void(ArrayRef<OpT>)> pack) {
+    if (mb == 0 || ops.size() < 2)
+      return;
+    llvm::sort(ops, [](OpT a, OpT b) { return a->isBeforeInBlock(b); });
+    auto limit = static_cast<int64_t>(mb * 1024 * 1024);
+    SmallVector<OpT> bucket;
     int64_t bytes = 0;
-    // The first use of any reduction in the bucket: the bucket's collective
+    // The first use of any result in the bucket: the bucket's collective
     // must come before it.
     Operation *firstUse = nullptr;
     auto flush = [&] {
@@ -100,9 +164,9 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
       bytes = 0;
       firstUse = nullptr;
     };
-    for (AllReduceOp op : reductions) {
+    for (OpT op : ops) {
       if (!bucket.empty() &&
-          (op.getReduction() != bucket.front().getReduction() ||
+          (!compatible(op, bucket.front()) ||
            getElementTypeOrSelf(op.getType()) !=
                getElementTypeOrSelf(bucket.front().getType()) ||
            (firstUse && !op->isBeforeInBlock(firstUse))))
@@ -121,7 +185,7 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
   }
 
   /// One flat all-reduce for the whole bucket, after its last gradient.
-  void pack(ArrayRef<AllReduceOp> bucket) {
+  void packReductions(ArrayRef<AllReduceOp> bucket) {
     AllReduceOp last = bucket.back();
     OpBuilder b(last);
     b.setInsertionPointAfter(last);
@@ -129,11 +193,7 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
     SmallVector<Value> flat;
     for (AllReduceOp op : bucket) {
       auto t = cast<RankedTensorType>(op.getInput().getType());
-      flat.push_back(t.getRank() == 1
-                         ? op.getInput()
-                         : b.create<ReshapeOp>(
-                               loc, op.getInput(),
-                               b.getDenseI64ArrayAttr({t.getNumElements()})));
+      flat.push_back(reshaped(b, loc, op.getInput(), {t.getNumElements()}));
     }
     Value packed = b.create<ConcatOp>(loc, flat, b.getI64IntegerAttr(0));
     Value reduced =
@@ -142,18 +202,79 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
     int64_t offset = 0;
     for (AllReduceOp op : bucket) {
       auto t = cast<RankedTensorType>(op.getType());
-      Value part = b.create<SliceOp>(
-          loc, reduced, b.getI64IntegerAttr(0), b.getI64IntegerAttr(offset),
-          b.getI64IntegerAttr(offset + t.getNumElements()),
-          b.getI64IntegerAttr(1));
+      Value part = sliceOf(b, loc, reduced, 0, offset, t.getNumElements());
       offset += t.getNumElements();
-      Value shaped = t.getRank() == 1
-                         ? part
-                         : b.create<ReshapeOp>(
-                               loc, part, b.getDenseI64ArrayAttr(t.getShape()));
-      op.getResult().replaceAllUsesWith(shaped);
+      op.getResult().replaceAllUsesWith(reshaped(b, loc, part, t.getShape()));
     }
     for (AllReduceOp op : bucket)
+      op.erase();
+  }
+
+  /// One reduce-scatter for the whole bucket. Each gradient viewed as
+  /// `[n, numel / n]` has rank r's shard (its dimension-0 block r) as row
+  /// r; the rows of all gradients side by side make one `[n, total / n]`
+  /// tensor whose row r, reduce-scattered to rank r, holds every shard of
+  /// that rank.
+  void packScatters(ArrayRef<ReduceScatterOp> bucket) {
+    ReduceScatterOp last = bucket.back();
+    OpBuilder b(last);
+    b.setInsertionPointAfter(last);
+    Location loc = last.getLoc();
+    SmallVector<Value> rows;
+    int64_t width = 0;
+    for (ReduceScatterOp op : bucket) {
+      int64_t shard = cast<RankedTensorType>(op.getType()).getNumElements();
+      rows.push_back(reshaped(b, loc, op.getInput(), {n, shard}));
+      width += shard;
+    }
+    Value packed = b.create<ConcatOp>(loc, rows, b.getI64IntegerAttr(1));
+    auto mine = RankedTensorType::get(
+        {1, width}, getElementTypeOrSelf(last.getType()));
+    Value scattered = b.create<ReduceScatterOp>(
+        loc, mine, last.getMesh(), last.getMeshAxes(), packed,
+        last.getReduction(), APInt(64, 0));
+    int64_t offset = 0;
+    for (ReduceScatterOp op : bucket) {
+      auto t = cast<RankedTensorType>(op.getType());
+      Value part = sliceOf(b, loc, scattered, 1, offset, t.getNumElements());
+      offset += t.getNumElements();
+      op.getResult().replaceAllUsesWith(reshaped(b, loc, part, t.getShape()));
+    }
+    for (ReduceScatterOp op : bucket)
+      op.erase();
+  }
+
+  /// One all-gather for the whole bucket: the shards side by side as one
+  /// row, gathered into `[n, total]`, whose columns of each shard are the
+  /// dimension-0 blocks of its tensor in rank order.
+  void packGathers(ArrayRef<AllGatherOp> bucket) {
+    AllGatherOp last = bucket.back();
+    OpBuilder b(last);
+    b.setInsertionPointAfter(last);
+    Location loc = last.getLoc();
+    SmallVector<Value> rows;
+    int64_t width = 0;
+    for (AllGatherOp op : bucket) {
+      int64_t shard =
+          cast<RankedTensorType>(op.getInput().getType()).getNumElements();
+      rows.push_back(reshaped(b, loc, op.getInput(), {1, shard}));
+      width += shard;
+    }
+    Value packed = b.create<ConcatOp>(loc, rows, b.getI64IntegerAttr(1));
+    auto all = RankedTensorType::get({n, width},
+                                     getElementTypeOrSelf(last.getType()));
+    Value gathered = b.create<AllGatherOp>(loc, all, last.getMesh(),
+                                           last.getMeshAxes(), packed,
+                                           APInt(64, 0));
+    int64_t offset = 0;
+    for (AllGatherOp op : bucket) {
+      auto in = cast<RankedTensorType>(op.getInput().getType());
+      Value part = sliceOf(b, loc, gathered, 1, offset, in.getNumElements());
+      offset += in.getNumElements();
+      auto t = cast<RankedTensorType>(op.getType());
+      op.getResult().replaceAllUsesWith(reshaped(b, loc, part, t.getShape()));
+    }
+    for (AllGatherOp op : bucket)
       op.erase();
   }
 };

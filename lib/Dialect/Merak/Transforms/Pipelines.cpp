@@ -127,6 +127,11 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
       *this, "bucket-mb",
       llvm::cl::desc("data-parallel gradient bucket size in megabytes"),
       llvm::cl::init(25.0)};
+  Option<double> zeroBucketMb{
+      *this, "zero-bucket-mb",
+      llvm::cl::desc("bucket size in megabytes of ZeRO's reduce-scatters "
+                     "and gathers"),
+      llvm::cl::init(2.0)};
   Option<int> pp{*this, "pp", llvm::cl::desc("pipeline-parallel degree"),
                  llvm::cl::init(1)};
   Option<int> virtualStages{
@@ -206,6 +211,7 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   pm.addPass(merak::createSpmdize(spmdize));
   merak::GradBucketsOptions buckets;
   buckets.bucketMb = o.bucketMb;
+  buckets.zeroBucketMb = o.zeroBucketMb;
   if (pipelined) {
     // Pipelines: the spmdized step cut into stages, each stage on its own
     // copy of the mesh. Gradient reductions move to the updates first, so

@@ -1,8 +1,9 @@
-// Tests --merak-grad-buckets: gradient all-reduces over dp move to just
-// after their gradient and neighbouring ones are packed into one flat
-// all-reduce per bucket.
+// Tests --merak-grad-buckets: gradient all-reduces (and ZeRO's
+// reduce-scatters) over dp move to just after their gradient and
+// neighbouring ones are packed into one collective per bucket, as are
+// ZeRO's gathers of updated shards.
 // RUN: merak-opt %s --merak-grad-buckets | FileCheck %s
-// RUN: merak-opt %s --merak-grad-buckets="bucket-mb=0" | FileCheck %s --check-prefix=MOVE
+// RUN: merak-opt %s --merak-grad-buckets="bucket-mb=0 zero-bucket-mb=0" | FileCheck %s --check-prefix=MOVE
 // RUN: merak-opt %s --merak-grad-buckets="bucket-mb=0.00005" | FileCheck %s --check-prefix=SMALL
 
 mesh.mesh @mesh(shape = 2x2) {merak.axes = ["dp", "tp"]}
@@ -43,4 +44,53 @@ func.func @step(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>, %c: tensor<2x4xf32>)
   %r2 = mesh.all_reduce %g2 on @mesh mesh_axes = [0] : tensor<8xf32> -> tensor<8xf32>
   %r3 = mesh.all_reduce %g3 on @mesh mesh_axes = [0] : tensor<2x4xf32> -> tensor<2x4xf32>
   return %r1, %r2, %r3, %t : tensor<8x8xf32>, tensor<8xf32>, tensor<2x4xf32>, tensor<8x8xf32>
+}
+
+// ZeRO: gradients reduce-scattered along dimension 0 are viewed as
+// [n, numel / n] (row r is rank r's shard) and set side by side, so one
+// reduce_scatter gives every rank all its shards; the updated shards, side
+// by side in one row, are gathered by one all_gather into [n, total] whose
+// columns of each shard are its tensor's dimension-0 blocks in rank order.
+// CHECK-LABEL: func.func @zero
+// CHECK: %[[G1:.*]] = merak.mul
+// CHECK: %[[G2:.*]] = merak.exp
+// CHECK: %[[V1:.*]] = merak.reshape %[[G1]] {shape = array<i64: 2, 32>}
+// CHECK: %[[V2:.*]] = merak.reshape %[[G2]] {shape = array<i64: 2, 2>}
+// CHECK: %[[C:.*]] = merak.concat %[[V1]], %[[V2]] {dim = 1 : i64}
+// CHECK: %[[S:.*]] = mesh.reduce_scatter %[[C]] on @mesh mesh_axes = [0] scatter_axis = 0 : tensor<2x34xf32> -> tensor<1x34xf32>
+// CHECK: %[[S1:.*]] = merak.slice %[[S]] {dim = 1 : i64, end = 32 : i64, start = 0 : i64}
+// CHECK: %[[L1:.*]] = merak.reshape %[[S1]] {shape = array<i64: 4, 8>}
+// CHECK: %[[S2:.*]] = merak.slice %[[S]] {dim = 1 : i64, end = 34 : i64, start = 32 : i64}
+// CHECK: %[[L2:.*]] = merak.reshape %[[S2]] {shape = array<i64: 2>}
+// CHECK: %[[N1:.*]], %{{.*}} = merak.sgd_update %arg2, %[[L1]]
+// CHECK: %[[N2:.*]], %{{.*}} = merak.sgd_update %arg3, %[[L2]]
+// CHECK: %[[R1:.*]] = merak.reshape %[[N1]] {shape = array<i64: 1, 32>}
+// CHECK: %[[R2:.*]] = merak.reshape %[[N2]] {shape = array<i64: 1, 2>}
+// CHECK: %[[P:.*]] = merak.concat %[[R1]], %[[R2]] {dim = 1 : i64}
+// CHECK: %[[A:.*]] = mesh.all_gather %[[P]] on @mesh mesh_axes = [0] gather_axis = 0 : tensor<1x34xf32> -> tensor<2x34xf32>
+// CHECK: %[[A1:.*]] = merak.slice %[[A]] {dim = 1 : i64, end = 32 : i64, start = 0 : i64}
+// CHECK: merak.reshape %[[A1]] {shape = array<i64: 8, 8>}
+// CHECK: %[[A2:.*]] = merak.slice %[[A]] {dim = 1 : i64, end = 34 : i64, start = 32 : i64}
+// CHECK: merak.reshape %[[A2]] {shape = array<i64: 4>}
+// With both bucket sizes 0 each collective stays on its own, the reduce-scatters
+// moved to their gradients.
+// MOVE-LABEL: func.func @zero
+// MOVE: %[[G1:.*]] = merak.mul
+// MOVE-NEXT: mesh.reduce_scatter %[[G1]]
+// MOVE-NEXT: %[[G2:.*]] = merak.exp
+// MOVE-NEXT: mesh.reduce_scatter %[[G2]]
+// MOVE-COUNT-2: mesh.all_gather
+func.func @zero(%a: tensor<8x8xf32>, %c: tensor<4xf32>, %p1: tensor<4x8xf32>,
+                %p2: tensor<2xf32>, %m1: tensor<4x8xf32>, %m2: tensor<2xf32>,
+                %lr: tensor<f32>, %step: tensor<i64>)
+    -> (tensor<8x8xf32>, tensor<4xf32>) {
+  %g1 = merak.mul %a, %a {merak.grad_of = 1 : i64} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %g2 = merak.exp %c {merak.grad_of = 2 : i64} : tensor<4xf32>
+  %s1 = mesh.reduce_scatter %g1 on @mesh mesh_axes = [0] scatter_axis = 0 : tensor<8x8xf32> -> tensor<4x8xf32>
+  %s2 = mesh.reduce_scatter %g2 on @mesh mesh_axes = [0] scatter_axis = 0 : tensor<4xf32> -> tensor<2xf32>
+  %n1, %mm1 = merak.sgd_update %p1, %s1, %m1, %lr, %step {momentum = 0.0 : f64, dampening = 0.0 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32>, tensor<i64>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
+  %n2, %mm2 = merak.sgd_update %p2, %s2, %m2, %lr, %step {momentum = 0.0 : f64, dampening = 0.0 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>, tensor<i64>) -> (tensor<2xf32>, tensor<2xf32>)
+  %a1 = mesh.all_gather %n1 on @mesh mesh_axes = [0] gather_axis = 0 : tensor<4x8xf32> -> tensor<8x8xf32>
+  %a2 = mesh.all_gather %n2 on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2xf32> -> tensor<4xf32>
+  return %a1, %a2 : tensor<8x8xf32>, tensor<4xf32>
 }

@@ -84,13 +84,13 @@
 // CHECK: merak.adamw_update %arg1, %[[R1]]
 
 // ZeRO-1: the gradient is accumulated whole and reduce-scattered into this
-// rank's shard of the optimizer state once per step; the updated shard is
-// gathered.
+// rank's shard of the optimizer state once per step (issued first); the
+// updated shard is gathered.
 // ZERO1: merak.pipeline_schedule = {kind = "gpipe"
 // ZERO1-LABEL: func.func @stage1_optimizer
 // ZERO1-SAME: %arg0: tensor<8x4xf32> {merak.grad = "lm_head.weight"}, %arg1: tensor<8x4xf32> {merak.param = "lm_head.weight"}, %arg2: tensor<4x4xf32> {merak.opt_state = "lm_head.weight/exp_avg", merak.sharding = #mesh.shard<@mesh, {{\[\[}}0]]>}
-// ZERO1: %[[P:.*]] = mesh.all_slice %arg1 on @mesh mesh_axes = [0] slice_axis = 0
-// ZERO1: %[[G:.*]] = mesh.reduce_scatter %arg0 on @mesh mesh_axes = [0] scatter_axis = 0 {{.*}}: tensor<8x4xf32> -> tensor<4x4xf32>
+// ZERO1-DAG: %[[G:.*]] = mesh.reduce_scatter %arg0 on @mesh mesh_axes = [0] scatter_axis = 0 {{.*}}: tensor<8x4xf32> -> tensor<4x4xf32>
+// ZERO1-DAG: %[[P:.*]] = mesh.all_slice %arg1 on @mesh mesh_axes = [0] slice_axis = 0
 // ZERO1: %[[NEW:.*]], %{{.*}}, %{{.*}} = merak.adamw_update %[[P]], %[[G]]
 // ZERO1: mesh.all_gather %[[NEW]] on @mesh mesh_axes = [0] gather_axis = 0 {{.*}}: tensor<4x4xf32> -> tensor<8x4xf32>
 

@@ -2,7 +2,7 @@
 // per-rank program of a dp=2 x tp=2 plan, where its collectives land, and
 // the option errors.
 // RUN: merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="dp=2 tp=2" | FileCheck %s
-// RUN: merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="dp=2 zero=2 bucket-mb=0" | FileCheck %s --check-prefix=ZERO2
+// RUN: merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="dp=2 zero=2 bucket-mb=0 zero-bucket-mb=0" | FileCheck %s --check-prefix=ZERO2
 // RUN: not merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="sp=context" 2>&1 | FileCheck %s --check-prefix=SP
 
 // CHECK: mesh.mesh @mesh(shape = 2x2) {merak.axes = ["dp", "tp"]}

@@ -303,10 +303,22 @@ def GradBuckets : Pass<"merak-grad-buckets", "mlir::ModuleOp"> {
     only moves them. In a pipeline's optimizer functions the all-reduces
     over `dp` of the `merak.grad` arguments (gradients accumulated over
     micro-batches) are packed the same way, each function on its own.
+
+    ZeRO's collectives are packed too, in buckets of about
+    `zero-bucket-mb` megabytes: reduce-scatters of gradients along
+    dimension 0 (each gradient viewed as `[n, numel / n]`, the views side
+    by side, one `mesh.reduce_scatter` of `[n, total / n]`), and the
+    all-gathers along dimension 0 of updated shards (the shards side by
+    side in one row, one `mesh.all_gather` into `[n, total]`). Their
+    buckets are small by default: ZeRO is there to save memory, and a
+    bucket's packed copy lives beside the tensors it holds.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
-           "Bucket size in megabytes (0: no packing)">
+           "Bucket size in megabytes (0: no packing)">,
+    Option<"zeroBucketMb", "zero-bucket-mb", "double", /*default=*/"2.0",
+           "Bucket size in megabytes of ZeRO's reduce-scatters and "
+           "gathers (0: no packing)">
   ];
 }
 
