@@ -98,7 +98,7 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
     };
     SmallVector<AllReduceOp> reductions;
     SmallVector<ReduceScatterOp> scatters;
-    SmallVector<AllGatherOp> gathers;
+    SmallVector<AllGatherOp> gathers, paramGathers;
     func.walk([&](Operation *op) {
       if (auto r = dyn_cast<AllReduceOp>(op);
           r && overDp(r.getMeshAxes()) && isGradient(r.getInput()))
@@ -116,6 +116,15 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
           isa_and_nonnull<AdamwUpdateOp, SgdUpdateOp>(
               g.getInput().getDefiningOp()))
         gathers.push_back(g);
+      // ZeRO-3: a parameter gathered right before its use. These are not
+      // moved; only gathers standing together before the same readers
+      // (a weight and its bias) share a bucket.
+      if (auto g = dyn_cast<AllGatherOp>(op);
+          g && overDp(g.getMeshAxes()) && g.getGatherAxis() == 0)
+        if (auto arg = dyn_cast<BlockArgument>(g.getInput());
+            arg && arg.getOwner()->isEntryBlock() &&
+            func.getArgAttr(arg.getArgNumber(), kParamAttr))
+          paramGathers.push_back(g);
     });
     for (AllReduceOp op : reductions)
       hoist(op);
@@ -134,10 +143,11 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
           return a.getReduction() == b.getReduction();
         },
         [&](ArrayRef<ReduceScatterOp> bucket) { packScatters(bucket); });
-    bucketize<AllGatherOp>(
-        body, gathers, zeroBucketMb,
-        [](AllGatherOp, AllGatherOp) { return true; },
-        [&](ArrayRef<AllGatherOp> bucket) { packGathers(bucket); });
+    for (auto *list : {&gathers, &paramGathers})
+      bucketize<AllGatherOp>(
+          body, *list, zeroBucketMb,
+          [](AllGatherOp, AllGatherOp) { return true; },
+          [&](ArrayRef<AllGatherOp> bucket) { packGathers(bucket); });
   }
 
   /// Packs neighbouring collectives of `ops` (in block order) into buckets

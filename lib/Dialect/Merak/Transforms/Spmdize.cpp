@@ -78,12 +78,32 @@ struct FunctionPartitioner {
   /// so an earlier result dominates later uses).
   DenseMap<std::pair<Value, Attribute>, Value> cache;
 
+  /// A parameter split over a mesh axis (ZeRO-3) and gathered for its
+  /// readers: each reader gets a gather of its own, so that the whole
+  /// parameter lives only around that use, not from the forward use to the
+  /// backward one.
+  bool gatheredPerUse(Value v, MeshShardingAttr source,
+                      MeshShardingAttr target) {
+    auto arg = dyn_cast<BlockArgument>(stripShards(v));
+    if (!arg || !arg.getOwner()->isEntryBlock() ||
+        !func.getArgAttr(arg.getArgNumber(), kParamAttr))
+      return false;
+    SplitAxes from = splitAxesOf(source, rankOf(v));
+    SplitAxes to = splitAxesOf(target, rankOf(v));
+    for (auto [f, t] : llvm::zip(from, to))
+      if (t.size() < f.size())
+        return true;
+    return false;
+  }
+
   FailureOr<Value> resharded(OpBuilder &b, Location loc, Value v,
                              MeshShardingAttr target) {
     Value local = map.lookup(v);
     MeshShardingAttr source = shardingOf(v);
     if (sameSharding(source, target, rankOf(v)))
       return local;
+    if (gatheredPerUse(v, source, target))
+      return reshard(b, loc, mesh, local, rankOf(v), source, target);
     auto key = std::make_pair(local, Attribute(normalize(target, rankOf(v))));
     if (Value cached = cache.lookup(key))
       return cached;

@@ -94,3 +94,23 @@ func.func @zero(%a: tensor<8x8xf32>, %c: tensor<4xf32>, %p1: tensor<4x8xf32>,
   %a2 = mesh.all_gather %n2 on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2xf32> -> tensor<4xf32>
   return %a1, %a2 : tensor<8x8xf32>, tensor<4xf32>
 }
+
+// ZeRO-3: gathers of parameters stay right before their readers; those
+// standing together (a weight and its bias) share one all_gather, a gather
+// after the first reader of the bucket starts another.
+// CHECK-LABEL: func.func @zero3
+// CHECK: %[[C:.*]] = merak.concat %{{.*}}, %{{.*}} {dim = 1 : i64} : (tensor<1x16xf32>, tensor<1x2xf32>) -> tensor<1x18xf32>
+// CHECK-NEXT: %[[A:.*]] = mesh.all_gather %[[C]] on @mesh mesh_axes = [0] gather_axis = 0 : tensor<1x18xf32> -> tensor<2x18xf32>
+// CHECK: merak.linear
+// CHECK-NEXT: %[[W2:.*]] = mesh.all_gather %arg0 on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: merak.matmul %{{.*}}, %[[W2]]
+func.func @zero3(%w: tensor<2x8xf32> {merak.param = "w"},
+                 %b: tensor<2xf32> {merak.param = "b"}, %x: tensor<3x8xf32>,
+                 %d: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<3x8xf32>) {
+  %wg = mesh.all_gather %w on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2x8xf32> -> tensor<4x8xf32>
+  %bg = mesh.all_gather %b on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2xf32> -> tensor<4xf32>
+  %y = merak.linear %x, %wg, %bg : (tensor<3x8xf32>, tensor<4x8xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+  %wg2 = mesh.all_gather %w on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2x8xf32> -> tensor<4x8xf32>
+  %dx = merak.matmul %d, %wg2 {merak.grad_of = 1 : i64} : (tensor<3x4xf32>, tensor<4x8xf32>) -> tensor<3x8xf32>
+  return %y, %dx : tensor<3x4xf32>, tensor<3x8xf32>
+}

@@ -109,3 +109,31 @@ func.func @partial_sums(%dq: tensor<8x4xf32>, %dk: tensor<8x4xf32>,
   %outs = mesh.shard %out to <@mesh, [[]]> : tensor<2x4x4xf32>
   return %outs : tensor<2x4x4xf32>
 }
+
+// -----
+
+mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
+
+// ZeRO-3: a parameter split over dp is gathered for each reader on its own
+// (here a forward and a backward use), so the whole parameter lives only
+// around each use; an activation read whole twice is gathered once.
+// CHECK-LABEL: func.func @zero3
+// CHECK: %[[G1:.*]] = mesh.all_gather %arg0 on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2x4xf32> -> tensor<4x4xf32>
+// CHECK-NEXT: %[[X:.*]] = mesh.all_gather %arg1
+// CHECK-NEXT: merak.matmul %[[X]], %[[G1]]
+// CHECK-NEXT: %[[G2:.*]] = mesh.all_gather %arg0 on @mesh mesh_axes = [0] gather_axis = 0 : tensor<2x4xf32> -> tensor<4x4xf32>
+// CHECK-NEXT: merak.matmul %[[X]], %[[G2]]
+// CHECK-NOT: mesh.all_gather
+func.func @zero3(%w: tensor<4x4xf32> {merak.param = "w"}, %x: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>) {
+  %ws = mesh.shard %w to <@mesh, [[0]]> : tensor<4x4xf32>
+  %xs = mesh.shard %x to <@mesh, [[0]]> : tensor<4x4xf32>
+  %w1 = mesh.shard %ws to <@mesh, [[]]> annotate_for_users : tensor<4x4xf32>
+  %x1 = mesh.shard %xs to <@mesh, [[]]> annotate_for_users : tensor<4x4xf32>
+  %y = merak.matmul %x1, %w1 : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %ys = mesh.shard %y to <@mesh, [[]]> : tensor<4x4xf32>
+  %w2 = mesh.shard %ws to <@mesh, [[]]> annotate_for_users : tensor<4x4xf32>
+  %x2 = mesh.shard %xs to <@mesh, [[]]> annotate_for_users : tensor<4x4xf32>
+  %z = merak.matmul %x2, %w2 : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %zs = mesh.shard %z to <@mesh, [[]]> : tensor<4x4xf32>
+  return %ys, %zs : tensor<4x4xf32>, tensor<4x4xf32>
+}
