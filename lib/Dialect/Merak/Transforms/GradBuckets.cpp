@@ -51,10 +51,9 @@ Value reshaped(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
 /// The slice [offset, offset + size) of `v` along `dim`.
 Value sliceOf(OpBuilder &b, Location loc, Value v, int64_t dim, int64_t offset,
               int64_t size) {
-  return b.create<SliceOp>(loc, v, b.getI64IntegerAttr(dim),
-                           b.getI64IntegerAttr(offset),
-                           b.getI64IntegerAttr(offset + size),
-                           b.getI64IntegerAttr(1));
+  return b.create<SliceOp>(
+      loc, v, b.getI64IntegerAttr(dim), b.getI64IntegerAttr(offset),
+      b.getI64IntegerAttr(offset + size), b.getI64IntegerAttr(1));
 }
 
 struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
@@ -238,11 +237,11 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
       width += shard;
     }
     Value packed = b.create<ConcatOp>(loc, rows, b.getI64IntegerAttr(1));
-    auto mine = RankedTensorType::get(
-        {1, width}, getElementTypeOrSelf(last.getType()));
-    Value scattered = b.create<ReduceScatterOp>(
-        loc, mine, last.getMesh(), last.getMeshAxes(), packed,
-        last.getReduction(), APInt(64, 0));
+    auto mine =
+        RankedTensorType::get({1, width}, getElementTypeOrSelf(last.getType()));
+    Value scattered =
+        b.create<ReduceScatterOp>(loc, mine, last.getMesh(), last.getMeshAxes(),
+                                  packed, last.getReduction(), APInt(64, 0));
     int64_t offset = 0;
     for (ReduceScatterOp op : bucket) {
       auto t = cast<RankedTensorType>(op.getType());
@@ -271,11 +270,10 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
       width += shard;
     }
     Value packed = b.create<ConcatOp>(loc, rows, b.getI64IntegerAttr(1));
-    auto all = RankedTensorType::get({n, width},
-                                     getElementTypeOrSelf(last.getType()));
-    Value gathered = b.create<AllGatherOp>(loc, all, last.getMesh(),
-                                           last.getMeshAxes(), packed,
-                                           APInt(64, 0));
+    auto all =
+        RankedTensorType::get({n, width}, getElementTypeOrSelf(last.getType()));
+    Value gathered = b.create<AllGatherOp>(
+        loc, all, last.getMesh(), last.getMeshAxes(), packed, APInt(64, 0));
     int64_t offset = 0;
     for (AllGatherOp op : bucket) {
       auto in = cast<RankedTensorType>(op.getInput().getType());

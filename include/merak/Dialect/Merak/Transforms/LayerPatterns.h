@@ -17,8 +17,8 @@ namespace merak {
 /// column-parallel and row-parallel linears (activation, gating product,
 /// dropout).
 inline bool isHiddenElementwise(mlir::Operation *op) {
-  return mlir::isa<GeluOp, ReluOp, SiluOp, SigmoidOp, TanhOp, MulOp,
-                   DropoutOp>(op);
+  return mlir::isa<GeluOp, ReluOp, SiluOp, SigmoidOp, TanhOp, MulOp, DropoutOp>(
+      op);
 }
 
 } // namespace merak
