@@ -260,7 +260,9 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
 void merak::registerMerakPipelines() {
   PassPipelineRegistration<ParallelizeOptions>(
       "merak-parallelize",
-      "Partition the training step: --merak-mesh, --merak-tensor-parallel, "
+      "Partition the training step: with tp > 1 "
+      "--merak-split-fused-projections, then --merak-mesh, "
+      "--merak-tensor-parallel, "
       "--merak-data-parallel, --merak-sequence-parallel, "
       "--merak-sharding-propagation, --merak-spmdize, --merak-grad-buckets; "
       "without pipelines also --merak-sparse-embedding-grads, "
