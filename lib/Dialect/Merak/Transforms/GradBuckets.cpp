@@ -20,6 +20,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/Format.h"
 
 namespace merak {
 #define GEN_PASS_DEF_GRADBUCKETS
@@ -70,11 +71,14 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
     int64_t dpIdx = meshAxisIndex(mesh, "dp");
     if (dpIdx < 0)
       return;
-    if (bucketMb < 0 || zeroBucketMb < 0) {
-      module.emitError("bucket-mb and zero-bucket-mb must be >= 0, got ")
-          << double(bucketMb) << " and " << double(zeroBucketMb);
-      return signalPassFailure();
-    }
+    for (auto [name, mb] : {std::pair<StringRef, double>{"bucket-mb", bucketMb},
+                            {"zero-bucket-mb", zeroBucketMb}})
+      if (mb < 0) {
+        std::string value;
+        llvm::raw_string_ostream(value) << llvm::format("%g", mb);
+        module.emitError() << name << " must be >= 0, got " << value;
+        return signalPassFailure();
+      }
     n = mesh.getShape()[dpIdx];
     for (auto func : module.getOps<func::FuncOp>())
       runOnFunction(func, static_cast<MeshAxis>(dpIdx));

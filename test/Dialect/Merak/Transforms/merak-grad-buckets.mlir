@@ -5,6 +5,9 @@
 // RUN: merak-opt %s --merak-grad-buckets | FileCheck %s
 // RUN: merak-opt %s --merak-grad-buckets="bucket-mb=0 zero-bucket-mb=0" | FileCheck %s --check-prefix=MOVE
 // RUN: merak-opt %s --merak-grad-buckets="bucket-mb=0.00005" | FileCheck %s --check-prefix=SMALL
+// RUN: not merak-opt %s --merak-grad-buckets="zero-bucket-mb=-1" 2>&1 | FileCheck %s --check-prefix=NEGATIVE
+
+// NEGATIVE: error: zero-bucket-mb must be >= 0, got -1
 
 mesh.mesh @mesh(shape = 2x2) {merak.axes = ["dp", "tp"]}
 
