@@ -37,6 +37,15 @@ using namespace mlir;
 using namespace mlir::mesh;
 using namespace merak;
 
+std::pair<Value, int64_t> merak::weightParam(Value v) {
+  v = stripShards(v);
+  if (auto section = v.getDefiningOp<SelectOp>();
+      section && section.getDim() == 0 &&
+      isa<BlockArgument>(stripShards(section.getInput())))
+    return {stripShards(section.getInput()), 1};
+  return {v, 0};
+}
+
 namespace {
 
 /// Users of `v`, looking through sharding annotations.
@@ -293,14 +302,9 @@ struct TensorParallelPass
   /// --merak-split-fused-projections took apart): the parameter is split
   /// along the section's `dim`, every section alike.
   void splitParam(Value v, int64_t dim, StringRef what, Operation *at) {
-    v = stripShards(v);
-    if (auto section = v.getDefiningOp<SelectOp>();
-        section && section.getDim() == 0 &&
-        isa<BlockArgument>(stripShards(section.getInput()))) {
-      v = stripShards(section.getInput());
-      ++dim;
-    }
-    auto arg = dyn_cast<BlockArgument>(v);
+    auto [param, offset] = weightParam(v);
+    dim += offset;
+    auto arg = dyn_cast<BlockArgument>(param);
     if (!arg || !func.getArgAttr(arg.getArgNumber(), kParamAttr)) {
       // A weight computed in the graph: propagation decides.
       return;
@@ -391,13 +395,14 @@ struct SequenceParallelPass
   /// The tensor-parallel axis of a parameter's split: the dimension of
   /// `v`'s parameter split over `axis`, or -1.
   int64_t splitDim(Value v, MeshAxis axis) {
-    auto arg = dyn_cast<BlockArgument>(stripShards(v));
+    auto [param, offset] = weightParam(v);
+    auto arg = dyn_cast<BlockArgument>(param);
     ShardOp s = arg ? argAnnotation(arg) : ShardOp();
     if (!s)
       return -1;
     for (auto [d, axes] : llvm::enumerate(s.getShard().getSplitAxes()))
       if (llvm::is_contained(axes.asArrayRef(), axis))
-        return d;
+        return int64_t(d) >= offset ? int64_t(d) - offset : -1;
     return -1;
   }
 

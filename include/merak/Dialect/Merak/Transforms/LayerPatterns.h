@@ -11,6 +11,8 @@
 
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 
+#include <utility>
+
 namespace merak {
 
 /// Elementwise ops an MLP's hidden activation flows through between its
@@ -20,6 +22,12 @@ inline bool isHiddenElementwise(mlir::Operation *op) {
   return mlir::isa<GeluOp, ReluOp, SiluOp, SigmoidOp, TanhOp, MulOp, DropoutOp>(
       op);
 }
+
+/// The parameter behind a linear's weight `v` (through sharding
+/// annotations) and the dimension of it that `v`'s dimension 0 is: 0 for
+/// the parameter itself, 1 for a section `select(param, 0, s)` of a fused
+/// projection (--merak-split-fused-projections).
+std::pair<mlir::Value, int64_t> weightParam(mlir::Value v);
 
 } // namespace merak
 
