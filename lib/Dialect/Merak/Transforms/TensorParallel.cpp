@@ -437,6 +437,9 @@ struct SequenceParallelPass
     };
     SmallVector<std::pair<Value, MeshShardingAttr>> scatter;
     llvm::MapVector<Value, MeshShardingAttr> gather;
+    // Ids of the vocabulary-parallel embeddings whose output is split along
+    // the sequence.
+    llvm::SmallDenseSet<Attribute> seqEmbeddings;
     func.walk([&](Operation *op) {
       if (!isForward(op))
         return;
@@ -453,12 +456,30 @@ struct SequenceParallelPass
         }
       } else if (auto emb = dyn_cast<EmbeddingOp>(op)) {
         if (splitDim(emb.getWeight(), axis) == 0)
-          if (MeshShardingAttr s = seqSplit(emb.getResult(), op))
+          if (MeshShardingAttr s = seqSplit(emb.getResult(), op)) {
             scatter.push_back({emb.getResult(), s});
+            seqEmbeddings.insert(op->getAttr(kIdAttr));
+          }
       }
     });
     if (bad)
       return failure();
+    // The gradient of such an embedding's table is computed from the whole
+    // sequence (its output gradient and ids all-gathered), each rank for
+    // its own rows; from the sequence shard it would be a partial sum of
+    // the whole table, reduce-scattered.
+    func.walk([&](IndexBackwardOp ib) {
+      if (!seqEmbeddings.contains(ib->getAttr(kGradOfAttr)))
+        return;
+      for (OpOperand &use : ib->getOpOperands()) {
+        auto type = cast<RankedTensorType>(use.get().getType());
+        OpBuilder b(ib);
+        auto whole = b.create<ShardOp>(ib.getLoc(), use.get(),
+                                       activationSharding(mesh, type, {}),
+                                       /*annotate_for_users=*/true);
+        use.set(whole);
+      }
+    });
     for (auto [v, s] : scatter)
       annotateUses(v, s);
     for (auto [v, s] : gather) {

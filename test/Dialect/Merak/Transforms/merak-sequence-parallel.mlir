@@ -23,6 +23,12 @@
 // SPMD: mesh.reduce_scatter %{{.*}} on @mesh mesh_axes = [0] scatter_axis = 1 : tensor<2x6x4xf32> -> tensor<2x3x4xf32>
 // SPMD: merak.layer_norm %{{.*}} : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3x4xf32>
 // SPMD: mesh.all_gather %{{.*}} on @mesh mesh_axes = [0] gather_axis = 1 : tensor<2x3x4xf32> -> tensor<2x6x4xf32>
+// The embedding's table gradient is computed from the whole sequence (its
+// output gradient all-gathered) and cut to the rank's rows, as under tp
+// alone: no partial table reduce-scattered.
+// SPMD: %[[T:.*]] = merak.index_backward %[[DG:[[:alnum:]_]+]], %arg12 {{.*}}: (tensor<2x6x4xf32>, tensor<2x6xi64>) -> tensor<8x4xf32>
+// SPMD-NEXT: mesh.all_slice %[[T]] on @mesh mesh_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
+// SPMD-NOT: mesh.reduce_scatter {{.*}}tensor<8x4xf32>
 
 // Ulysses: inputs split along the sequence, q/k/v split by heads.
 // ULYSSES: mesh.mesh @mesh(shape = 2) {merak.axes = ["sp"]}
