@@ -197,97 +197,96 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
     flush();
   }
 
-  /// One flat all-reduce for the whole bucket, after its last gradient.
+  /// One collective for the whole bucket, after its last member: each
+  /// member's operand reshaped to `rowShape(width)` (its `width` elements
+  /// in the layout the collective needs), the rows concatenated along
+  /// `dim`, `collective` applied to them, and each member's part sliced
+  /// back along `dim` and reshaped to its result.
+  template <typename OpT>
+  void packBucket(
+      ArrayRef<OpT> bucket, int64_t dim, llvm::function_ref<int64_t(OpT)> width,
+      llvm::function_ref<SmallVector<int64_t>(int64_t)> rowShape,
+      llvm::function_ref<Value(OpBuilder &, OpT, Value, int64_t)> collective) {
+    OpT last = bucket.back();
+    OpBuilder b(last);
+    b.setInsertionPointAfter(last);
+    Location loc = last.getLoc();
+    SmallVector<Value> rows;
+    int64_t total = 0;
+    for (OpT op : bucket) {
+      rows.push_back(reshaped(b, loc, op.getInput(), rowShape(width(op))));
+      total += width(op);
+    }
+    Value packed = b.create<ConcatOp>(loc, rows, b.getI64IntegerAttr(dim));
+    Value done = collective(b, last, packed, total);
+    int64_t offset = 0;
+    for (OpT op : bucket) {
+      Value part = sliceOf(b, loc, done, dim, offset, width(op));
+      offset += width(op);
+      auto t = cast<RankedTensorType>(op.getType());
+      op.getResult().replaceAllUsesWith(reshaped(b, loc, part, t.getShape()));
+    }
+    for (OpT op : bucket)
+      op.erase();
+  }
+
+  static int64_t resultElements(Operation *op) {
+    return cast<RankedTensorType>(op->getResult(0).getType()).getNumElements();
+  }
+
+  /// One flat all-reduce of the gradients side by side.
   void packReductions(ArrayRef<AllReduceOp> bucket) {
-    AllReduceOp last = bucket.back();
-    OpBuilder b(last);
-    b.setInsertionPointAfter(last);
-    Location loc = last.getLoc();
-    SmallVector<Value> flat;
-    for (AllReduceOp op : bucket) {
-      auto t = cast<RankedTensorType>(op.getInput().getType());
-      flat.push_back(reshaped(b, loc, op.getInput(), {t.getNumElements()}));
-    }
-    Value packed = b.create<ConcatOp>(loc, flat, b.getI64IntegerAttr(0));
-    Value reduced =
-        b.create<AllReduceOp>(loc, packed.getType(), last.getMesh(),
-                              last.getMeshAxes(), packed, last.getReduction());
-    int64_t offset = 0;
-    for (AllReduceOp op : bucket) {
-      auto t = cast<RankedTensorType>(op.getType());
-      Value part = sliceOf(b, loc, reduced, 0, offset, t.getNumElements());
-      offset += t.getNumElements();
-      op.getResult().replaceAllUsesWith(reshaped(b, loc, part, t.getShape()));
-    }
-    for (AllReduceOp op : bucket)
-      op.erase();
+    packBucket<AllReduceOp>(
+        bucket, 0, [](AllReduceOp op) { return resultElements(op); },
+        [](int64_t w) { return SmallVector<int64_t>{w}; },
+        [](OpBuilder &b, AllReduceOp last, Value packed, int64_t) -> Value {
+          return b.create<AllReduceOp>(last.getLoc(), packed.getType(),
+                                       last.getMesh(), last.getMeshAxes(),
+                                       packed, last.getReduction());
+        });
   }
 
-  /// One reduce-scatter for the whole bucket. Each gradient viewed as
-  /// `[n, numel / n]` has rank r's shard (its dimension-0 block r) as row
-  /// r; the rows of all gradients side by side make one `[n, total / n]`
-  /// tensor whose row r, reduce-scattered to rank r, holds every shard of
-  /// that rank.
+  /// One reduce-scatter. Each gradient viewed as `[n, numel / n]` has rank
+  /// r's shard (its dimension-0 block r) as row r; the views side by side
+  /// make one `[n, total / n]` tensor whose row r, reduce-scattered to rank
+  /// r, holds every shard of that rank.
   void packScatters(ArrayRef<ReduceScatterOp> bucket) {
-    ReduceScatterOp last = bucket.back();
-    OpBuilder b(last);
-    b.setInsertionPointAfter(last);
-    Location loc = last.getLoc();
-    SmallVector<Value> rows;
-    int64_t width = 0;
-    for (ReduceScatterOp op : bucket) {
-      int64_t shard = cast<RankedTensorType>(op.getType()).getNumElements();
-      rows.push_back(reshaped(b, loc, op.getInput(), {n, shard}));
-      width += shard;
-    }
-    Value packed = b.create<ConcatOp>(loc, rows, b.getI64IntegerAttr(1));
-    auto mine =
-        RankedTensorType::get({1, width}, getElementTypeOrSelf(last.getType()));
-    Value scattered =
-        b.create<ReduceScatterOp>(loc, mine, last.getMesh(), last.getMeshAxes(),
-                                  packed, last.getReduction(), APInt(64, 0));
-    int64_t offset = 0;
-    for (ReduceScatterOp op : bucket) {
-      auto t = cast<RankedTensorType>(op.getType());
-      Value part = sliceOf(b, loc, scattered, 1, offset, t.getNumElements());
-      offset += t.getNumElements();
-      op.getResult().replaceAllUsesWith(reshaped(b, loc, part, t.getShape()));
-    }
-    for (ReduceScatterOp op : bucket)
-      op.erase();
+    packBucket<ReduceScatterOp>(
+        bucket, 1, [](ReduceScatterOp op) { return resultElements(op); },
+        [&](int64_t w) {
+          return SmallVector<int64_t>{n, w};
+        },
+        [](OpBuilder &b, ReduceScatterOp last, Value packed,
+           int64_t total) -> Value {
+          auto mine = RankedTensorType::get(
+              {1, total}, getElementTypeOrSelf(last.getType()));
+          return b.create<ReduceScatterOp>(last.getLoc(), mine, last.getMesh(),
+                                           last.getMeshAxes(), packed,
+                                           last.getReduction(), APInt(64, 0));
+        });
   }
 
-  /// One all-gather for the whole bucket: the shards side by side as one
-  /// row, gathered into `[n, total]`, whose columns of each shard are the
-  /// dimension-0 blocks of its tensor in rank order.
+  /// One all-gather: the shards side by side as one row, gathered into
+  /// `[n, total]`, whose columns of each shard are the dimension-0 blocks
+  /// of its tensor in rank order.
   void packGathers(ArrayRef<AllGatherOp> bucket) {
-    AllGatherOp last = bucket.back();
-    OpBuilder b(last);
-    b.setInsertionPointAfter(last);
-    Location loc = last.getLoc();
-    SmallVector<Value> rows;
-    int64_t width = 0;
-    for (AllGatherOp op : bucket) {
-      int64_t shard =
-          cast<RankedTensorType>(op.getInput().getType()).getNumElements();
-      rows.push_back(reshaped(b, loc, op.getInput(), {1, shard}));
-      width += shard;
-    }
-    Value packed = b.create<ConcatOp>(loc, rows, b.getI64IntegerAttr(1));
-    auto all =
-        RankedTensorType::get({n, width}, getElementTypeOrSelf(last.getType()));
-    Value gathered = b.create<AllGatherOp>(
-        loc, all, last.getMesh(), last.getMeshAxes(), packed, APInt(64, 0));
-    int64_t offset = 0;
-    for (AllGatherOp op : bucket) {
-      auto in = cast<RankedTensorType>(op.getInput().getType());
-      Value part = sliceOf(b, loc, gathered, 1, offset, in.getNumElements());
-      offset += in.getNumElements();
-      auto t = cast<RankedTensorType>(op.getType());
-      op.getResult().replaceAllUsesWith(reshaped(b, loc, part, t.getShape()));
-    }
-    for (AllGatherOp op : bucket)
-      op.erase();
+    packBucket<AllGatherOp>(
+        bucket, 1,
+        [](AllGatherOp op) {
+          return cast<RankedTensorType>(op.getInput().getType())
+              .getNumElements();
+        },
+        [](int64_t w) {
+          return SmallVector<int64_t>{1, w};
+        },
+        [&](OpBuilder &b, AllGatherOp last, Value packed,
+            int64_t total) -> Value {
+          auto all = RankedTensorType::get(
+              {n, total}, getElementTypeOrSelf(last.getType()));
+          return b.create<AllGatherOp>(last.getLoc(), all, last.getMesh(),
+                                       last.getMeshAxes(), packed,
+                                       APInt(64, 0));
+        });
   }
 };
 
