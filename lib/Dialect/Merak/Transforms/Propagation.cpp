@@ -40,6 +40,12 @@ int64_t rankOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getRank();
 }
 
+/// Whether `s` splits no dimension of a rank-`rank` tensor.
+bool splitsNothing(MeshShardingAttr s, int64_t rank) {
+  return llvm::all_of(splitAxesOf(s, rank),
+                      [](const auto &a) { return a.empty(); });
+}
+
 /// Bytes one rank sends to move a tensor of `type` from `from` to `to`
 /// (a null sharding is replicated).
 double reshardBytes(MeshOp mesh, RankedTensorType type, MeshShardingAttr from,
@@ -132,8 +138,7 @@ struct Propagator {
         first.getPartialType() != ReductionKind::Sum)
       return false;
     Value result = op->getResult(0);
-    SplitAxes split = splitAxesOf(first, rankOf(op->getOperand(0)));
-    bool unsplit = llvm::all_of(split, [](const auto &a) { return a.empty(); });
+    bool unsplit = splitsNothing(first, rankOf(op->getOperand(0)));
     MeshShardingAttr target;
     if (isa<ReshapeOp, PermuteOp>(op)) {
       if (!unsplit)
@@ -153,7 +158,7 @@ struct Propagator {
     return true;
   }
 
-  LogicalResult visit(Operation *op) {
+  LogicalResult visit(Operation *op, int sweep) {
     if (decided.contains(op) || isa<ShardOp>(op) ||
         op->hasTrait<OpTrait::IsTerminator>())
       return success();
@@ -177,6 +182,24 @@ struct Propagator {
     if (!anyMust && llvm::none_of(operandHints, [](auto s) { return s; }) &&
         llvm::none_of(resultHints, [](auto s) { return s; }))
       return success(); // nothing known yet
+    // An index_backward's table rows are a loop of its result only: they
+    // are split only if its users ask, and in the first (forward) sweep
+    // they have not spoken yet. Deciding then would scatter into the whole
+    // table and slice it for them (an embedding's gradient under a
+    // vocabulary split: the whole table on every rank), which moves no
+    // bytes but wastes the work and the memory. Only where its operands
+    // are whole (tensor parallelism, Megatron sequence parallelism after
+    // its gather): with a batch split, the users' sharding would make the
+    // cheapest option gather the batch, which is
+    // --merak-sparse-embedding-grads' choice to make, not propagation's.
+    if (sweep == 0 && isa<IndexBackwardOp>(op) && !resultMust[0] &&
+        !resultHints[0] &&
+        llvm::all_of(llvm::zip(op->getOperands(), operandHints), [](auto p) {
+          auto [v, s] = p;
+          return !s ||
+                 (s.getPartialAxes().empty() && splitsNothing(s, rankOf(v)));
+        }))
+      return success();
 
     // Candidate options: every subset of the optional shardings (the
     // binding ones always in), as long as that stays small.
@@ -276,7 +299,7 @@ struct Propagator {
       if (sweep == 1)
         std::reverse(ops.begin(), ops.end());
       for (Operation *op : ops)
-        if (failed(visit(op)))
+        if (failed(visit(op, sweep)))
           return failure();
     }
     return success();

@@ -3,6 +3,7 @@
 // the option errors.
 // RUN: merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="dp=2 tp=2" | FileCheck %s
 // RUN: merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="dp=2 zero=2 bucket-mb=0 zero-bucket-mb=0" | FileCheck %s --check-prefix=ZERO2
+// RUN: merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="tp=2" | FileCheck %s --check-prefix=TP
 // RUN: not merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="sp=context" 2>&1 | FileCheck %s --check-prefix=SP
 
 // CHECK: mesh.mesh @mesh(shape = 2x2) {merak.axes = ["dp", "tp"]}
@@ -45,3 +46,13 @@
 // ZERO2: mesh.all_gather %[[P]] on @mesh mesh_axes = [0] gather_axis = 0 : tensor<4x4xf32> -> tensor<8x4xf32>
 
 // SP: merak-parallelize: sp must be none, megatron or ulysses, got 'context'
+
+// tp=2: the vocabulary-parallel embedding's table gradient is scattered
+// into the rank's 4 rows only (tokens outside them masked, the others
+// shifted into the block), not into the whole 8-row table then sliced.
+// TP-LABEL: func.func @train_step
+// TP: merak.layer_norm_backward
+// TP: %[[IN:.*]] = merak.and
+// TP: %[[IDS:.*]] = merak.where %[[IN]], {{.*}} : (tensor<2x6xi1>, tensor<2x6xi64>, tensor<i64>) -> tensor<2x6xi64>
+// TP: merak.index_backward %{{.*}}, %[[IDS]] {dim = 0 : i64, dim_size = 4 : i64, merak.grad_of = {{[0-9]+}} : i64} : (tensor<2x6x4xf32>, tensor<2x6xi64>) -> tensor<4x4xf32>
+// TP-NOT: mesh.all_slice {{.*}} : tensor<8x4xf32> -> tensor<4x4xf32>

@@ -24,10 +24,17 @@
 // SPMD: merak.layer_norm %{{.*}} : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3x4xf32>
 // SPMD: mesh.all_gather %{{.*}} on @mesh mesh_axes = [0] gather_axis = 1 : tensor<2x3x4xf32> -> tensor<2x6x4xf32>
 // The embedding's table gradient is computed from the whole sequence (its
-// output gradient all-gathered) and cut to the rank's rows, as under tp
-// alone: no partial table reduce-scattered.
-// SPMD: %[[T:.*]] = merak.index_backward %[[DG:[[:alnum:]_]+]], %arg12 {{.*}}: (tensor<2x6x4xf32>, tensor<2x6xi64>) -> tensor<8x4xf32>
-// SPMD-NEXT: mesh.all_slice %[[T]] on @mesh mesh_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
+// output gradient all-gathered), as under tp alone, and only for the
+// rank's rows: the gradient of tokens outside them is masked, the others
+// shifted into the rank's block. No whole table, no partial table
+// reduce-scattered.
+// SPMD: %[[SHIFT:.*]] = merak.sub %arg12, %{{.*}} : (tensor<2x6xi64>, tensor<i64>) -> tensor<2x6xi64>
+// SPMD: %[[IN:.*]] = merak.and
+// SPMD: %[[IDS:.*]] = merak.where %[[IN]], %[[SHIFT]], %{{.*}} : (tensor<2x6xi1>, tensor<2x6xi64>, tensor<i64>) -> tensor<2x6xi64>
+// SPMD: %[[MASK:.*]] = merak.reshape %[[IN]] {shape = array<i64: 2, 6, 1>}
+// SPMD: %[[G:.*]] = merak.where %[[MASK]], %all_gather{{.*}}, %{{.*}} : (tensor<2x6x1xi1>, tensor<2x6x4xf32>, tensor<f32>) -> tensor<2x6x4xf32>
+// SPMD: merak.index_backward %[[G]], %[[IDS]] {dim = 0 : i64, dim_size = 4 : i64, merak.grad_of = 0 : i64} : (tensor<2x6x4xf32>, tensor<2x6xi64>) -> tensor<4x4xf32>
+// SPMD-NOT: mesh.all_slice {{.*}}tensor<8x4xf32> -> tensor<4x4xf32>
 // SPMD-NOT: mesh.reduce_scatter {{.*}}tensor<8x4xf32>
 
 // Ulysses: inputs split along the sequence, q/k/v split by heads.
