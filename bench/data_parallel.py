@@ -4,7 +4,11 @@ In one invocation, on a GPT-2-style model traced for the run:
   * dp=2 on 2 ranks: merak-exec (--merak-parallelize="dp=2", Gloo) against
     PyTorch DistributedDataParallel with the Gloo backend on 2 processes,
     same weights, same global batches, same threads per rank, AdamW;
-    median step time of each and their ratio;
+    median step time of each and their ratio. merak-exec runs twice: as it
+    runs by default (float32 GEMMs on oneDNN's sgemm, with kernels for the
+    CPU's widest vector instructions) and with --gemm=blas (the BLAS
+    PyTorch's eager GEMMs call), so the ratio splits into what the GEMM
+    library gives and what the rest of the compiled step gives;
   * tp=2: the bytes each rank sends per step in the partitioned program,
     counted from the collectives of the plan (ring algorithms: all-reduce
     2(n-1)/n of the tensor, all-gather and reduce-scatter (n-1)/n of the
@@ -29,7 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "test", "fixtures"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from train_step import blas_name, make_config  # noqa: E402
+from train_step import blas_name, gemm_name, make_config  # noqa: E402
 
 
 def free_port():
@@ -200,7 +204,7 @@ def main():
         return [json.loads(o.strip().splitlines()[-1]) for o in outs
                 if o.strip()]
 
-    def merak_run(plan_path, nproc, data, init):
+    def merak_run(plan_path, nproc, data, init, gemm="onednn"):
         """merak-exec on `nproc` ranks; with nproc 1, two single-rank runs
         at once. Returns each run's log records."""
         runs = 1 if nproc > 1 else 2
@@ -213,7 +217,8 @@ def main():
             [os.path.join(bin_dir, "merak-exec"), plan_path] +
             (["--nproc", str(nproc)] if nproc > 1 else []) +
             ["--init", init, "--data", data, "--steps", str(args.steps),
-             "--threads", str(args.threads), "--log-jsonl", log],
+             "--threads", str(args.threads), "--gemm", gemm,
+             "--log-jsonl", log],
             stdout=subprocess.DEVNULL) for log in logs]
         if any(pr.wait() for pr in procs):
             sys.exit("merak-exec failed")
@@ -225,18 +230,21 @@ def main():
 
     w = args.warmup
     dp_plan = plan("dp=2", "dp2.mlir")
-    ddp_ms, merak_ms, max_diff = [], [], 0.0
+    ddp_ms, merak_ms, blas_ms, max_diff = [], [], [], 0.0
     for _ in range(args.rounds):
-        # PyTorch DDP, 2 processes; then merak-exec, dp=2 on 2 ranks.
+        # PyTorch DDP, 2 processes; then merak-exec, dp=2 on 2 ranks, with
+        # each GEMM library.
         ddp = ddp_run(free_port())[0]
-        merak = merak_run(dp_plan, 2,
-                          os.path.join(work, "batches.safetensors"),
-                          os.path.join(work, "gpt2.pt"))[0]
         ddp_ms += ddp["ms"][w:]
-        merak_ms += [r["ms"] for r in merak[w:]]
-        max_diff = max([max_diff] + [abs(a["loss"] - b) / abs(b)
-                                     for a, b in zip(merak, ddp["loss"])])
+        for gemm, times in (("onednn", merak_ms), ("blas", blas_ms)):
+            merak = merak_run(dp_plan, 2,
+                              os.path.join(work, "batches.safetensors"),
+                              os.path.join(work, "gpt2.pt"), gemm)[0]
+            times += [r["ms"] for r in merak[w:]]
+            max_diff = max([max_diff] + [abs(a["loss"] - b) / abs(b)
+                                         for a, b in zip(merak, ddp["loss"])])
     merak_ms = statistics.median(merak_ms)
+    blas_ms = statistics.median(blas_ms)
     ddp_ms = statistics.median(ddp_ms)
 
     alone = None
@@ -277,8 +285,11 @@ def main():
     result = {
         "blas": blas_name(), "threads_per_rank": args.threads,
         "params": params, "global_batch": args.batch, "seq": args.seq,
+        "merak_gemm": gemm_name("onednn"),
         "ddp_step_ms": ddp_ms, "merak_dp2_step_ms": merak_ms,
         "dp2_step_time_ratio": merak_ms / ddp_ms,
+        "merak_dp2_blas_step_ms": blas_ms,
+        "dp2_step_time_ratio_blas": blas_ms / ddp_ms,
         "dp2_max_rel_loss_diff": max_diff,
         "steps_timed": (args.steps - w) * args.rounds,
         "tp2_bytes_per_rank": measured, "tp2_collectives": counts,
@@ -288,11 +299,15 @@ def main():
     print(f"BLAS: {result['blas']}, {args.threads} thread(s) per rank, "
           f"model: {params / 1e6:.1f} M parameters, global batch "
           f"{args.batch} x {args.seq} tokens")
+    print(f"GEMMs: PyTorch on the BLAS; merak-exec on {result['merak_gemm']}"
+          f" (and on the BLAS with --gemm=blas)")
     print(f"dp=2  PyTorch DDP (Gloo):  {ddp_ms:8.1f} ms per step")
     print(f"dp=2  merak-exec (Gloo):   {merak_ms:8.1f} ms per step  "
           f"(losses agree within {max_diff:.1e} relative)")
+    print(f"dp=2  merak-exec --gemm=blas: {blas_ms:5.1f} ms per step")
     print(f"dp=2  step-time ratio merak/DDP: {result['dp2_step_time_ratio']:.3f}"
-          f"  (medians of {result['steps_timed']} steps each)")
+          f"  (medians of {result['steps_timed']} steps each); with "
+          f"--gemm=blas {result['dp2_step_time_ratio_blas']:.3f}")
     if alone:
         result["eager_rank_alone_ms"] = alone["eager"]
         result["merak_rank_alone_ms"] = alone["merak"]

@@ -3,7 +3,9 @@
 Builds the in-tree GPT-2 at a size where a step takes about a second on this
 machine, compiles its AdamW training step with merak-opt, and runs, in this
 same invocation and with the same thread count:
-  * an sgemm (1024^3 fp32 matmul) to measure the machine's GEMM throughput;
+  * an sgemm (1024^3 fp32 matmul) to measure the machine's GEMM throughput:
+    the BLAS PyTorch calls (OpenBLAS), and oneDNN's sgemm, which merak-exec
+    runs float32 GEMMs on by default (--gemm=blas runs it on the BLAS too);
   * PyTorch eager: forward, backward, AdamW step (foreach=False), timed per step,
     twice: as it runs by default, and with OMP_WAIT_POLICY=PASSIVE, which
     keeps ATen's idle OpenMP threads from spinning on the cores OpenBLAS's
@@ -67,19 +69,63 @@ def step_flops(args, params):
     return 6 * params * tokens + attn
 
 
-def sgemm_gflops(threads):
+ONEDNN_ISAS = {0x1: "SSE4.1", 0x3: "AVX", 0x7: "AVX2", 0x407: "AVX2-VNNI",
+               0x27: "AVX-512", 0x67: "AVX-512", 0xe7: "AVX-512",
+               0x3e7: "AVX-512"}
+
+
+def onednn():
+    """oneDNN's C library (the one LibTorch links, which merak-exec's float32
+    GEMMs run on by default) through ctypes, or None."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libdnnl.so.2")
+    except OSError:
+        return None
+    lib.dnnl_sgemm.argtypes = [
+        ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_int64,
+        ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int64,
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p,
+        ctypes.c_int64]
+    lib.dnnl_get_effective_cpu_isa.restype = ctypes.c_int
+    return lib
+
+
+def gemm_name(gemm):
+    """What merak-exec's float32 GEMMs run on under --gemm=`gemm`."""
+    lib = onednn() if gemm == "onednn" else None
+    if lib is None:
+        return f"BLAS ({blas_name()})"
+    isa = ONEDNN_ISAS.get(lib.dnnl_get_effective_cpu_isa(), "other")
+    return f"oneDNN sgemm ({isa} kernels)"
+
+
+def sgemm_gflops(threads, library="blas"):
+    """The best 1024^3 fp32 matmul rate on `threads` threads: torch.mm (the
+    BLAS PyTorch calls) or oneDNN's sgemm (what merak-exec calls)."""
     import torch
     torch.set_num_threads(threads)
     a = torch.randn(1024, 1024)
     b = torch.randn(1024, 1024)
+    c = torch.empty(1024, 1024)
+    lib = onednn() if library == "onednn" else None
+    if library == "onednn" and lib is None:
+        return float("nan")
+
+    def mm():
+        if lib is None:
+            torch.mm(a, b, out=c)
+        else:
+            lib.dnnl_sgemm(b"N", b"N", 1024, 1024, 1024, 1.0, a.data_ptr(),
+                           1024, b.data_ptr(), 1024, 0.0, c.data_ptr(), 1024)
     for _ in range(3):
-        torch.mm(a, b)
+        mm()
     # The best of five rounds: the machine's rate, not its noise.
     reps, dt = 10, float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
         for _ in range(reps):
-            torch.mm(a, b)
+            mm()
         dt = min(dt, (time.perf_counter() - t0) / reps)
     return 2 * 1024 ** 3 / dt / 1e9
 
@@ -122,6 +168,8 @@ def main():
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--gemm", choices=("onednn", "blas"), default="onednn",
+                   help="merak-exec's GEMM library (its --gemm)")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--eager-child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -152,6 +200,7 @@ def main():
                     "-o", os.path.join(work, "step.mlir")], check=True)
 
     gemm = sgemm_gflops(args.threads)
+    merak_gemm = sgemm_gflops(args.threads, args.gemm)
 
     def run_eager_child(extra_env):
         child = subprocess.run(
@@ -173,7 +222,8 @@ def main():
                     "--init", os.path.join(work, "gpt2.pt"),
                     "--data", os.path.join(work, "batches.safetensors"),
                     "--steps", str(args.steps), "--threads", str(args.threads),
-                    "--log-jsonl", log], check=True, stdout=subprocess.DEVNULL)
+                    "--gemm", args.gemm, "--log-jsonl", log], check=True,
+                   stdout=subprocess.DEVNULL)
     with open(log) as f:
         merak = [json.loads(line) for line in f]
 
@@ -188,7 +238,8 @@ def main():
     result = {
         "blas": blas_name(), "threads": args.threads, "params": params,
         "tokens_per_step": args.batch * args.seq,
-        "sgemm_gflops": gemm,
+        "sgemm_gflops": gemm, "merak_gemm": gemm_name(args.gemm),
+        "merak_sgemm_gflops": merak_gemm,
         "eager_step_ms": eager_ms, "merak_step_ms": merak_ms,
         "step_time_ratio": merak_ms / eager_ms,
         "eager_passive_step_ms": passive_ms,
@@ -203,7 +254,10 @@ def main():
     print(f"BLAS: {result['blas']}, threads: {args.threads}, "
           f"model: {params / 1e6:.1f} M parameters, "
           f"{result['tokens_per_step']} tokens per step")
-    print(f"sgemm 1024^3:        {gemm:8.1f} GFLOP/s")
+    print(f"merak-exec GEMMs: {result['merak_gemm']}; PyTorch's: BLAS "
+          f"({result['blas']})")
+    print(f"sgemm 1024^3:        {gemm:8.1f} GFLOP/s (BLAS), "
+          f"{merak_gemm:.1f} GFLOP/s (merak-exec's)")
     print(f"PyTorch eager step:  {eager_ms:8.1f} ms  "
           f"{result['eager_gflops']:6.1f} GFLOP/s "
           f"({result['eager_gflops'] / gemm:4.0%} of sgemm)  "
@@ -214,7 +268,7 @@ def main():
           f"peak RSS {passive['max_rss_bytes'] / 2 ** 20:7.1f} MB")
     print(f"merak-exec step:     {merak_ms:8.1f} ms  "
           f"{result['merak_gflops']:6.1f} GFLOP/s "
-          f"({result['merak_gflops'] / gemm:4.0%} of sgemm)  "
+          f"({result['merak_gflops'] / merak_gemm:4.0%} of its sgemm)  "
           f"peak RSS {result['merak_peak_rss_mb']:7.1f} MB "
           f"(tensors {result['merak_peak_tensor_mb']:.1f} MB)")
     print(f"step-time ratio merak/eager: {result['step_time_ratio']:.3f}  "

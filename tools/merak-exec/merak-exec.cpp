@@ -177,6 +177,16 @@ static cl::opt<bool> blasThreads(
              "(by default GEMMs split over the kernels' threads and the BLAS "
              "runs serially, so that two pools do not compete for the cores)"),
     cl::cat(category));
+static cl::opt<GemmLibrary> gemmLibrary(
+    "gemm", cl::desc("Library for float32 matrix products on the CPU"),
+    cl::values(clEnumValN(GemmLibrary::OneDnn, "onednn",
+                          "oneDNN's sgemm, with kernels for the CPU's widest "
+                          "vector instructions (default; agrees with "
+                          "PyTorch to rounding)"),
+               clEnumValN(GemmLibrary::Blas, "blas",
+                          "the BLAS PyTorch calls (bit for bit PyTorch's "
+                          "GEMMs)")),
+    cl::init(GemmLibrary::OneDnn), cl::cat(category));
 static cl::opt<bool>
     printProgramOnly("print-program",
                      cl::desc("Print the rank program and its memory plan, "
@@ -768,7 +778,7 @@ int main(int argc, char **argv) {
   }
 
   std::unique_ptr<Backend> backend = createCpuBackend(
-      CpuBackendOptions{kernelThreads, !noArena, !blasThreads});
+      CpuBackendOptions{kernelThreads, !noArena, !blasThreads, gemmLibrary});
   std::unique_ptr<Executor> single;
   std::unique_ptr<PipelineExecutor> piped;
   if (pipelined) {

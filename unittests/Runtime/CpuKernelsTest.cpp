@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Backend.h"
+#include "../../lib/Runtime/CPU/GemmLayout.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/Random.h"
@@ -94,9 +95,15 @@ void expectClose(const at::Tensor &actual, const at::Tensor &expected,
       << (actual - expected).abs().max().item<double>();
 }
 
+/// A CPU backend on `threads` threads whose GEMMs are the BLAS's, as
+/// PyTorch's are: the comparisons below are bit for bit.
+std::unique_ptr<Backend> blasBackend(int threads, bool arena = true) {
+  return createCpuBackend({threads, arena, true, GemmLibrary::Blas});
+}
+
 class CpuKernelsTest : public ::testing::Test {
 protected:
-  CpuKernelsTest() : backend(createCpuBackend({1})) {}
+  CpuKernelsTest() : backend(blasBackend(1)) {}
 
   /// Runs one op on `operands` (undefined = absent optional operand) with
   /// results of `resultTypes`; returns the results.
@@ -347,9 +354,9 @@ TEST_F(CpuKernelsTest, AdamwUpdateMatchesTorchOptim) {
   checkAdamw(*backend, 0.0);
   // The fused update by blocks over two threads, eight elements at a time
   // and the rest one by one: still torch.optim's results bit for bit.
-  backend = createCpuBackend({2});
+  backend = blasBackend(2);
   checkAdamw(*backend, 0.1, {301, 1003});
-  backend = createCpuBackend({1});
+  backend = blasBackend(1);
 }
 
 //===----------------------------------------------------------------------===//
@@ -398,7 +405,7 @@ TEST_F(CpuKernelsTest, CrossEntropyByBlocksOnThreadsMatchesAutograd) {
   // row goes through the same ATen functions as in autograd, and nll_loss
   // reduces in its own order, so the results are PyTorch's bit for bit.
   // ignore_index 0 is a class of its own.
-  backend = createCpuBackend({2});
+  backend = blasBackend(2);
   torch::manual_seed(5);
   at::Tensor logits = torch::randn({203, 3001}) * 4;
   at::Tensor target = torch::randint(0, 3001, {203}, torch::kLong);
@@ -431,7 +438,7 @@ TEST_F(CpuKernelsTest, CrossEntropyByBlocksOnThreadsMatchesAutograd) {
                          TensorType{DType::F32, {}})
                 .message(),
             "Target 3001 is out of bounds.");
-  backend = createCpuBackend({1});
+  backend = blasBackend(1);
 }
 
 TEST_F(CpuKernelsTest, SoftmaxBackwardMatchesAutograd) {
@@ -745,11 +752,11 @@ TEST_F(CpuKernelsTest, GeluTanhOnThreadsMatchesOneThread) {
   attrs.tanhApproximation = true;
   at::Tensor y1 = run(OpKind::Gelu, attrs, {x}, {typeOf(x)})[0];
   at::Tensor d1 = run(OpKind::GeluBackward, attrs, {g, x}, {typeOf(x)})[0];
-  backend = createCpuBackend({2});
+  backend = blasBackend(2);
   expectIdentical(run(OpKind::Gelu, attrs, {x}, {typeOf(x)})[0], y1, "gelu");
   expectIdentical(run(OpKind::GeluBackward, attrs, {g, x}, {typeOf(x)})[0], d1,
                   "gelu gradient");
-  backend = createCpuBackend({1});
+  backend = blasBackend(1);
   // ATen forms 1 + tanh(u), which cancels for negative x.
   expectClose(y1, at::gelu(x, "tanh"), "gelu against ATen", 1e-6, 1e-6);
 }
@@ -770,10 +777,10 @@ TEST_F(CpuKernelsTest, MaskedAttentionOnThreadsMatchesOneThread) {
   std::vector<at::Tensor> bwdOperands = {g, q, k, v, mask, fwd[1]};
   std::vector<TensorType> grads = {typeOf(q), typeOf(k), typeOf(v)};
   auto bwd = run(OpKind::MaskedAttentionBackward, attrs, bwdOperands, grads);
-  backend = createCpuBackend({2});
+  backend = blasBackend(2);
   auto fwd2 = run(OpKind::MaskedAttention, attrs, {q, k, v, mask}, types);
   auto bwd2 = run(OpKind::MaskedAttentionBackward, attrs, bwdOperands, grads);
-  backend = createCpuBackend({1});
+  backend = blasBackend(1);
   for (size_t i = 0; i < fwd.size(); ++i)
     expectIdentical(fwd2[i], fwd[i], "forward result " + std::to_string(i));
   for (size_t i = 0; i < bwd.size(); ++i)
@@ -863,7 +870,7 @@ TEST_F(CpuKernelsTest, TemporariesLandInTheArena) {
 
   std::vector<at::Tensor> got;
   for (bool arena : {true, false}) {
-    std::unique_ptr<Backend> b = createCpuBackend({1, arena});
+    std::unique_ptr<Backend> b = blasBackend(1, arena);
     auto executor = Executor::create(p, *b);
     ASSERT_TRUE(executor.ok()) << executor.status();
     int64_t before = b->memoryStats().arenaResults;
@@ -889,7 +896,7 @@ TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
   // block a serial BLAS call. Which rows the BLAS kernels take together
   // changes the order of some additions (as a multithreaded BLAS's own split
   // does), so results agree with ATen's single call to rounding.
-  backend = createCpuBackend({2});
+  backend = blasBackend(2);
   int64_t splitBefore = gemmsSplitOverThreads();
   torch::manual_seed(3);
   OpAttrs none;
@@ -934,7 +941,217 @@ TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
   // (With a BLAS that cannot be made serial, GEMMs stay whole.)
   bool openBlas = blasDescription().rfind("OpenBLAS", 0) == 0;
   EXPECT_EQ(gemmsSplitOverThreads() - splitBefore, openBlas ? 5 : 0);
-  backend = createCpuBackend({1});
+  backend = blasBackend(1);
+}
+
+TEST(GemmLayoutTest, ReadsRowMajorTransposedAndNarrowedMatricesInPlace) {
+  // Row-major [3, 4]: rows 4 apart; a narrow of a wider matrix: rows
+  // further apart than their length.
+  auto l = gemmLayout(3, 4, 4, 1);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->trans, 'N');
+  EXPECT_EQ(l->ld, 4);
+  l = gemmLayout(3, 4, 10, 1);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->trans, 'N');
+  EXPECT_EQ(l->ld, 10);
+  // The transpose of a row-major [4, 3]: columns 3 apart.
+  l = gemmLayout(3, 4, 1, 3);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->trans, 'T');
+  EXPECT_EQ(l->ld, 3);
+  // A single row or column: its stride in the size-1 dimension does not
+  // matter, and the leading dimension is the smallest sgemm accepts.
+  l = gemmLayout(1, 5, 999, 1);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->trans, 'N');
+  EXPECT_EQ(l->ld, 5);
+  l = gemmLayout(5, 1, 7, 999);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->trans, 'N');
+  EXPECT_EQ(l->ld, 7);
+  l = gemmLayout(1, 5, 1, 8); // a row of a transposed matrix
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->trans, 'T');
+  EXPECT_EQ(l->ld, 8);
+  l = gemmLayout(1, 1, 0, 0);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->ld, 1);
+  // Not readable in place: a broadcast (stride 0) dimension, strides in
+  // both dimensions, rows that overlap.
+  EXPECT_FALSE(gemmLayout(3, 4, 0, 1));
+  EXPECT_FALSE(gemmLayout(3, 4, 8, 2));
+  EXPECT_FALSE(gemmLayout(3, 4, 2, 1));
+  EXPECT_FALSE(gemmLayout(3, 4, 1, 2));
+}
+
+/// Runs `x` through `first` (with `attrs`) and its result through
+/// `second` with `y` as the other operand (the right one, or the left with
+/// `yFirst`) on `backend`, so the second kernel reads the first one's view:
+/// a permute or slice hands a strided tensor on, as it does in a plan.
+at::Tensor runChain(Backend &backend, OpKind first, const OpAttrs &attrs,
+                    const at::Tensor &x, const at::Tensor &firstResult,
+                    OpKind second, const at::Tensor &y,
+                    const at::Tensor &expected, bool yFirst = false) {
+  Program p;
+  for (const at::Tensor &t : {x, y}) {
+    Argument arg;
+    arg.value = ValueId(p.values.size());
+    arg.role = ArgumentRole::Input;
+    p.values.push_back(ValueInfo{typeOf(t)});
+    p.arguments.push_back(arg);
+  }
+  p.values.push_back(ValueInfo{typeOf(firstResult)}); // %2
+  p.values.push_back(ValueInfo{typeOf(expected)});    // %3
+  Instruction a;
+  a.kind = first;
+  a.attrs = attrs;
+  a.operands = {0};
+  a.results = {2};
+  Instruction b;
+  b.kind = second;
+  b.operands = yFirst ? std::vector<ValueId>{1, 2} : std::vector<ValueId>{2, 1};
+  b.results = {3};
+  p.instructions = {a, b};
+  p.results.push_back(ResultInfo{3});
+  EXPECT_TRUE(planProgram(p).ok());
+  auto executor = Executor::create(p, backend);
+  EXPECT_TRUE(executor.ok()) << executor.status();
+  std::vector<HostTensor> results;
+  auto outcome = (*executor)->runStep(StepContext{}, {toHost(x), toHost(y)},
+                                      false, &results);
+  EXPECT_TRUE(outcome.ok()) << outcome.status();
+  return fromHost(results.at(0));
+}
+
+TEST_F(CpuKernelsTest, OneDnnGemmsAgreeWithATenToRounding) {
+  // oneDNN's sgemm adds the products in its own order: results agree with
+  // ATen's (the BLAS) to rounding. Operands reach it in place: transposed
+  // and narrowed views, stacks of matrices, single rows and columns.
+  for (int threads : {1, 2}) {
+    backend = createCpuBackend({threads, true, true, GemmLibrary::OneDnn});
+    EXPECT_NE(blasDescription().find("oneDNN"), std::string::npos)
+        << blasDescription();
+    torch::manual_seed(21);
+    OpAttrs none;
+    std::string on = " on " + std::to_string(threads) + " thread(s)";
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases =
+        {{{1000, 96}, {96, 130}}, {{37, 300}, {300, 64}},
+         {{1, 64}, {64, 50}},     {{50, 1}, {1, 30}},
+         {{37, 300}, {300, 1}},   {{4, 70, 96}, {96, 33}},
+         {{2, 3, 50, 64}, {2, 3, 64, 50}}, {{5, 50, 64}, {1, 64, 50}}};
+    for (const auto &[sa, sb] : cases) {
+      at::Tensor a = torch::randn(sa), b = torch::randn(sb);
+      at::Tensor expected = at::matmul(a, b);
+      // A broadcast batch is ATen's; everything else oneDNN's.
+      int64_t before = oneDnnGemmCalls();
+      expectClose(run(OpKind::Matmul, none, {a, b}, {typeOf(expected)})[0],
+                  expected,
+                  "matmul " + std::to_string(a.dim()) + "d x " +
+                      std::to_string(b.dim()) + "d" + on,
+                  1e-5, 1e-4);
+      bool broadcast = a.dim() == 3 && b.dim() == 3 && b.size(0) == 1;
+      EXPECT_EQ(oneDnnGemmCalls() - before, broadcast ? 0 : 1)
+          << "oneDNN calls for " << a.sizes() << " x " << b.sizes();
+    }
+    int64_t before = oneDnnGemmCalls();
+    // A weight gradient reads a transposed operand; attention's scores a
+    // transposed stack.
+    at::Tensor x = torch::randn({200, 515}), g = torch::randn({200, 48});
+    OpAttrs transpose;
+    transpose.permutation = {1, 0};
+    at::Tensor expected = at::matmul(x.t(), g);
+    expectClose(runChain(*backend, OpKind::Permute, transpose, x, x.t(),
+                         OpKind::Matmul, g, expected),
+                expected, "transposed left operand" + on, 1e-5, 1e-4);
+    at::Tensor w = torch::randn({48, 515});
+    expected = at::matmul(g, w);
+    at::Tensor wt = w.t().contiguous();
+    expectClose(runChain(*backend, OpKind::Permute, transpose, wt, w,
+                         OpKind::Matmul, g, expected, /*yFirst=*/true),
+                expected, "transposed right operand" + on, 1e-5, 1e-4);
+    at::Tensor q = torch::randn({6, 40, 16}), k = torch::randn({6, 40, 16});
+    OpAttrs swap;
+    swap.permutation = {0, 2, 1};
+    expected = at::matmul(q, k.transpose(1, 2));
+    expectClose(runChain(*backend, OpKind::Permute, swap, k,
+                         k.transpose(1, 2), OpKind::Matmul, q, expected,
+                         /*yFirst=*/true),
+                expected, "transposed stack" + on, 1e-5, 1e-4);
+    // Rows of a wider matrix: the leading dimension is not the row length.
+    OpAttrs columns;
+    columns.dim = 1;
+    columns.start = 10;
+    columns.end = 74;
+    columns.step = 1;
+    at::Tensor wide = torch::randn({30, 100}), right = torch::randn({64, 20});
+    expected = at::matmul(wide.slice(1, 10, 74), right);
+    expectClose(runChain(*backend, OpKind::Slice, columns, wide,
+                         wide.slice(1, 10, 74), OpKind::Matmul, right,
+                         expected),
+                expected, "narrowed operand" + on, 1e-5, 1e-4);
+    // A linear with a bias: the bias fills the result, the product is added.
+    at::Tensor in = torch::randn({3, 170, 96}), weight = torch::randn({80, 96}),
+               bias = torch::randn({80});
+    expected = at::linear(in, weight, bias);
+    expectClose(
+        run(OpKind::Linear, none, {in, weight, bias}, {typeOf(expected)})[0],
+        expected, "linear with bias" + on, 1e-5, 1e-4);
+    expected = at::linear(in, weight);
+    expectClose(run(OpKind::Linear, none, {in, weight, at::Tensor()},
+                    {typeOf(expected)})[0],
+                expected, "linear without bias" + on, 1e-5, 1e-4);
+    // Two transposes, a stack, a narrow, two linears: all in place.
+    EXPECT_EQ(oneDnnGemmCalls() - before, 6);
+    // Float64 stays on ATen, bit for bit.
+    at::Tensor a64 = torch::randn({20, 30}, at::kDouble),
+               b64 = torch::randn({30, 10}, at::kDouble);
+    before = oneDnnGemmCalls();
+    expectIdentical(run(OpKind::Matmul, none, {a64, b64},
+                        {typeOf(at::matmul(a64, b64))})[0],
+                    at::matmul(a64, b64), "float64 matmul" + on);
+    EXPECT_EQ(oneDnnGemmCalls(), before);
+  }
+  backend = blasBackend(1);
+}
+
+TEST_F(CpuKernelsTest, OneDnnAttentionAgreesWithUnfusedOps) {
+  // Attention's batched products (causal blocks accumulating into the key
+  // and value gradients) on oneDNN: within rounding of autograd's.
+  backend = createCpuBackend({1, true, true, GemmLibrary::OneDnn});
+  torch::manual_seed(22);
+  for (int64_t t : {int64_t(20), int64_t(150)}) {
+    for (bool causal : {true, false}) {
+      int64_t b = 2, h = 3, d = 8, e = 6;
+      at::Tensor q = torch::randn({b, h, t, d}), k = torch::randn({b, h, t, d});
+      at::Tensor v = torch::randn({b, h, t, e}), g = torch::randn({b, h, t, e});
+      at::Tensor mask = torch::ones({1, 1, t, t}, at::kBool).tril();
+      if (!causal)
+        mask.index_put_({0, 0, t - 1, 0}, false);
+      float scale = 1.0f / std::sqrt(float(d));
+      UnfusedAttention want =
+          unfusedAttention(q, k, v, mask, scale, false, g);
+      OpAttrs attrs;
+      attrs.scale = scale;
+      std::string what = "T=" + std::to_string(t) +
+                         (causal ? " causal: " : " general: ");
+      int64_t before = oneDnnGemmCalls();
+      auto fwd = run(OpKind::MaskedAttention, attrs, {q, k, v, mask},
+                     {typeOf(want.result), typeOf(want.probs)});
+      auto bwd = run(OpKind::MaskedAttentionBackward, attrs,
+                     {g, q, k, v, mask, want.probs},
+                     {typeOf(q), typeOf(k), typeOf(v)});
+      // Two products forward, four backward, per block of rows.
+      int64_t blocks = causal ? (t + 63) / 64 : 1;
+      EXPECT_EQ(oneDnnGemmCalls() - before, 6 * blocks) << what;
+      expectClose(fwd[0], want.result, what + "result", 1e-5, 1e-5);
+      expectClose(fwd[1], want.probs, what + "probs", 1e-5, 1e-6);
+      expectClose(bwd[0], want.gq, what + "grad query", 1e-5, 1e-5);
+      expectClose(bwd[1], want.gk, what + "grad key", 1e-5, 1e-5);
+      expectClose(bwd[2], want.gv, what + "grad value", 1e-5, 1e-5);
+    }
+  }
+  backend = blasBackend(1);
 }
 
 TEST_F(CpuKernelsTest, PowByANumberTakesPyTorchsScalarPath) {
@@ -984,11 +1201,21 @@ TEST_F(CpuKernelsTest, DropoutMaskIsPyTorchsDropoutUnderTheStepSeed) {
 }
 
 TEST_F(CpuKernelsTest, KernelErrorsAreStatuses) {
-  absl::Status s =
-      runUnchecked(OpKind::Matmul, torch::zeros({2, 3}), torch::zeros({4, 5}),
-                   TensorType{DType::F32, {2, 5}});
-  EXPECT_FALSE(s.ok());
-  EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+  // Operands that do not fit: a status naming the shapes, on either GEMM
+  // library (oneDNN never reads past an operand: the shapes go to ATen).
+  for (GemmLibrary gemm : {GemmLibrary::Blas, GemmLibrary::OneDnn}) {
+    backend = createCpuBackend({1, true, true, gemm});
+    absl::Status s =
+        runUnchecked(OpKind::Matmul, torch::zeros({2, 3}),
+                     torch::zeros({4, 5}), TensorType{DType::F32, {2, 5}});
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(std::string(s.message()).find("2x3"), std::string::npos) << s;
+    EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+    s = runUnchecked(OpKind::Matmul, torch::zeros({2, 2, 3}),
+                     torch::zeros({3, 3, 5}), TensorType{DType::F32, {2, 2, 5}});
+    EXPECT_FALSE(s.ok());
+  }
+  backend = blasBackend(1);
 }
 
 TEST_F(CpuKernelsTest, MemoryStatsCountLiveTensors) {

@@ -3,14 +3,18 @@
 // Each kernel calls the ATen function PyTorch's eager mode calls for the
 // same computation (and, for backward ops, the function autograd calls), so
 // losses and updates match PyTorch bit for bit on the same inputs. The
-// exception is the tanh-approximated GELU, which runs VectorMath.h's more
-// accurate and faster form. This is the only translation unit of the
-// runtime's kernels that includes ATen.
+// exceptions are the tanh-approximated GELU, which runs VectorMath.h's more
+// accurate and faster form, and float32 matrix products, which by default
+// run on oneDNN's sgemm (twice OpenBLAS's rate where the CPU has AVX-512)
+// and agree with PyTorch's to rounding; `GemmLibrary::Blas` restores the
+// BLAS. This is the only translation unit of the runtime's kernels that
+// includes ATen.
 //
 //===----------------------------------------------------------------------===//
 
 #include "../AtenDTypes.h"
 #include "CpuTensor.h"
+#include "GemmLayout.h"
 #include "VectorMath.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Random.h"
@@ -26,6 +30,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <dlfcn.h>
+#include <oneapi/dnnl/dnnl.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -34,6 +39,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace merak::runtime {
@@ -307,10 +313,92 @@ template <typename Fn> void forElements(int64_t count, Fn fn) {
 /// The fewest multiply-adds worth a block of its own.
 constexpr int64_t kMinBlockMacs = int64_t(1) << 19;
 
+/// How oneDNN's sgemm reads the last two dimensions of `m` in place.
+std::optional<GemmLayout> gemmLayoutOf(const at::Tensor &m) {
+  return gemmLayout(m.size(-2), m.size(-1), m.stride(-2), m.stride(-1));
+}
+
+/// Set by the backend when float32 GEMMs go to oneDNN's sgemm (its JIT
+/// kernels for the widest vector ISA the CPU has) instead of the BLAS.
+std::atomic<bool> gemmsOnOneDnn{false};
+
+/// Calls of oneDNN's sgemm path so far (a stack of matrices counts once).
+std::atomic<int64_t> oneDnnGemms{0};
+
+/// `out[i] = a[i] @ b[i] + beta * out[i]` for stacks `[n, m, k]`,
+/// `[n, k, p]` and `[n, m, p]` (rank 2 reads as one matrix) with oneDNN's
+/// sgemm, each operand read in place. False, with nothing written, where
+/// oneDNN is off, an operand is not float32, or a layout is one sgemm cannot
+/// read. Several matrices run one per thread on ATen's threads; one matrix
+/// runs on oneDNN's own (the same OpenMP pool).
+bool oneDnnGemm(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
+                float beta) {
+  if (!gemmsOnOneDnn || a.scalar_type() != at::kFloat ||
+      b.scalar_type() != at::kFloat || out.scalar_type() != at::kFloat)
+    return false;
+  int64_t rank = a.dim();
+  if (rank < 2 || rank > 3 || b.dim() != rank || out.dim() != rank)
+    return false;
+  int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  // Shapes that do not fit go to ATen, which reports them.
+  if (b.size(-2) != k || out.size(-2) != m || out.size(-1) != n ||
+      (rank == 3 && (b.size(0) != a.size(0) || out.size(0) != a.size(0))))
+    return false;
+  if (m == 0 || n == 0 || k == 0)
+    return false;
+  std::optional<GemmLayout> la = gemmLayoutOf(a), lb = gemmLayoutOf(b),
+                            lc = gemmLayoutOf(out);
+  if (!la || !lb || !lc || lc->trans != 'N')
+    return false;
+  int64_t count = rank == 3 ? a.size(0) : 1;
+  int64_t sa = rank == 3 ? a.stride(0) : 0, sb = rank == 3 ? b.stride(0) : 0,
+          sc = rank == 3 ? out.stride(0) : 0;
+  const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+  float *pc = out.data_ptr<float>();
+  auto one = [&](int64_t i) {
+    dnnl_status_t status =
+        dnnl_sgemm(la->trans, lb->trans, m, n, k, 1.0f, pa + i * sa, la->ld,
+                   pb + i * sb, lb->ld, beta, pc + i * sc, lc->ld);
+    if (status != dnnl_success)
+      throw std::runtime_error(absl::StrCat(
+          "oneDNN sgemm failed (status ", int(status), ") on a ", m, "x", k,
+          " by ", k, "x", n, " product"));
+  };
+  oneDnnGemms.fetch_add(1);
+  if (count == 1)
+    one(0);
+  else
+    at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i)
+        one(i);
+    });
+  return true;
+}
+
+/// `out = a @ b` for stacks `[n, m, k] @ [n, k, p]` of any strides (views
+/// from narrow and transpose are read in place where oneDNN runs them), or
+/// `out += a @ b` with `accumulate`.
+void bmmInto(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
+             bool accumulate = false) {
+  if (oneDnnGemm(out, a, b, accumulate ? 1.0f : 0.0f))
+    return;
+  if (accumulate)
+    out.baddbmm_(a, b);
+  else
+    at::bmm_out(out, a, b);
+}
+
 /// `a @ b` for matrices, rows split over the threads. `a` may be any
 /// strided view (a transpose costs nothing); `out` is contiguous.
 void matmul2dInto(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
                   const c10::optional<at::Tensor> &bias) {
+  if (gemmsOnOneDnn) {
+    // As addmm: the bias fills the result, which the product is added to.
+    if (bias)
+      out.copy_(bias->expand_as(out));
+    if (oneDnnGemm(out, a, b, bias ? 1.0f : 0.0f))
+      return;
+  }
   int64_t rows = a.size(0), macsPerRow = a.size(1) * b.size(1);
   int64_t blocks =
       forBlocks(rows, kMinBlockMacs / std::max<int64_t>(macsPerRow, 1) + 1, 16,
@@ -326,10 +414,14 @@ void matmul2dInto(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
     gemmsSplit.fetch_add(1);
 }
 
+/// Whether GEMMs take this file's paths (oneDNN, or the BLAS on ATen's
+/// threads) rather than ATen's own.
+bool gemmsOwned() { return gemmsOnOneDnn || gemmsOnAtenThreads; }
+
 /// `at::linear`: `x @ w^T + bias` over the last dimension of `x`.
 at::Tensor linearOnThreads(const at::Tensor &x, const at::Tensor &w,
                            const c10::optional<at::Tensor> &bias) {
-  if (!gemmsOnAtenThreads || x.dim() < 2 || (bias && bias->dim() != 1))
+  if (!gemmsOwned() || x.dim() < 2 || (bias && bias->dim() != 1))
     return at::linear(x, w, bias);
   int64_t k = x.size(-1), n = w.size(0);
   at::Tensor x2 = x.reshape({-1, k});
@@ -344,7 +436,7 @@ at::Tensor linearOnThreads(const at::Tensor &x, const at::Tensor &w,
 /// with equal batch dimensions split over the threads; anything else (vectors,
 /// broadcast batches) goes to `at::matmul`.
 at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
-  if (!gemmsOnAtenThreads || a.dim() < 2 || b.dim() < 2)
+  if (!gemmsOwned() || a.dim() < 2 || b.dim() < 2)
     return at::matmul(a, b);
   int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
@@ -364,6 +456,8 @@ at::Tensor matmulOnThreads(const at::Tensor &a, const at::Tensor &b) {
     batch *= a.size(d);
   at::Tensor a3 = a.reshape({batch, m, k}), b3 = b.reshape({batch, k, n});
   at::Tensor out = at::empty({batch, m, n}, a.options());
+  if (oneDnnGemm(out, a3, b3, 0.0f))
+    return out.view(shape);
   int64_t blocks = forBlocks(batch, 1, 1, [&](int64_t begin, int64_t end) {
     if (end - begin == batch)
       return void(at::bmm_out(out, a3, b3));
@@ -475,11 +569,12 @@ void attentionForward(const at::Tensor &q, const at::Tensor &k,
                       at::Tensor &probs) {
   int64_t n = q.size(0), t = q.size(1);
   if (!causal) {
-    at::Tensor scores = at::bmm(q, k.transpose(1, 2));
+    at::Tensor scores = at::empty({n, t, k.size(1)}, q.options());
+    bmmInto(scores, q, k.transpose(1, 2));
     s.apply(scores);
     applyMask(scores, mask);
     at::_softmax_out(probs, scores, -1, false);
-    at::bmm_out(out, probs, v);
+    bmmInto(out, probs, v);
     return;
   }
   int64_t rows = std::min(t, attentionRows(t));
@@ -490,7 +585,7 @@ void attentionForward(const at::Tensor &q, const at::Tensor &k,
   for (int64_t i0 = 0; i0 < t; i0 += rows) {
     int64_t i1 = std::min(t, i0 + rows), r = i1 - i0;
     at::Tensor scores = scoresBuf.get(n, r, i1);
-    at::bmm_out(scores, q.narrow(1, i0, r), k.narrow(1, 0, i1).transpose(1, 2));
+    bmmInto(scores, q.narrow(1, i0, r), k.narrow(1, 0, i1).transpose(1, 2));
     s.apply(scores);
     // Within the diagonal block, keys after the query are masked (adding
     // zero where they are not leaves the scores as they are).
@@ -502,7 +597,7 @@ void attentionForward(const at::Tensor &q, const at::Tensor &k,
     if (i1 < t)
       probs.narrow(1, i0, r).narrow(2, i1, t - i1).zero_();
     at::Tensor o = out.narrow(1, i0, r);
-    at::bmm_out(o, p, v.narrow(1, 0, i1));
+    bmmInto(o, p, v.narrow(1, 0, i1));
   }
 }
 
@@ -520,12 +615,14 @@ void attentionBackward(const at::Tensor &g, const at::Tensor &q,
                        at::Tensor &gv) {
   int64_t n = q.size(0), t = q.size(1);
   if (!causal) {
-    at::bmm_out(gv, probs.transpose(1, 2), g);
-    at::Tensor ds = at::_softmax_backward_data(at::bmm(g, v.transpose(1, 2)),
-                                               probs, -1, probs.scalar_type());
+    bmmInto(gv, probs.transpose(1, 2), g);
+    at::Tensor dp = at::empty_like(probs);
+    bmmInto(dp, g, v.transpose(1, 2));
+    at::Tensor ds =
+        at::_softmax_backward_data(dp, probs, -1, probs.scalar_type());
     s.apply(ds);
-    at::bmm_out(gq, ds, k);
-    at::bmm_out(gk, ds.transpose(1, 2), q);
+    bmmInto(gq, ds, k);
+    bmmInto(gk, ds.transpose(1, 2), q);
     return;
   }
   int64_t rows = std::min(t, attentionRows(t));
@@ -540,14 +637,16 @@ void attentionBackward(const at::Tensor &g, const at::Tensor &q,
     p.copy_(probs.narrow(1, i0, r).narrow(2, 0, i1));
     at::Tensor gBlock = g.narrow(1, i0, r);
     at::Tensor dp = dpBuf.get(n, r, i1);
-    at::bmm_out(dp, gBlock, v.narrow(1, 0, i1).transpose(1, 2));
+    bmmInto(dp, gBlock, v.narrow(1, 0, i1).transpose(1, 2));
     at::Tensor d = dsBuf.get(n, r, i1);
     at::_softmax_backward_data_out(d, dp, p, -1, p.scalar_type());
     s.apply(d);
     at::Tensor o = gq.narrow(1, i0, r);
-    at::bmm_out(o, d, k.narrow(1, 0, i1));
-    gk.narrow(1, 0, i1).baddbmm_(d.transpose(1, 2), q.narrow(1, i0, r));
-    gv.narrow(1, 0, i1).baddbmm_(p.transpose(1, 2), gBlock);
+    bmmInto(o, d, k.narrow(1, 0, i1));
+    at::Tensor gkBlock = gk.narrow(1, 0, i1), gvBlock = gv.narrow(1, 0, i1);
+    bmmInto(gkBlock, d.transpose(1, 2), q.narrow(1, i0, r),
+            /*accumulate=*/true);
+    bmmInto(gvBlock, p.transpose(1, 2), gBlock, /*accumulate=*/true);
   }
 }
 
@@ -1320,6 +1419,7 @@ public:
       at::set_num_threads(options.threads);
     if (options.oneThreadPool && makeBlasSerial())
       gemmsOnAtenThreads = true;
+    gemmsOnOneDnn = options.gemm == GemmLibrary::OneDnn;
     generator = at::make_generator<at::CPUGeneratorImpl>(0);
   }
 
@@ -1466,15 +1566,45 @@ int64_t gemmsSplitOverThreads() { return gemmsSplit.load(); }
 
 int64_t causalAttentionCalls() { return causalAttention.load(); }
 
+int64_t oneDnnGemmCalls() { return oneDnnGemms.load(); }
+
+/// oneDNN's name for the instruction set its JIT kernels use here.
+const char *oneDnnIsaName() {
+  switch (dnnl_get_effective_cpu_isa()) {
+  case dnnl_cpu_isa_sse41:
+    return "SSE4.1";
+  case dnnl_cpu_isa_avx:
+    return "AVX";
+  case dnnl_cpu_isa_avx2:
+    return "AVX2";
+  case dnnl_cpu_isa_avx2_vnni:
+    return "AVX2-VNNI";
+  case dnnl_cpu_isa_avx512_core:
+  case dnnl_cpu_isa_avx512_core_vnni:
+  case dnnl_cpu_isa_avx512_core_bf16:
+  case dnnl_cpu_isa_avx512_core_amx:
+    return "AVX-512";
+  default:
+    return "its own";
+  }
+}
+
 std::string blasDescription() {
   auto *config = blasFunction<char *()>("openblas_get_config");
   auto *coreName = blasFunction<char *()>("openblas_get_corename");
-  std::string text = config ? config() : "a BLAS other than OpenBLAS";
-  const char *how = gemmsOnAtenThreads ? "GEMMs split over the kernels' threads"
-                                       : "GEMMs on the BLAS's own threads";
+  std::string blas = config ? config() : "a BLAS other than OpenBLAS";
   if (coreName)
-    return absl::StrCat(text, " (", coreName(), " kernels; ", how, ")");
-  return absl::StrCat(text, " (", how, ")");
+    absl::StrAppend(&blas, " (", coreName(), " kernels)");
+  if (gemmsOnOneDnn) {
+    const dnnl_version_t *v = dnnl_version();
+    return absl::StrCat("float32 GEMMs on oneDNN ", v->major, ".", v->minor,
+                        ".", v->patch, " sgemm (", oneDnnIsaName(),
+                        " kernels); other GEMMs on ", blas);
+  }
+  return absl::StrCat(blas, "; ",
+                      gemmsOnAtenThreads
+                          ? "GEMMs split over the kernels' threads"
+                          : "GEMMs on the BLAS's own threads");
 }
 
 std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options) {

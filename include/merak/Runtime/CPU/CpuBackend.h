@@ -10,6 +10,17 @@
 
 namespace merak::runtime {
 
+/// The library float32 matrix products run on.
+enum class GemmLibrary {
+  /// oneDNN's sgemm: JIT kernels for the widest vector instructions the CPU
+  /// has (AVX-512 where present). Results agree with PyTorch's to rounding,
+  /// not bit for bit: the kernels add the products in their own order.
+  OneDnn,
+  /// The BLAS ATen calls (`libblas.so.3`, OpenBLAS here): the GEMMs
+  /// PyTorch's eager mode runs, bit for bit.
+  Blas,
+};
+
 struct CpuBackendOptions {
   /// Intra-op threads (at::set_num_threads); 0 keeps ATen's default.
   int threads = 0;
@@ -22,6 +33,7 @@ struct CpuBackendOptions {
   /// ATen's for the same cores. Takes effect where the BLAS lets its thread
   /// count be set (OpenBLAS); elsewhere GEMMs call the BLAS as ATen does.
   bool oneThreadPool = true;
+  GemmLibrary gemm = GemmLibrary::OneDnn;
 };
 
 /// Kernels on ATen, with PyTorch's numerics. Memory statistics count every
@@ -36,8 +48,14 @@ int64_t gemmsSplitOverThreads();
 /// found a causal mask and ran by blocks of rows.
 int64_t causalAttentionCalls();
 
-/// The BLAS and how GEMMs use it, for reports: "OpenBLAS 0.3.21 ...
-/// (SkylakeX kernels; GEMMs split over the kernels' threads)".
+/// Matrix products (or stacks of them) of this process so far that ran on
+/// oneDNN's sgemm (`GemmLibrary::OneDnn`) rather than on ATen.
+int64_t oneDnnGemmCalls();
+
+/// The GEMM libraries and how GEMMs use them, for reports: "float32 GEMMs
+/// on oneDNN 2.6.3 sgemm (AVX-512 kernels); other GEMMs on OpenBLAS ...", or
+/// "OpenBLAS 0.3.21 ... (Haswell kernels); GEMMs split over the kernels'
+/// threads".
 std::string blasDescription();
 
 } // namespace merak::runtime
