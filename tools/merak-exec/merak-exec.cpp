@@ -359,8 +359,9 @@ void printProfile(const OpProfile &profile, double stepMs) {
   std::printf("kernel time per op kind over %.1f ms of steps "
               "(kernels %.1f ms, %.0f%%):\n",
               stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
-  std::printf("  BLAS: %s; %lld GEMMs split over threads\n",
-              blasDescription().c_str(), (long long)gemmsSplitOverThreads());
+  std::printf("  GEMMs: %s; %lld on oneDNN, %lld split over threads\n",
+              blasDescription().c_str(), (long long)oneDnnGemmCalls(),
+              (long long)gemmsSplitOverThreads());
   if (int64_t causal = causalAttentionCalls())
     std::printf("  attention by causal blocks: %lld calls\n",
                 (long long)causal);

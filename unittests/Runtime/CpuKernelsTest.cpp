@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "merak/Runtime/Backend.h"
 #include "../../lib/Runtime/CPU/GemmLayout.h"
+#include "merak/Runtime/Backend.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/Random.h"
@@ -944,39 +944,32 @@ TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
   backend = blasBackend(1);
 }
 
+/// Expects sgemm to read a `rows x cols` matrix with those strides as
+/// `trans` with leading dimension `ld`.
+void expectLayout(int64_t rows, int64_t cols, int64_t rowStride,
+                  int64_t colStride, char trans, int64_t ld) {
+  std::optional<GemmLayout> l = gemmLayout(rows, cols, rowStride, colStride);
+  std::string what = std::to_string(rows) + "x" + std::to_string(cols) +
+                     " strides (" + std::to_string(rowStride) + ", " +
+                     std::to_string(colStride) + ")";
+  ASSERT_TRUE(l) << what;
+  EXPECT_EQ(l->trans, trans) << what;
+  EXPECT_EQ(l->ld, ld) << what;
+}
+
 TEST(GemmLayoutTest, ReadsRowMajorTransposedAndNarrowedMatricesInPlace) {
   // Row-major [3, 4]: rows 4 apart; a narrow of a wider matrix: rows
   // further apart than their length.
-  auto l = gemmLayout(3, 4, 4, 1);
-  ASSERT_TRUE(l);
-  EXPECT_EQ(l->trans, 'N');
-  EXPECT_EQ(l->ld, 4);
-  l = gemmLayout(3, 4, 10, 1);
-  ASSERT_TRUE(l);
-  EXPECT_EQ(l->trans, 'N');
-  EXPECT_EQ(l->ld, 10);
+  expectLayout(3, 4, 4, 1, 'N', 4);
+  expectLayout(3, 4, 10, 1, 'N', 10);
   // The transpose of a row-major [4, 3]: columns 3 apart.
-  l = gemmLayout(3, 4, 1, 3);
-  ASSERT_TRUE(l);
-  EXPECT_EQ(l->trans, 'T');
-  EXPECT_EQ(l->ld, 3);
+  expectLayout(3, 4, 1, 3, 'T', 3);
   // A single row or column: its stride in the size-1 dimension does not
   // matter, and the leading dimension is the smallest sgemm accepts.
-  l = gemmLayout(1, 5, 999, 1);
-  ASSERT_TRUE(l);
-  EXPECT_EQ(l->trans, 'N');
-  EXPECT_EQ(l->ld, 5);
-  l = gemmLayout(5, 1, 7, 999);
-  ASSERT_TRUE(l);
-  EXPECT_EQ(l->trans, 'N');
-  EXPECT_EQ(l->ld, 7);
-  l = gemmLayout(1, 5, 1, 8); // a row of a transposed matrix
-  ASSERT_TRUE(l);
-  EXPECT_EQ(l->trans, 'T');
-  EXPECT_EQ(l->ld, 8);
-  l = gemmLayout(1, 1, 0, 0);
-  ASSERT_TRUE(l);
-  EXPECT_EQ(l->ld, 1);
+  expectLayout(1, 5, 999, 1, 'N', 5);
+  expectLayout(5, 1, 7, 999, 'N', 7);
+  expectLayout(1, 5, 1, 8, 'T', 8); // a row of a transposed matrix
+  expectLayout(1, 1, 0, 0, 'N', 1);
   // Not readable in place: a broadcast (stride 0) dimension, strides in
   // both dimensions, rows that overlap.
   EXPECT_FALSE(gemmLayout(3, 4, 0, 1));
@@ -1035,11 +1028,15 @@ TEST_F(CpuKernelsTest, OneDnnGemmsAgreeWithATenToRounding) {
     torch::manual_seed(21);
     OpAttrs none;
     std::string on = " on " + std::to_string(threads) + " thread(s)";
-    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases =
-        {{{1000, 96}, {96, 130}}, {{37, 300}, {300, 64}},
-         {{1, 64}, {64, 50}},     {{50, 1}, {1, 30}},
-         {{37, 300}, {300, 1}},   {{4, 70, 96}, {96, 33}},
-         {{2, 3, 50, 64}, {2, 3, 64, 50}}, {{5, 50, 64}, {1, 64, 50}}};
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+        {{1000, 96}, {96, 130}},
+        {{37, 300}, {300, 64}},
+        {{1, 64}, {64, 50}},
+        {{50, 1}, {1, 30}},
+        {{37, 300}, {300, 1}},
+        {{4, 70, 96}, {96, 33}},
+        {{2, 3, 50, 64}, {2, 3, 64, 50}},
+        {{5, 50, 64}, {1, 64, 50}}};
     for (const auto &[sa, sb] : cases) {
       at::Tensor a = torch::randn(sa), b = torch::randn(sb);
       at::Tensor expected = at::matmul(a, b);
@@ -1074,8 +1071,8 @@ TEST_F(CpuKernelsTest, OneDnnGemmsAgreeWithATenToRounding) {
     OpAttrs swap;
     swap.permutation = {0, 2, 1};
     expected = at::matmul(q, k.transpose(1, 2));
-    expectClose(runChain(*backend, OpKind::Permute, swap, k,
-                         k.transpose(1, 2), OpKind::Matmul, q, expected,
+    expectClose(runChain(*backend, OpKind::Permute, swap, k, k.transpose(1, 2),
+                         OpKind::Matmul, q, expected,
                          /*yFirst=*/true),
                 expected, "transposed stack" + on, 1e-5, 1e-4);
     // Rows of a wider matrix: the leading dimension is not the row length.
@@ -1129,12 +1126,11 @@ TEST_F(CpuKernelsTest, OneDnnAttentionAgreesWithUnfusedOps) {
       if (!causal)
         mask.index_put_({0, 0, t - 1, 0}, false);
       float scale = 1.0f / std::sqrt(float(d));
-      UnfusedAttention want =
-          unfusedAttention(q, k, v, mask, scale, false, g);
+      UnfusedAttention want = unfusedAttention(q, k, v, mask, scale, false, g);
       OpAttrs attrs;
       attrs.scale = scale;
-      std::string what = "T=" + std::to_string(t) +
-                         (causal ? " causal: " : " general: ");
+      std::string what =
+          "T=" + std::to_string(t) + (causal ? " causal: " : " general: ");
       int64_t before = oneDnnGemmCalls();
       auto fwd = run(OpKind::MaskedAttention, attrs, {q, k, v, mask},
                      {typeOf(want.result), typeOf(want.probs)});
@@ -1206,13 +1202,14 @@ TEST_F(CpuKernelsTest, KernelErrorsAreStatuses) {
   for (GemmLibrary gemm : {GemmLibrary::Blas, GemmLibrary::OneDnn}) {
     backend = createCpuBackend({1, true, true, gemm});
     absl::Status s =
-        runUnchecked(OpKind::Matmul, torch::zeros({2, 3}),
-                     torch::zeros({4, 5}), TensorType{DType::F32, {2, 5}});
+        runUnchecked(OpKind::Matmul, torch::zeros({2, 3}), torch::zeros({4, 5}),
+                     TensorType{DType::F32, {2, 5}});
     EXPECT_FALSE(s.ok());
     EXPECT_NE(std::string(s.message()).find("2x3"), std::string::npos) << s;
     EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
     s = runUnchecked(OpKind::Matmul, torch::zeros({2, 2, 3}),
-                     torch::zeros({3, 3, 5}), TensorType{DType::F32, {2, 2, 5}});
+                     torch::zeros({3, 3, 5}),
+                     TensorType{DType::F32, {2, 2, 5}});
     EXPECT_FALSE(s.ok());
   }
   backend = blasBackend(1);

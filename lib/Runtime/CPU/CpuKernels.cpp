@@ -360,9 +360,9 @@ bool oneDnnGemm(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
         dnnl_sgemm(la->trans, lb->trans, m, n, k, 1.0f, pa + i * sa, la->ld,
                    pb + i * sb, lb->ld, beta, pc + i * sc, lc->ld);
     if (status != dnnl_success)
-      throw std::runtime_error(absl::StrCat(
-          "oneDNN sgemm failed (status ", int(status), ") on a ", m, "x", k,
-          " by ", k, "x", n, " product"));
+      throw std::runtime_error(absl::StrCat("oneDNN sgemm failed (status ",
+                                            int(status), ") on a ", m, "x", k,
+                                            " by ", k, "x", n, " product"));
   };
   oneDnnGemms.fetch_add(1);
   if (count == 1)
@@ -1597,9 +1597,9 @@ std::string blasDescription() {
     absl::StrAppend(&blas, " (", coreName(), " kernels)");
   if (gemmsOnOneDnn) {
     const dnnl_version_t *v = dnnl_version();
-    return absl::StrCat("float32 GEMMs on oneDNN ", v->major, ".", v->minor,
-                        ".", v->patch, " sgemm (", oneDnnIsaName(),
-                        " kernels); other GEMMs on ", blas);
+    return absl::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch,
+                        " sgemm for float32 (", oneDnnIsaName(),
+                        " kernels), the BLAS for the rest: ", blas);
   }
   return absl::StrCat(blas, "; ",
                       gemmsOnAtenThreads

@@ -30,9 +30,8 @@ struct GemmLayout {
 /// strides in both dimensions, overlapping rows). Sizes are positive. A
 /// dimension of size 1 has no stride that matters: the leading dimension
 /// then is the other size, the smallest sgemm accepts.
-inline std::optional<GemmLayout> gemmLayout(int64_t rows, int64_t cols,
-                                            int64_t rowStride,
-                                            int64_t colStride) {
+inline std::optional<GemmLayout>
+gemmLayout(int64_t rows, int64_t cols, int64_t rowStride, int64_t colStride) {
   if ((cols == 1 || colStride == 1) && (rows == 1 || rowStride >= cols))
     return GemmLayout{'N', rows == 1 ? cols : rowStride};
   if ((rows == 1 || rowStride == 1) && (cols == 1 || colStride >= rows))

@@ -52,10 +52,10 @@ int64_t causalAttentionCalls();
 /// oneDNN's sgemm (`GemmLibrary::OneDnn`) rather than on ATen.
 int64_t oneDnnGemmCalls();
 
-/// The GEMM libraries and how GEMMs use them, for reports: "float32 GEMMs
-/// on oneDNN 2.6.3 sgemm (AVX-512 kernels); other GEMMs on OpenBLAS ...", or
-/// "OpenBLAS 0.3.21 ... (Haswell kernels); GEMMs split over the kernels'
-/// threads".
+/// The GEMM libraries and how GEMMs use them, for reports: "oneDNN 2.6.3
+/// sgemm for float32 (AVX-512 kernels), the BLAS for the rest: OpenBLAS
+/// ...", or "OpenBLAS 0.3.21 ... (Haswell kernels); GEMMs split over the
+/// kernels' threads".
 std::string blasDescription();
 
 } // namespace merak::runtime
