@@ -12,6 +12,13 @@ config.test_exec_root = os.path.join(config.merak_obj_root, "test")
 path = os.pathsep.join([config.merak_tools_dir, config.llvm_tools_dir,
                         config.environment.get("PATH", os.environ["PATH"])])
 config.environment["PATH"] = path
+# The kernels' libraries read these at load time: capping oneDNN's
+# instruction set (DNNL_MAX_CPU_ISA=AVX2) or choosing OpenBLAS's kernels runs
+# the suite as on a CPU without AVX-512. The references (python3-torch) see
+# the same values.
+for name in ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
 config.substitutions.append(("%fixtures", config.fixtures_dir))
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%merak_src", config.merak_src_root))
