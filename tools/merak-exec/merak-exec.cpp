@@ -542,6 +542,9 @@ int main(int argc, char **argv) {
   merak::registerMerakDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // An error names its op and location; a note printing the op would print
+  // the whole step for errors about the function.
+  context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   PrefixedErrs prefixedErrs;
   SourceMgrDiagnosticHandler diagnostics(

@@ -333,6 +333,24 @@ std::optional<int64_t> ReshapeOp::splitHeads() {
   return heads;
 }
 
+std::optional<int64_t> ReshapeOp::mergesBatchAndHeads() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getType());
+  int64_t rank = in.getRank();
+  if (out.getRank() != rank || rank < 2)
+    return std::nullopt;
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    if (in.getDimSize(d) != out.getDimSize(d))
+      return std::nullopt;
+  int64_t batch = in.getDimSize(rank - 2), headDim = out.getDimSize(rank - 1);
+  if (batch <= 0 || headDim <= 0 || out.getDimSize(rank - 2) % batch != 0)
+    return std::nullopt;
+  int64_t heads = out.getDimSize(rank - 2) / batch;
+  if (heads <= 1 || heads * headDim != in.getDimSize(rank - 1))
+    return std::nullopt;
+  return heads;
+}
+
 bool ReshapeOp::mergesHeads() {
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getType());

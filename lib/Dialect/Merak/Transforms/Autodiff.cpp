@@ -38,15 +38,16 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     ModuleOp module = getOperation();
     auto forward = module.lookupSymbol<func::FuncOp>(funcName);
     if (!forward) {
-      module.emitError("no function @") << funcName << " to differentiate";
+      emitError(module.getLoc(), "no function @")
+          << funcName << " to differentiate";
       return signalPassFailure();
     }
     if (module.lookupSymbol(kTrainStepName)) {
-      module.emitError("@") << kTrainStepName << " exists already";
+      emitError(module.getLoc(), "@") << kTrainStepName << " exists already";
       return signalPassFailure();
     }
     if (!forward.getBody().hasOneBlock()) {
-      forward.emitError("must have a single block");
+      emitError(forward.getLoc(), "must have a single block");
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());
@@ -61,14 +62,14 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     FunctionType type = func.getFunctionType();
     if (lossResult >= 0) {
       if ((unsigned)lossResult >= type.getNumResults()) {
-        func.emitError("loss-result=")
+        emitError(func.getLoc(), "loss-result=")
             << lossResult << " but @" << funcName << " has "
             << type.getNumResults() << " results";
         return failure();
       }
       auto t = dyn_cast<RankedTensorType>(type.getResult(lossResult));
       if (!t || t.getRank() != 0 || !isa<FloatType>(t.getElementType())) {
-        func.emitError("result ")
+        emitError(func.getLoc(), "result ")
             << lossResult << " (" << type.getResult(lossResult)
             << ") is not a rank-0 floating loss";
         return failure();
@@ -84,7 +85,7 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
         candidates.push_back(i);
     }
     if (candidates.size() != 1) {
-      func.emitError("cannot tell the loss: ")
+      emitError(func.getLoc(), "cannot tell the loss: ")
           << candidates.size()
           << " rank-0 floating results; pass loss-result=K";
       return failure();
@@ -208,7 +209,7 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
         if (func.getArgAttr(a, kBufferAttr) == name)
           arg = a;
       if (!arg) {
-        func.emitError("buffer update of '")
+        emitError(func.getLoc(), "buffer update of '")
             << name.getValue() << "' has no buffer argument";
         return failure();
       }

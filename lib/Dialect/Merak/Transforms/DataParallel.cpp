@@ -38,7 +38,7 @@ struct MeshPass : public merak::impl::MeshBase<MeshPass> {
     for (auto [name, size] :
          {std::pair<StringRef, int>{"dp", dp}, {"sp", sp}, {"tp", tp}}) {
       if (size < 1) {
-        module.emitError("mesh degree ")
+        emitError(module.getLoc(), "mesh degree ")
             << name << " must be >= 1, got " << size;
         return signalPassFailure();
       }
@@ -103,12 +103,14 @@ struct DataParallelPass
     ModuleOp module = getOperation();
     MLIRContext *ctx = module.getContext();
     if (zero < 0 || zero > 3) {
-      module.emitError("zero must be 0, 1, 2 or 3, got ") << int(zero);
+      emitError(module.getLoc(), "zero must be 0, 1, 2 or 3, got ")
+          << int(zero);
       return signalPassFailure();
     }
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
     if (!func) {
-      module.emitError("no @") << kTrainStepName << "; run --merak-train first";
+      emitError(module.getLoc(), "no @")
+          << kTrainStepName << "; run --merak-train first";
       return signalPassFailure();
     }
     MeshOp mesh = lookupMesh(module);
@@ -140,7 +142,7 @@ struct DataParallelPass
       if (func.getArgAttr(i, kInputAttr) && size > 1) {
         if (type.getRank() == 0 ||
             type.getDimSize(0) % (size * groupSize(mesh, split[0])) != 0) {
-          func.emitError("input ")
+          emitError(func.getLoc(), "input ")
               << func.getArgAttr(i, kInputAttr) << " of type " << type
               << ": batch dimension 0 is not divisible by dp=" << size;
           return signalPassFailure();

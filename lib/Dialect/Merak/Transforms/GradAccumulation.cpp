@@ -33,19 +33,21 @@ struct GradAccumulationPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (microbatches < 1) {
-      module.emitError("microbatches must be >= 1, got ") << microbatches;
+      emitError(module.getLoc(), "microbatches must be >= 1, got ")
+          << microbatches;
       return signalPassFailure();
     }
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
     if (!func) {
-      module.emitError("no @") << kTrainStepName
-                               << "; run --merak-autodiff "
-                                  "first";
+      emitError(module.getLoc(), "no @") << kTrainStepName
+                                         << "; run --merak-autodiff "
+                                            "first";
       return signalPassFailure();
     }
     if (func->hasAttr(kOptimizerAttr)) {
-      func.emitError("has an optimizer already; accumulate gradients before "
-                     "--merak-optimizer");
+      emitError(func.getLoc(),
+                "has an optimizer already; accumulate gradients before "
+                "--merak-optimizer");
       return signalPassFailure();
     }
     if (microbatches == 1)
@@ -69,7 +71,7 @@ struct GradAccumulationPass
         continue;
       auto t = cast<RankedTensorType>(argTypes[i]);
       if (t.getRank() == 0) {
-        func.emitError("input ")
+        emitError(func.getLoc(), "input ")
             << func.getArgAttr(i, kInputAttr)
             << " has rank 0 and cannot be split into micro-batches";
         return failure();
@@ -80,7 +82,7 @@ struct GradAccumulationPass
       inputs.push_back(i);
     }
     if (inputs.empty()) {
-      func.emitError("has no merak.input argument to split");
+      emitError(func.getLoc(), "has no merak.input argument to split");
       return failure();
     }
 
@@ -98,7 +100,7 @@ struct GradAccumulationPass
         bufferOfResult[r] = a.getInt();
     }
     if (!lossResult) {
-      func.emitError("returns no merak.loss");
+      emitError(func.getLoc(), "returns no merak.loss");
       return failure();
     }
 

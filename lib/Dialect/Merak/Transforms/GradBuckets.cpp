@@ -76,7 +76,7 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
       if (mb < 0) {
         std::string value;
         llvm::raw_string_ostream(value) << llvm::format("%g", mb);
-        module.emitError() << name << " must be >= 0, got " << value;
+        emitError(module.getLoc()) << name << " must be >= 0, got " << value;
         return signalPassFailure();
       }
     n = mesh.getShape()[dpIdx];

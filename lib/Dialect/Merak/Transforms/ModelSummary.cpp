@@ -61,7 +61,8 @@ struct ModelSummaryPass
       std::string error;
       file = openOutputFile(output, &error);
       if (!file) {
-        getOperation().emitError("cannot write the summary: ") << error;
+        emitError(getOperation().getLoc(), "cannot write the summary: ")
+            << error;
         return signalPassFailure();
       }
       os = &file->os();

@@ -37,29 +37,31 @@ struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
     ModuleOp module = getOperation();
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
     if (!func) {
-      module.emitError("no @") << kTrainStepName
-                               << " to add an optimizer to; run "
-                                  "--merak-autodiff first";
+      emitError(module.getLoc(), "no @") << kTrainStepName
+                                         << " to add an optimizer to; run "
+                                            "--merak-autodiff first";
       return signalPassFailure();
     }
     if (optimizer != "sgd" && optimizer != "adamw") {
-      func.emitError("unknown optimizer '")
+      emitError(func.getLoc(), "unknown optimizer '")
           << optimizer << "': expected sgd or adamw";
       return signalPassFailure();
     }
     if (func->hasAttr(kOptimizerAttr)) {
-      func.emitError("already has an optimizer");
+      emitError(func.getLoc(), "already has an optimizer");
       return signalPassFailure();
     }
     if (lr <= 0.0 || momentum < 0.0 || eps <= 0.0 || beta1 < 0.0 ||
         beta1 >= 1.0 || beta2 < 0.0 || beta2 >= 1.0 || clipGradNorm < 0.0) {
-      func.emitError("invalid optimizer options: need lr > 0, momentum >= 0, "
-                     "0 <= beta < 1, eps > 0, clip-grad-norm >= 0");
+      emitError(func.getLoc(),
+                "invalid optimizer options: need lr > 0, momentum >= 0, "
+                "0 <= beta < 1, eps > 0, clip-grad-norm >= 0");
       return signalPassFailure();
     }
     if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
-      func.emitError("nesterov momentum requires momentum > 0 and zero "
-                     "dampening (as in PyTorch)");
+      emitError(func.getLoc(),
+                "nesterov momentum requires momentum > 0 and zero "
+                "dampening (as in PyTorch)");
       return signalPassFailure();
     }
     if (failed(rewrite(func)))
@@ -90,14 +92,15 @@ struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
         if (func.getArgAttr(a, kParamAttr) == name)
           param = a;
       if (!param) {
-        func.emitError("gradient of '")
+        emitError(func.getLoc(), "gradient of '")
             << name.getValue() << "' has no parameter argument";
         return failure();
       }
       entries.push_back({r, *param});
     }
     if (entries.empty()) {
-      func.emitError("returns no gradients: run --merak-autodiff first");
+      emitError(func.getLoc(),
+                "returns no gradients: run --merak-autodiff first");
       return failure();
     }
 

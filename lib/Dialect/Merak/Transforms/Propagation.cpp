@@ -319,7 +319,8 @@ struct ShardingPropagationPass
       if (!annotated)
         continue;
       if (!func.getBody().hasOneBlock()) {
-        func.emitError("only single-block functions can be partitioned");
+        emitError(func.getLoc(),
+                  "only single-block functions can be partitioned");
         return signalPassFailure();
       }
       Propagator p{

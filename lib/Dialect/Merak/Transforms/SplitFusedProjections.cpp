@@ -18,6 +18,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 
 namespace merak {
@@ -37,8 +38,10 @@ struct Fused {
 };
 
 /// Whether tensor parallelism can split a section by what reads it: every
-/// reader reshapes it into heads that `tp` divides (q, k, v), or every
-/// reader is elementwise (a gate or up projection).
+/// reader reshapes it into heads that `tp` divides (q, k, v; the heads in
+/// a dimension of their own or, as nn.MultiheadAttention has them, merged
+/// with the batch), or every reader is elementwise (a gate or up
+/// projection).
 bool splitBySection(SliceOp section, int64_t tp) {
   if (section->use_empty())
     return false;
@@ -46,11 +49,209 @@ bool splitBySection(SliceOp section, int64_t tp) {
   for (Operation *user : section->getUsers()) {
     auto r = dyn_cast<ReshapeOp>(user);
     std::optional<int64_t> h = r ? r.splitHeads() : std::nullopt;
+    if (r && !h)
+      h = r.mergesBatchAndHeads();
     heads &= h && *h % tp == 0;
     elementwise &= isHiddenElementwise(user);
   }
   return heads || elementwise;
 }
+
+/// `type` with its dimension `dim` (of size B * heads) as two, `[B, heads]`.
+RankedTensorType splitDim(RankedTensorType type, int64_t dim, int64_t heads) {
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] /= heads;
+  shape.insert(shape.begin() + dim + 1, heads);
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+/// nn.MultiheadAttention's q, k and v are `[T, B * H, D]`: the batch and the
+/// heads share a dimension, in which a rank's heads are no block. This
+/// rewrites them, and the attention that reads them, to carry the heads in
+/// a dimension of their own, `[T, B, H, D]`, the layout GPT-2's attention
+/// has and tensor parallelism splits. Starting from the reshapes that merge
+/// the batch and the heads, each op that reads a rewritten value is
+/// rewritten too where its meaning carries over: permutes (the merged
+/// dimension becomes two adjacent ones), dropout, softmax along another
+/// dimension, elementwise arithmetic with a value that is rewritten too or
+/// only spans dimensions after the merged one, and batched matmuls of two
+/// rewritten values. Splitting a dimension in two keeps the elements'
+/// order, so any other reader gets the old shape back by a reshape; a
+/// reshape that merges the heads again does so in two steps, the heads
+/// into the last dimension first (what tensor parallelism recognizes as
+/// the input of the output projection).
+class SplitBatchHeads {
+public:
+  explicit SplitBatchHeads(int64_t heads) : heads(heads) {}
+
+  void run(ArrayRef<ReshapeOp> seeds) {
+    Operation *first = seeds.front();
+    for (ReshapeOp r : seeds) {
+      if (r->isBeforeInBlock(first))
+        first = r;
+      auto type = cast<RankedTensorType>(r.getType());
+      int64_t dim = type.getRank() - 2;
+      auto split = splitDim(type, dim, heads);
+      OpBuilder b(r);
+      Value v = b.create<ReshapeOp>(r.getLoc(), split, r.getInput(),
+                                    b.getDenseI64ArrayAttr(split.getShape()));
+      map[r.getResult()] = {v, dim};
+      rewritten.push_back(r);
+    }
+    llvm::SmallPtrSet<Operation *, 4> seedSet;
+    for (ReshapeOp r : seeds)
+      seedSet.insert(r);
+    for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
+             std::next(first->getIterator()), first->getBlock()->end()))) {
+      if (seedSet.count(&op) || llvm::none_of(op.getOperands(), [&](Value v) {
+            return map.count(v);
+          }))
+        continue;
+      rewrite(&op);
+    }
+    // Readers left as they were get the old shape back.
+    llvm::SmallPtrSet<Operation *, 16> done(rewritten.begin(), rewritten.end());
+    for (Operation *op : rewritten) {
+      Value old = op->getResult(0);
+      Value back;
+      for (OpOperand &use : llvm::make_early_inc_range(old.getUses())) {
+        if (done.count(use.getOwner()))
+          continue;
+        if (!back) {
+          Value v = map[old].value;
+          OpBuilder b(v.getContext());
+          b.setInsertionPointAfterValue(v);
+          back = reshape(b, op->getLoc(), v,
+                         cast<RankedTensorType>(old.getType()));
+        }
+        use.set(back);
+      }
+    }
+    for (Operation *op : llvm::reverse(rewritten))
+      op->erase();
+  }
+
+private:
+  struct Split {
+    Value value;
+    /// The merged dimension's position in the value it replaces.
+    int64_t dim;
+  };
+
+  /// `v` reshaped to `type`; where `v` is `[..., H, D]` and `type` ends in
+  /// `H * D`, the heads are merged into the last dimension first.
+  Value reshape(OpBuilder &b, Location loc, Value v, RankedTensorType type) {
+    auto in = cast<RankedTensorType>(v.getType());
+    int64_t rank = in.getRank();
+    if (in.getDimSize(rank - 2) == heads &&
+        type.getShape().back() == heads * in.getShape().back()) {
+      SmallVector<int64_t> merged(in.getShape().drop_back(2));
+      merged.push_back(type.getShape().back());
+      v = b.create<ReshapeOp>(
+          loc, RankedTensorType::get(merged, in.getElementType()), v,
+          b.getDenseI64ArrayAttr(merged));
+    }
+    if (v.getType() == type)
+      return v;
+    return b.create<ReshapeOp>(loc, type, v,
+                               b.getDenseI64ArrayAttr(type.getShape()));
+  }
+
+  /// Rewrites `op`, which reads a rewritten value, where its meaning carries
+  /// over; otherwise leaves it.
+  void rewrite(Operation *op) {
+    if (op->getNumResults() != 1)
+      return;
+    auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+    if (!type)
+      return;
+    OpBuilder b(op);
+    // A reshape reads the rewritten value in place of the old one.
+    if (auto r = dyn_cast<ReshapeOp>(op)) {
+      Value v = reshape(b, r.getLoc(), map[r.getInput()].value, type);
+      r.getResult().replaceAllUsesWith(v);
+      r.erase();
+      return;
+    }
+    std::optional<int64_t> dim = resultDim(op, type.getRank());
+    if (!dim)
+      return;
+    IRMapping operands;
+    for (Value v : op->getOperands())
+      if (auto it = map.find(v); it != map.end())
+        operands.map(v, it->second.value);
+    Operation *copy = b.clone(*op, operands);
+    copy->getResult(0).setType(splitDim(type, *dim, heads));
+    if (auto p = dyn_cast<PermuteOp>(copy))
+      p.setPermutation(splitPermutation(cast<PermuteOp>(op)));
+    if (auto s = dyn_cast<SoftmaxOp>(copy))
+      s.setDim(s.getDim() + (s.getDim() > map[op->getOperand(0)].dim));
+    map[op->getResult(0)] = {copy->getResult(0), *dim};
+    rewritten.push_back(op);
+  }
+
+  /// Where the merged dimension is in `op`'s result, for an op whose
+  /// meaning carries over to the split dimension; none for any other.
+  std::optional<int64_t> resultDim(Operation *op, int64_t rank) {
+    auto splitOf = [&](Value v) -> std::optional<int64_t> {
+      auto it = map.find(v);
+      if (it == map.end())
+        return std::nullopt;
+      return it->second.dim;
+    };
+    if (auto p = dyn_cast<PermuteOp>(op)) {
+      int64_t dim = *splitOf(p.getInput());
+      return llvm::find(p.getPermutation(), dim) - p.getPermutation().begin();
+    }
+    if (isa<DropoutOp>(op))
+      return splitOf(op->getOperand(0));
+    if (auto s = dyn_cast<SoftmaxOp>(op)) {
+      int64_t dim = *splitOf(s.getInput());
+      return s.getDim() == dim ? std::nullopt : std::optional(dim);
+    }
+    if (isa<AddOp, SubOp, MulOp, DivOp, MatmulOp>(op)) {
+      std::optional<int64_t> dim;
+      for (Value v : op->getOperands()) {
+        auto t = cast<RankedTensorType>(v.getType());
+        if (std::optional<int64_t> d = splitOf(v)) {
+          if ((dim && *d != *dim) || t.getRank() != rank)
+            return std::nullopt;
+          dim = d;
+        }
+      }
+      // An operand not rewritten may only span dimensions after the
+      // merged one (a scale, a mask over the last ones); a matmul needs
+      // both operands rewritten and the merged dimension among its batch.
+      for (Value v : op->getOperands())
+        if (!splitOf(v) &&
+            (isa<MatmulOp>(op) ||
+             cast<RankedTensorType>(v.getType()).getRank() >= rank - *dim))
+          return std::nullopt;
+      if (isa<MatmulOp>(op) && *dim >= rank - 2)
+        return std::nullopt;
+      return dim;
+    }
+    return std::nullopt;
+  }
+
+  /// The permutation of `p` over the split dimensions: the merged one's
+  /// two parts stay together.
+  SmallVector<int64_t> splitPermutation(PermuteOp p) {
+    int64_t dim = map[p.getInput()].dim;
+    SmallVector<int64_t> perm;
+    for (int64_t d : p.getPermutation()) {
+      perm.push_back(d + (d > dim));
+      if (d == dim)
+        perm.push_back(dim + 1);
+    }
+    return perm;
+  }
+
+  int64_t heads;
+  llvm::DenseMap<Value, Split> map;
+  /// Ops replaced by their rewritten copies, in block order.
+  SmallVector<Operation *> rewritten;
+};
 
 /// The parameter argument `v` is, when the fused linear is its one reader.
 BlockArgument soleParam(func::FuncOp func, Value v) {
@@ -128,6 +329,8 @@ struct SplitFusedProjectionsPass
       return b.create<SelectOp>(l.getLoc(), result, arg, b.getI64IntegerAttr(0),
                                 b.getI64IntegerAttr(s));
     };
+    SmallVector<ReshapeOp> merged;
+    std::optional<int64_t> heads;
     for (auto [s, section] : llvm::enumerate(f.sections)) {
       Value w = sectionOf(weight, s);
       Value bs = bias ? sectionOf(bias, s) : Value();
@@ -135,8 +338,17 @@ struct SplitFusedProjectionsPass
                                        l.getInput(), w, bs);
       section.getResult().replaceAllUsesWith(linear.getResult());
       section.erase();
+      for (Operation *user : linear->getUsers())
+        if (auto r = dyn_cast<ReshapeOp>(user))
+          if (std::optional<int64_t> h = r.mergesBatchAndHeads();
+              h && (!heads || *h == *heads)) {
+            heads = h;
+            merged.push_back(r);
+          }
     }
     l.erase();
+    if (!merged.empty())
+      SplitBatchHeads(*heads).run(merged);
   }
 
   /// @train_step printed, for comparing derivations.
@@ -149,7 +361,7 @@ struct SplitFusedProjectionsPass
 
   void runOnOperation() override {
     if (tp < 1) {
-      getOperation().emitError("tp must be >= 1, got ") << int(tp);
+      emitError(getOperation().getLoc(), "tp must be >= 1, got ") << int(tp);
       return signalPassFailure();
     }
     ModuleOp module = getOperation();

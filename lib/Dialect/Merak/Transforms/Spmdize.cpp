@@ -129,11 +129,12 @@ struct FunctionPartitioner {
         return failure();
       MeshShardingAttr sharding = *s ? normalize(*s, rankOf(arg)) : repl();
       if (!sharding.getPartialAxes().empty())
-        return func.emitError("argument ")
+        return emitError(func.getLoc(), "argument ")
                << arg.getArgNumber() << " cannot be a partial sum";
       FailureOr<RankedTensorType> type =
           localType(cast<RankedTensorType>(arg.getType()), mesh, sharding, [&] {
-            return func.emitError("argument ") << arg.getArgNumber() << ": ";
+            return emitError(func.getLoc(), "argument ")
+                   << arg.getArgNumber() << ": ";
           });
       if (failed(type))
         return failure();
@@ -349,7 +350,8 @@ struct SpmdizePass : public merak::impl::SpmdizeBase<SpmdizePass> {
       if (!first)
         continue;
       if (!func.getBody().hasOneBlock()) {
-        func.emitError("only single-block functions can be partitioned");
+        emitError(func.getLoc(),
+                  "only single-block functions can be partitioned");
         return signalPassFailure();
       }
       FlatSymbolRefAttr meshRef = first.getShard().getMesh();

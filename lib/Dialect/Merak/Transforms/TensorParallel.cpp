@@ -127,7 +127,8 @@ struct TensorParallelPass
     ModuleOp module = getOperation();
     func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
     if (!func) {
-      module.emitError("no @") << kTrainStepName << "; run --merak-train first";
+      emitError(module.getLoc(), "no @")
+          << kTrainStepName << "; run --merak-train first";
       return signalPassFailure();
     }
     mesh = lookupMesh(module);
@@ -269,11 +270,23 @@ struct TensorParallelPass
       }
       if (!r.mergesHeads())
         return;
-      for (OpOperand *use : usesOf(r.getResult()))
-        if (auto out = dyn_cast<LinearOp>(use->getOwner());
-            out && isForward(out) && use->getOperandNumber() == 0 &&
+      // The output projection reads the merged heads, or a reshape of them
+      // that keeps the last dimension (nn.MultiheadAttention flattens the
+      // sequence and the batch first).
+      SmallVector<OpOperand *> uses = usesOf(r.getResult());
+      for (size_t i = 0; i < uses.size(); ++i) {
+        Operation *user = uses[i]->getOwner();
+        if (auto flat = dyn_cast<ReshapeOp>(user);
+            flat && isForward(flat) &&
+            lastDim(flat.getResult()) == lastDim(r.getResult())) {
+          llvm::append_range(uses, usesOf(flat.getResult()));
+          continue;
+        }
+        if (auto out = dyn_cast<LinearOp>(user);
+            out && isForward(out) && uses[i]->getOperandNumber() == 0 &&
             !linears.count(out))
           linears[out] = Split::Row;
+      }
     });
   }
 
@@ -369,7 +382,7 @@ struct SequenceParallelPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (megatron && ulysses) {
-      module.emitError("choose one of megatron and ulysses");
+      emitError(module.getLoc(), "choose one of megatron and ulysses");
       return signalPassFailure();
     }
     if (!megatron && !ulysses)
@@ -379,12 +392,13 @@ struct SequenceParallelPass
     StringRef axisName = megatron ? "tp" : "sp";
     int64_t idx = mesh ? meshAxisIndex(mesh, axisName) : -1;
     if (!func || idx < 0) {
-      module.emitError(megatron ? "Megatron sequence parallelism needs a "
-                                  "tp mesh axis; run --merak-tensor-parallel "
-                                  "first"
-                                : "Ulysses sequence parallelism needs an sp "
-                                  "mesh axis; run --merak-mesh=\"sp=N\" "
-                                  "first");
+      emitError(module.getLoc(),
+                megatron ? "Megatron sequence parallelism needs a "
+                           "tp mesh axis; run --merak-tensor-parallel "
+                           "first"
+                         : "Ulysses sequence parallelism needs an sp "
+                           "mesh axis; run --merak-mesh=\"sp=N\" "
+                           "first");
       return signalPassFailure();
     }
     auto axis = static_cast<MeshAxis>(idx);
@@ -509,7 +523,7 @@ struct SequenceParallelPass
       if (type.getRank() < 2)
         continue;
       if (type.getDimSize(1) % n != 0)
-        return func.emitError("input ")
+        return emitError(func.getLoc(), "input ")
                << func.getArgAttr(arg.getArgNumber(), kInputAttr)
                << ": sequence dimension 1 of " << type
                << " is not divisible by sp=" << n;

@@ -53,3 +53,7 @@
 // BOTH: error: choose one of megatron and ulysses
 // NOTP: error: Megatron sequence parallelism needs a tp mesh axis
 // SEQ: error: input "tokens": sequence dimension 1 of 'tensor<2x6xi64>' is not divisible by sp=4
+// Errors about a whole function or module name it by its location; they do
+// not print it.
+// SEQ-NOT: see current operation
+// BOTH-NOT: see current operation

@@ -10,6 +10,8 @@
 // RUN: merak-opt %S/Inputs/fused-qkv.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="tp=2" | FileCheck %s --check-prefix=TP
 // RUN: merak-opt %S/Inputs/fused-qkv.mlir --merak-train="optimizer=adamw lr=0.01" --merak-mesh="dp=2" --merak-data-parallel --merak-split-fused-projections="tp=2" 2>&1 >/dev/null | FileCheck %s --check-prefix=CHANGED
 // RUN: merak-opt %S/Inputs/fused-qkv.mlir --merak-autodiff --merak-optimizer --merak-split-fused-projections="tp=2" 2>&1 >/dev/null | FileCheck %s --check-prefix=UNRECORDED
+// RUN: merak-opt %S/Inputs/fused-qkv-mha.mlir --merak-train="optimizer=adamw lr=0.01" --merak-split-fused-projections="tp=2" | FileCheck %s --check-prefix=MHA
+// RUN: merak-opt %S/Inputs/fused-qkv-mha.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="tp=2" | FileCheck %s --check-prefix=MHATP
 
 // CHECK: module attributes {merak.train_options = "{{.*}}optimizer=adamw{{.*}}"}
 // CHECK-LABEL: func.func @forward
@@ -56,3 +58,43 @@
 // derived again; nor is one whose options are not recorded.
 // CHANGED: warning: fused projection left whole (its parameter is replicated under tp): @train_step is not what --merak-train derives from @forward (run --merak-parallelize right after --merak-train)
 // UNRECORDED: warning: fused projection left whole (its parameter is replicated under tp): the module does not record the options --merak-train derived @train_step with (merak.train_options)
+
+// nn.MultiheadAttention's layout: q, k and v reshaped to [T, B * H, D]. The
+// sections become linears as above, and the attention carries the heads in
+// a dimension of their own, [B, H, T, D] as in GPT-2: the merged dimension
+// is two in every permute, the scaled q, both batched matmuls and the
+// softmax (along dimension 3 now). The head-averaged weights, a reader of
+// the merged layout, get it back by a reshape; the output projection's
+// input merges the heads into the last dimension first.
+// MHA-LABEL: func.func @forward
+// MHA-SAME: tensor<3x8x8xf32> {merak.param = "attn.in_proj_weight", merak.stored_shape = array<i64: 24, 8>}
+// MHA: %[[Q:.*]] = merak.linear %{{.*}} -> tensor<4x2x8xf32>
+// MHA: %[[K:.*]] = merak.linear %{{.*}} -> tensor<4x2x8xf32>
+// MHA: %[[V:.*]] = merak.linear %{{.*}} -> tensor<4x2x8xf32>
+// MHA: %[[Q4:.*]] = merak.reshape %[[Q]] {shape = array<i64: 4, 2, 2, 4>}
+// MHA: %[[QH:.*]] = merak.permute %[[Q4]] {permutation = array<i64: 1, 2, 0, 3>} : (tensor<4x2x2x4xf32>) -> tensor<2x2x4x4xf32>
+// MHA: merak.reshape %[[K]] {shape = array<i64: 4, 2, 2, 4>}
+// MHA: merak.reshape %[[V]] {shape = array<i64: 4, 2, 2, 4>}
+// MHA: %[[QS:.*]] = merak.div %[[QH]], %{{.*}} : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+// MHA: %[[KT:.*]] = merak.permute %{{.*}} {permutation = array<i64: 0, 1, 3, 2>}
+// MHA: %[[S:.*]] = merak.matmul %[[QS]], %[[KT]] : (tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+// MHA: %[[P:.*]] = merak.softmax %[[S]] {dim = 3 : i64} : tensor<2x2x4x4xf32>
+// MHA: %[[P3:.*]] = merak.reshape %[[P]] {shape = array<i64: 4, 4, 4>}
+// MHA: %[[O:.*]] = merak.matmul %[[P]], %{{.*}} : (tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+// MHA: %[[OT:.*]] = merak.permute %[[O]] {permutation = array<i64: 2, 0, 1, 3>} : (tensor<2x2x4x4xf32>) -> tensor<4x2x2x4xf32>
+// MHA: %[[OM:.*]] = merak.reshape %[[OT]] {shape = array<i64: 4, 2, 8>}
+// MHA: %[[OF:.*]] = merak.reshape %[[OM]] {shape = array<i64: 8, 8>}
+// MHA: merak.linear %[[OF]], %{{.*}}, %{{.*}} : (tensor<8x8xf32>, tensor<8x8xf32>, tensor<8xf32>)
+// MHA: merak.reduce_sum %[[P3]]
+// MHA-LABEL: func.func @train_step
+
+// Under --merak-parallelize="tp=2" the in-projection is column-split by
+// heads and the output projection row-split, as GPT-2's: one all-reduce
+// forward (the head-averaged weights gather every head, and the backward
+// slices their gradient).
+// MHATP-LABEL: func.func @train_step
+// MHATP-SAME: tensor<3x4x8xf32> {merak.param = "attn.in_proj_weight", merak.sharding = #mesh.shard<@mesh, {{\[\[}}], [0]]>, merak.stored_shape = array<i64: 24, 8>}
+// MHATP-SAME: tensor<8x4xf32> {merak.param = "attn.out_proj.weight", merak.sharding = #mesh.shard<@mesh, {{\[\[}}], [0]]>}
+// MHATP: mesh.all_gather {{.*}} : tensor<2x1x4x4xf32> -> tensor<2x2x4x4xf32>
+// MHATP: mesh.all_reduce {{.*}} : tensor<8x8xf32> -> tensor<8x8xf32>
+// MHATP-NOT: mesh.all_reduce

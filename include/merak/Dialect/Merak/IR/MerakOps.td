@@ -445,6 +445,11 @@ def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
     /// Whether it merges `[heads, head_dim]` back into the last dimension
     /// of an activation of rank >= 3.
     bool mergesHeads();
+    /// For a reshape `[..., B, heads * head_dim] -> [..., B * heads,
+    /// head_dim]` (rank >= 2, the leading dimensions kept): heads > 1.
+    /// nn.MultiheadAttention lays q, k and v out so, with the batch and the
+    /// heads in one dimension.
+    std::optional<int64_t> mergesBatchAndHeads();
   }];
 }
 
