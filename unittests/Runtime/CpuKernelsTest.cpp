@@ -74,6 +74,17 @@ at::Tensor fromHost(const HostTensor &h) {
   return t;
 }
 
+/// Appends one input argument to `p` per tensor, typed like it.
+void addInputs(Program &p, std::initializer_list<at::Tensor> tensors) {
+  for (const at::Tensor &t : tensors) {
+    Argument arg;
+    arg.value = ValueId(p.values.size());
+    arg.role = ArgumentRole::Input;
+    p.values.push_back(ValueInfo{typeOf(t)});
+    p.arguments.push_back(arg);
+  }
+}
+
 /// Expects identical shapes, dtypes and bits.
 void expectIdentical(const at::Tensor &actual, const at::Tensor &expected,
                      const std::string &what) {
@@ -844,13 +855,7 @@ TEST_F(CpuKernelsTest, TemporariesLandInTheArena) {
   torch::manual_seed(3);
   at::Tensor x = torch::randn({4, 8}), w = torch::randn({8, 3});
   Program p;
-  for (const at::Tensor &t : {x, w}) {
-    Argument arg;
-    arg.value = ValueId(p.values.size());
-    arg.role = ArgumentRole::Input;
-    p.values.push_back(ValueInfo{typeOf(t)});
-    p.arguments.push_back(arg);
-  }
+  addInputs(p, {x, w});
   p.values.push_back(ValueInfo{typeOf(x)});                      // %2 = exp
   p.values.push_back(ValueInfo{TensorType{DType::F32, {4, 3}}}); // %3
   Instruction exp;
@@ -987,13 +992,7 @@ at::Tensor runChain(Backend &backend, OpKind first, const OpAttrs &attrs,
                     OpKind second, const at::Tensor &y,
                     const at::Tensor &expected, bool yFirst = false) {
   Program p;
-  for (const at::Tensor &t : {x, y}) {
-    Argument arg;
-    arg.value = ValueId(p.values.size());
-    arg.role = ArgumentRole::Input;
-    p.values.push_back(ValueInfo{typeOf(t)});
-    p.arguments.push_back(arg);
-  }
+  addInputs(p, {x, y});
   p.values.push_back(ValueInfo{typeOf(firstResult)}); // %2
   p.values.push_back(ValueInfo{typeOf(expected)});    // %3
   Instruction a;
