@@ -30,6 +30,24 @@
 
 namespace merak::runtime {
 
+const char *stagePhaseName(StagePhase phase) {
+  switch (phase) {
+  case StagePhase::Forward:
+    return "forward";
+  case StagePhase::ForwardKeep:
+    return "forward_keep";
+  case StagePhase::Recompute:
+    return "recompute";
+  case StagePhase::BackwardInput:
+    return "backward_input";
+  case StagePhase::BackwardWeight:
+    return "backward_weight";
+  case StagePhase::Optimizer:
+    return "optimizer";
+  }
+  return "?";
+}
+
 PeerLink::~PeerLink() = default;
 
 int64_t pipelineTransferTag(bool backward, int64_t stage, int64_t microbatch,

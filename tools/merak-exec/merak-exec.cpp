@@ -1,13 +1,13 @@
 //===- merak-exec.cpp - runs a merak training step on the CPU ------------===//
 //
-// Parses a module, lowers `@train_step` (or `@forward`) to a rank program
-// and runs it for a number of steps: initial weights from a TorchScript
-// archive or a checkpoint, inputs from a batch file, a token file or
-// synthetic data, one line per step, JSONL logs and atomic checkpoints.
-// An SPMD program (one with a mesh.mesh) runs as one rank of many: started
-// by --nproc, torchrun, srun or mpirun, joined through a TCPStore, with
-// collectives through Gloo; each rank keeps its shard of the global state
-// and batches, and rank 0 reports.
+// Reads a rank-program file (.mrp), or parses a module and lowers
+// `@train_step` (or `@forward`) to rank programs in process, and runs them for
+// a number of steps: initial weights from a TorchScript archive or a
+// checkpoint, inputs from a batch file, a token file or synthetic data, one
+// line per step, JSONL logs and atomic checkpoints. An SPMD program (one with a
+// mesh.mesh) runs as one rank of many: started by --nproc, torchrun, srun or
+// mpirun, joined through a TCPStore, with collectives through Gloo; each rank
+// keeps its shard of the global state and batches, and rank 0 reports.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,10 +20,12 @@
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/LearningRate.h"
 #include "merak/Runtime/Pipeline.h"
-#include "merak/Runtime/ProgramLowering.h"
+#include "merak/Runtime/RankProgramFile.h"
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/TorchIO.h"
+#include "merak/Target/RankProgram/RankProgramLowering.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -56,7 +58,7 @@ namespace cl = llvm::cl;
 static cl::OptionCategory category("merak-exec options");
 
 static cl::opt<std::string> inputFile(cl::Positional, cl::Required,
-                                      cl::desc("<step.mlir>"),
+                                      cl::desc("<step.mlir or plan.mrp>"),
                                       cl::cat(category));
 static cl::opt<std::string>
     entry("entry",
@@ -537,60 +539,63 @@ int main(int argc, char **argv) {
     return fail("--comm-timeout must be positive");
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
 
-  // Parse the module; MLIR diagnostics print as file:line:col: error.
-  DialectRegistry registry;
-  merak::registerMerakDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  // An error names its op and location; a note printing the op would print
-  // the whole step for errors about the function.
-  context.printOpOnDiagnostic(false);
-  llvm::SourceMgr sourceMgr;
-  PrefixedErrs prefixedErrs;
-  SourceMgrDiagnosticHandler diagnostics(
-      sourceMgr, &context,
-      rankPrefix.empty() ? llvm::errs()
-                         : static_cast<llvm::raw_ostream &>(prefixedErrs));
-  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(inputFile);
-  if (!buffer)
-    return fail("cannot open " + inputFile + ": " +
-                buffer.getError().message());
-  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  if (!module)
-    return 1;
-
-  func::FuncOp func;
-  if (!entry.empty()) {
-    func = module->lookupSymbol<func::FuncOp>(entry);
-    if (!func)
-      return fail(inputFile + " has no function @" + entry);
-  } else {
-    func = module->lookupSymbol<func::FuncOp>("train_step");
-    if (!func)
-      func = module->lookupSymbol<func::FuncOp>("forward");
-    if (!func)
-      return fail(inputFile +
-                  " has neither @train_step nor @forward; pick one with "
-                  "--entry");
+  // The compiled programs: read from a rank-program file, or lowered here
+  // from a module (MLIR diagnostics print as file:line:col: error).
+  std::optional<RankPrograms> compiled;
+  {
+    std::ifstream probe(inputFile, std::ios::binary);
+    char prefix[8] = {};
+    probe.read(prefix, sizeof(prefix));
+    // By content; a file named .mrp that is none gets the format's error.
+    if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))) ||
+        absl::EndsWith(inputFile, ".mrp")) {
+      absl::StatusOr<RankPrograms> read = readRankProgramFile(inputFile);
+      if (!read.ok())
+        return fail(read.status());
+      if (!entry.empty() && entry != read->step.function)
+        return fail(inputFile + " holds @" + read->step.function + ", not @" +
+                    entry +
+                    ": compile it with merak-translate "
+                    "--merak-rank-program-entry=" +
+                    entry);
+      compiled = *std::move(read);
+    }
   }
-  // A pipeline schedule runs on pp × mesh ranks; @train_step (its
-  // unpartitioned step, still in the module) tells the state, the inputs
-  // and their shardings.
-  auto scheduleAttr =
-      (*module)->getAttrOfType<DictionaryAttr>("merak.pipeline_schedule");
-  const bool pipelined = entry.empty() && scheduleAttr;
-  int64_t pp = 1;
-  if (pipelined) {
-    if (func.getSymName() != "train_step")
-      return fail(inputFile + " has a pipeline schedule but no @train_step");
-    if (auto attr = scheduleAttr.template getAs<IntegerAttr>("pp"))
-      pp = std::max<int64_t>(1, attr.getInt());
+  if (!compiled && isTorchScriptArchive(inputFile))
+    return fail(inputFile + " is a TorchScript archive: import it and build "
+                            "its step with merak-opt first");
+  if (!compiled) {
+    DialectRegistry registry;
+    merak::registerMerakDialects(registry);
+    MLIRContext context(registry);
+    context.loadAllAvailableDialects();
+    // An error names its op and location; a note printing the op would print
+    // the whole step for errors about the function.
+    context.printOpOnDiagnostic(false);
+    llvm::SourceMgr sourceMgr;
+    PrefixedErrs prefixedErrs;
+    SourceMgrDiagnosticHandler diagnostics(
+        sourceMgr, &context,
+        rankPrefix.empty() ? llvm::errs()
+                           : static_cast<llvm::raw_ostream &>(prefixedErrs));
+    auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(inputFile);
+    if (!buffer)
+      return fail("cannot open " + inputFile + ": " +
+                  buffer.getError().message());
+    sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+    OwningOpRef<ModuleOp> module =
+        parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!module)
+      return 1;
+    FailureOr<RankPrograms> lowered =
+        lowerToRankPrograms(*module, entry, inputFile);
+    if (failed(lowered))
+      return 1;
+    compiled = *std::move(lowered);
   }
-  FailureOr<Program> lowered = lowerToProgram(func);
-  if (failed(lowered))
-    return 1;
-  Program &program = *lowered;
+  Program &program = compiled->step;
+  const bool pipelined = compiled->pipelined();
+  const int64_t pp = compiled->pipelineRanks();
 
   // The mesh (times the pipeline ranks) decides how many processes run the
   // program.
@@ -610,9 +615,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     // A pipeline: rank 0's task list and its stage functions' programs.
-    FailureOr<PipelinePlan> plan = lowerPipeline(*module, 0);
-    if (failed(plan))
-      return 1;
+    PipelinePlan *plan = &compiled->pipeline[0];
     if (absl::StatusOr<Program> groups =
             bindPipelineToRank(*plan, 0, program.worldSize(), collectiveMode);
         !groups.ok())
@@ -667,10 +670,7 @@ int main(int argc, char **argv) {
   std::optional<PipelinePlan> plan;
   Program pipelineGroups;
   if (pipelined && !launching) {
-    FailureOr<PipelinePlan> lowered = lowerPipeline(*module, pipelineRank);
-    if (failed(lowered))
-      return 1;
-    plan = *std::move(lowered);
+    plan = std::move(compiled->pipeline[pipelineRank]);
     absl::StatusOr<Program> groups =
         bindPipelineToRank(*plan, meshRank, stageMeshSize, collectiveMode);
     if (!groups.ok())

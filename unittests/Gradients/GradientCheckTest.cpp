@@ -5,7 +5,7 @@
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Executor.h"
-#include "merak/Runtime/ProgramLowering.h"
+#include "merak/Target/RankProgram/RankProgramLowering.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -1,6 +1,6 @@
 //===- ProgramLoweringTest.cpp - lowering to a rank program and its plan --===//
 
-#include "merak/Runtime/ProgramLowering.h"
+#include "merak/Target/RankProgram/RankProgramLowering.h"
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"

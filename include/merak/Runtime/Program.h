@@ -138,43 +138,68 @@ const char *collectiveReductionName(CollectiveReduction r);
 
 /// The attributes of one op, decoded from MLIR once. Each op reads the
 /// fields its definition in MerakOps.td names; the others keep defaults.
+/// `X(type, name, default)`: the one list of the fields, which the struct
+/// below declares and the rank-program file writes and reads.
+#define MERAK_OP_ATTRS(X)                                                      \
+  X(int64_t, dim, 0)                                                           \
+  X(int64_t, start, 0) /* slice, slice_backward */                             \
+  X(int64_t, end, 0)                                                           \
+  X(int64_t, step, 1)                                                          \
+  X(int64_t, index, 0)          /* select */                                   \
+  X(int64_t, dimSize, 0)        /* index_backward, slice_backward */           \
+  X(int64_t, diagonal, 0)       /* tril, triu */                               \
+  X(int64_t, normalizedRank, 0) /* layer_norm, rms_norm (+ backward) */        \
+  X(int64_t, groups, 1)         /* conv2d (+ backward) */                      \
+  X(int64_t, ignoreIndex, -100) /* cross_entropy (+ backward) */               \
+  /* embedding, index_backward */                                              \
+  X(std::optional<int64_t>, paddingIdx, std::nullopt)                          \
+  X(double, eps, 0)                                                            \
+  X(double, p, 0)                                                              \
+  X(double, momentum, 0)                                                       \
+  X(double, value, 0)                                                          \
+  X(double, labelSmoothing, 0)                                                 \
+  X(double, dampening, 0)                                                      \
+  X(double, weightDecay, 0)                                                    \
+  X(double, beta1, 0)                                                          \
+  X(double, beta2, 0)                                                          \
+  X(double, scale, 1) /* masked_attention (+ backward) */                      \
+  X(std::optional<double>, min, std::nullopt) /* clamp */                      \
+  X(std::optional<double>, max, std::nullopt)                                  \
+  X(bool, training, false)                                                     \
+  X(bool, keepdim, false)                                                      \
+  X(bool, ceilMode, false)                                                     \
+  X(bool, countIncludePad, true)                                               \
+  X(bool, nesterov, false)                                                     \
+  X(bool, tanhApproximation, false) /* gelu, gelu_backward */                  \
+  X(bool, scaleDivides, false)      /* masked_attention (+ backward) */        \
+  X(ComparePredicate, predicate, ComparePredicate::Eq)                         \
+  X(LossReduction, reduction, LossReduction::Mean)                             \
+  /* reductions, permute, roll */                                              \
+  X(std::vector<int64_t>, dims, {})                                            \
+  X(std::vector<int64_t>, permutation, {})                                     \
+  X(std::vector<int64_t>, shifts, {})                                          \
+  X(std::vector<int64_t>, kernel, {})                                          \
+  X(std::vector<int64_t>, stride, {})                                          \
+  X(std::vector<int64_t>, padding, {})                                         \
+  X(std::vector<int64_t>, dilation, {})                                        \
+  X(std::vector<int64_t>, outputSize, {})                                      \
+  X(std::vector<int64_t>, low, {}) /* pad */                                   \
+  X(std::vector<int64_t>, high, {})                                            \
+  /* Mesh collectives: the mesh axes of the group; `dim` is the gather, */     \
+  /* scatter, slice or split axis, `concatDim` all_to_all's concat axis. */    \
+  X(std::vector<int64_t>, meshAxes, {})                                        \
+  X(CollectiveReduction, collectiveReduction, CollectiveReduction::Sum)        \
+  X(int64_t, concatDim, 0)                                                     \
+  X(std::vector<int64_t>, root, {}) /* broadcast: in-group multi-index */      \
+  /* Filled by `bindToRank`: index into `Program::groups`, and whether the */  \
+  /* group holds this rank alone (the result is then the operand itself). */   \
+  X(int, group, -1)                                                            \
+  X(bool, identity, false)
+
 struct OpAttrs {
-  int64_t dim = 0;
-  int64_t start = 0, end = 0, step = 1; // slice, slice_backward
-  int64_t index = 0;                    // select
-  int64_t dimSize = 0;                  // index_backward, slice_backward
-  int64_t diagonal = 0;                 // tril, triu
-  int64_t normalizedRank = 0;           // layer_norm, rms_norm (+ backward)
-  int64_t groups = 1;                   // conv2d (+ backward)
-  int64_t ignoreIndex = -100;           // cross_entropy (+ backward)
-  std::optional<int64_t> paddingIdx;    // embedding, index_backward
-
-  double eps = 0, p = 0, momentum = 0, value = 0, labelSmoothing = 0;
-  double dampening = 0, weightDecay = 0, beta1 = 0, beta2 = 0;
-  double scale = 1;               // masked_attention (+ backward)
-  std::optional<double> min, max; // clamp
-
-  bool training = false, keepdim = false, ceilMode = false;
-  bool countIncludePad = true, nesterov = false;
-  bool tanhApproximation = false; // gelu, gelu_backward
-  bool scaleDivides = false;      // masked_attention (+ backward)
-  ComparePredicate predicate = ComparePredicate::Eq;
-  LossReduction reduction = LossReduction::Mean;
-
-  std::vector<int64_t> dims, permutation, shifts; // reductions, permute, roll
-  std::vector<int64_t> kernel, stride, padding, dilation, outputSize;
-  std::vector<int64_t> low, high; // pad
-
-  // Mesh collectives: the mesh axes of the group; `dim` is the gather,
-  // scatter, slice or split axis, `concatDim` all_to_all's concat axis.
-  std::vector<int64_t> meshAxes;
-  CollectiveReduction collectiveReduction = CollectiveReduction::Sum;
-  int64_t concatDim = 0;
-  std::vector<int64_t> root; // broadcast: in-group multi-index
-  /// Filled by `bindToRank`: index into `Program::groups`, and whether the
-  /// group holds this rank alone (the result is then the operand itself).
-  int group = -1;
-  bool identity = false;
+#define MERAK_OP_ATTR_FIELD(Type, Name, Default) Type Name = Default;
+  MERAK_OP_ATTRS(MERAK_OP_ATTR_FIELD)
+#undef MERAK_OP_ATTR_FIELD
 };
 
 using ValueId = int32_t;

@@ -12,7 +12,7 @@
 #include "merak/Analysis/PipelineInfo.h"
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
-#include "merak/Runtime/ProgramLowering.h"
+#include "merak/Target/RankProgram/RankProgramLowering.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -22,24 +22,6 @@
 using namespace mlir;
 
 namespace merak::runtime {
-
-const char *stagePhaseName(StagePhase phase) {
-  switch (phase) {
-  case StagePhase::Forward:
-    return "forward";
-  case StagePhase::ForwardKeep:
-    return "forward_keep";
-  case StagePhase::Recompute:
-    return "recompute";
-  case StagePhase::BackwardInput:
-    return "backward_input";
-  case StagePhase::BackwardWeight:
-    return "backward_weight";
-  case StagePhase::Optimizer:
-    return "optimizer";
-  }
-  return "?";
-}
 
 namespace {
 

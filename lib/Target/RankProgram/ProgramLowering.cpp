@@ -6,11 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "merak/Runtime/ProgramLowering.h"
 #include "merak/Analysis/PipelineAttrNames.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Runtime/Mesh.h"
+#include "merak/Target/RankProgram/RankProgramLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"

@@ -1,0 +1,16 @@
+//===- merak-translate.cpp - translations out of the merak dialect --------===//
+//
+// mlir-translate with Merak's translations: `--merak-to-rank-program`
+// writes a partitioned module as the rank-program file merak-exec runs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Target/RankProgram/RankProgramLowering.h"
+
+#include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+
+int main(int argc, char **argv) {
+  merak::runtime::registerToRankProgramTranslation();
+  return mlir::failed(mlir::mlirTranslateMain(
+      argc, argv, "merak-translate: translations out of the merak dialect\n"));
+}
