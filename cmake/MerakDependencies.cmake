@@ -6,29 +6,36 @@ if(MERAK_CCACHE)
   set(CMAKE_C_COMPILER_LAUNCHER ${MERAK_CCACHE})
 endif()
 
-# MLIR 19 and LLVM 19 from Debian (llvm-19-dev, libmlir-19-dev, mlir-19-tools).
-set(MERAK_LLVM_ROOT "/usr/lib/llvm-19" CACHE PATH "Root of the LLVM 19 install")
-find_package(MLIR REQUIRED CONFIG
-  HINTS "${MERAK_LLVM_ROOT}/lib/cmake/mlir")
-if(NOT LLVM_VERSION_MAJOR EQUAL 19)
-  message(FATAL_ERROR "Merak needs LLVM/MLIR 19, found ${LLVM_PACKAGE_VERSION}")
+if(MERAK_COMPILER)
+  # MLIR 19 and LLVM 19 from Debian (llvm-19-dev, libmlir-19-dev, mlir-19-tools).
+  set(MERAK_LLVM_ROOT "/usr/lib/llvm-19" CACHE PATH "Root of the LLVM 19 install")
+  find_package(MLIR REQUIRED CONFIG
+    HINTS "${MERAK_LLVM_ROOT}/lib/cmake/mlir")
+  if(NOT LLVM_VERSION_MAJOR EQUAL 19)
+    message(FATAL_ERROR "Merak needs LLVM/MLIR 19, found ${LLVM_PACKAGE_VERSION}")
+  endif()
+  message(STATUS "Using MLIRConfig.cmake in: ${MLIR_DIR}")
+  message(STATUS "Using LLVMConfig.cmake in: ${LLVM_DIR}")
+  list(APPEND CMAKE_MODULE_PATH "${MLIR_CMAKE_DIR}" "${LLVM_CMAKE_DIR}")
+  include(TableGen)
+  include(AddLLVM)
+  include(AddMLIR)
+  include_directories(SYSTEM ${LLVM_INCLUDE_DIRS} ${MLIR_INCLUDE_DIRS})
+  add_definitions(${LLVM_DEFINITIONS})
+  # Only the shared libMLIR.so / libLLVM.so are linked: mixing them with the
+  # static component archives duplicates registrations.
+  set(MERAK_MLIR_LIBS MLIR LLVM)
+
 endif()
-message(STATUS "Using MLIRConfig.cmake in: ${MLIR_DIR}")
-message(STATUS "Using LLVMConfig.cmake in: ${LLVM_DIR}")
-list(APPEND CMAKE_MODULE_PATH "${MLIR_CMAKE_DIR}" "${LLVM_CMAKE_DIR}")
-include(TableGen)
-include(AddLLVM)
-include(AddMLIR)
-include_directories(SYSTEM ${LLVM_INCLUDE_DIRS} ${MLIR_INCLUDE_DIRS})
-add_definitions(${LLVM_DEFINITIONS})
-# Only the shared libMLIR.so / libLLVM.so are linked: mixing them with the
-# static component archives duplicates registrations.
-set(MERAK_MLIR_LIBS MLIR LLVM)
 
-# LibTorch (libtorch-dev): the TorchScript importer and, later, CPU kernels.
-find_package(Torch REQUIRED CONFIG)
-message(STATUS "Found LibTorch ${Torch_VERSION}")
+# LibTorch (libtorch-dev): the TorchScript importer, the CPU kernels, Gloo
+# through c10d and reading .pt weights.
+if(MERAK_COMPILER OR MERAK_CPU_BACKEND)
+  find_package(Torch REQUIRED CONFIG)
+  message(STATUS "Found LibTorch ${Torch_VERSION}")
+endif()
 
+message(STATUS "Merak: compiler ${MERAK_COMPILER}, CPU backend ${MERAK_CPU_BACKEND}")
 find_package(absl REQUIRED CONFIG)
 find_package(nlohmann_json 3 REQUIRED CONFIG)
 find_package(GTest CONFIG)
@@ -41,9 +48,11 @@ endif()
 set(MERAK_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python with torch")
 
 # lit and FileCheck: Debian ships lit.py but no llvm-lit.
-set(LLVM_EXTERNAL_LIT "${MERAK_LLVM_ROOT}/build/utils/lit/lit.py"
-  CACHE FILEPATH "lit driver")
-set(MERAK_LLVM_TOOLS_DIR "${MERAK_LLVM_ROOT}/bin")
+if(MERAK_COMPILER)
+  set(LLVM_EXTERNAL_LIT "${MERAK_LLVM_ROOT}/build/utils/lit/lit.py"
+    CACHE FILEPATH "lit driver")
+  set(MERAK_LLVM_TOOLS_DIR "${MERAK_LLVM_ROOT}/bin")
+endif()
 
 # CUDA and NCCL are optional; the CUDA backend builds only where both exist.
 find_program(MERAK_NVCC nvcc HINTS /usr/local/cuda/bin)

@@ -18,6 +18,11 @@ Usage::
     merak_trace.save(model, (idx, targets), "model.pt")
 
 Then import ``model.pt`` with the Merak tools.
+
+A machine that only trains (merak-exec built without LibTorch) reads the
+initial weights as safetensors: ``save(..., weights="model.safetensors")``,
+``save_weights(module_or_archive, "model.safetensors")``, or from a shell
+``python3 merak_trace.py weights model.pt model.safetensors``.
 """
 
 import inspect
@@ -25,7 +30,8 @@ import json
 
 import torch
 
-__all__ = ["INPUTS_FILE", "DTYPE_NAMES", "describe_inputs", "save"]
+__all__ = ["INPUTS_FILE", "DTYPE_NAMES", "describe_inputs", "save",
+           "save_weights"]
 
 # Name of the extra file inside the archive, read by the importer.
 INPUTS_FILE = "merak/inputs.json"
@@ -89,12 +95,15 @@ def describe_inputs(module, example_inputs, input_names=None):
     return {"inputs": entries}
 
 
-def save(module, example_inputs, path, input_names=None, check_trace=True):
+def save(module, example_inputs, path, input_names=None, check_trace=True,
+         weights=None):
     """Traces ``module`` on ``example_inputs`` and saves it to ``path``.
 
     ``example_inputs`` is a tensor or a tuple of tensors in forward-argument
     order. ``input_names`` defaults to the parameter names of
     ``module.forward``. The module is traced in its current train/eval mode.
+    ``weights``, when given, is a path where the parameters and buffers are
+    also written as safetensors (see ``save_weights``).
     Returns the traced ``torch.jit.ScriptModule``.
     """
     inputs = _as_tuple(example_inputs)
@@ -102,4 +111,38 @@ def save(module, example_inputs, path, input_names=None, check_trace=True):
     traced = torch.jit.trace(module, inputs, check_trace=check_trace)
     torch.jit.save(traced, str(path),
                    _extra_files={INPUTS_FILE: json.dumps(description)})
+    if weights is not None:
+        save_weights(traced, weights)
     return traced
+
+
+def state_tensors(module):
+    """Every parameter and buffer of ``module`` by qualified name, a tensor
+    tied under several names under each of them, as merak-exec reads them
+    from a TorchScript archive."""
+    tensors = {}
+    for prefix, sub in module.named_modules():
+        for kind in ("_parameters", "_buffers"):
+            for name, t in getattr(sub, kind).items():
+                if t is not None:
+                    key = prefix + "." + name if prefix else name
+                    tensors[key] = t.detach().contiguous()
+    return tensors
+
+
+def save_weights(module, path):
+    """Writes the parameters and buffers of ``module`` (a module, or the
+    path of a TorchScript archive) to ``path`` as safetensors, the initial
+    weights ``merak-exec --init`` reads on any build."""
+    import merak_safetensors
+    if isinstance(module, (str, bytes)) or hasattr(module, "__fspath__"):
+        module = torch.jit.load(str(module), map_location="cpu")
+    merak_safetensors.save(state_tensors(module), str(path))
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 4 or sys.argv[1] != "weights":
+        sys.exit("usage: python3 merak_trace.py weights MODEL.pt "
+                 "OUT.safetensors")
+    save_weights(sys.argv[2], sys.argv[3])

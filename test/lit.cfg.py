@@ -22,3 +22,12 @@ for name in ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
 config.substitutions.append(("%fixtures", config.fixtures_dir))
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%merak_src", config.merak_src_root))
+# The runtime built alone (cmake/MerakRuntimeVariants.cmake), where the
+# build has it.
+runtime_only_dir = getattr(config, "runtime_only_dir", "")
+if runtime_only_dir and os.path.exists(
+        os.path.join(runtime_only_dir, "bin", "merak-exec")):
+    config.available_features.add("runtime-variants")
+    config.substitutions.append(("%runtime_only", config.runtime_only_dir))
+    config.substitutions.append(("%runtime_minimal",
+                                 config.runtime_minimal_dir))

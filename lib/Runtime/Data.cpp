@@ -78,9 +78,12 @@ public:
   }
 
   absl::StatusOr<std::vector<HostTensor>> batch(int64_t step) override {
-    std::vector<int64_t> starts =
+    absl::StatusOr<std::vector<int64_t>> drawn =
         randomIntegers(stepSeed(seed, step, RandomStream::Data),
                        numTokens - seqLen, batchSize);
+    if (!drawn.ok())
+      return drawn.status();
+    const std::vector<int64_t> &starts = *drawn;
     std::vector<HostTensor> result;
     for (size_t k = 0; k < inputs.size(); ++k) {
       HostTensor t = HostTensor::allocate(inputs[k].type);

@@ -11,8 +11,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "merak/Dialect/Merak/IR/MerakDialect.h"
-#include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Checkpoint.h"
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
@@ -21,21 +19,19 @@
 #include "merak/Runtime/LearningRate.h"
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/RankProgramFile.h"
+#include "merak/Runtime/Registry.h"
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/TorchIO.h"
+#if MERAK_HAVE_COMPILER
 #include "merak/Target/RankProgram/RankProgramLowering.h"
+#endif
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-
-#include "mlir/IR/BuiltinAttributes.h"
-#include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
-#include "llvm/Support/CommandLine.h"
-#include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/SourceMgr.h"
+#include "absl/strings/str_join.h"
 
 #include <nlohmann/json.hpp>
 
@@ -51,149 +47,101 @@
 #include <thread>
 #include <unistd.h>
 
-using namespace mlir;
 using namespace merak::runtime;
-namespace cl = llvm::cl;
 
-static cl::OptionCategory category("merak-exec options");
+// Flags (absl): the runtime builds without LLVM. Those whose absence means
+// something of its own are optional.
+ABSL_FLAG(std::string, entry, "",
+          "Function to run (default: train_step, else forward)");
+ABSL_FLAG(std::string, init, "",
+          "Initial weights: a TorchScript archive (.pt) or a safetensors "
+          "checkpoint");
+ABSL_FLAG(std::string, resume, "",
+          "Continue a run from a checkpoint written by --save (weights, "
+          "optimizer state, step, seed)");
+ABSL_FLAG(std::string, data, "",
+          "Inputs per step (batches.safetensors): one tensor per model "
+          "input, first dimension indexing steps");
+ABSL_FLAG(std::string, tokens, "", "Flat token file to sample windows from");
+ABSL_FLAG(std::string, token_dtype, "uint16", "Token width: uint16 or int32");
+ABSL_FLAG(int64_t, seq_len, 0,
+          "Window length for --tokens (must match the program)");
+ABSL_FLAG(int64_t, batch, 0,
+          "Windows per step for --tokens (must match the program)");
+ABSL_FLAG(int64_t, steps, 1,
+          "Last step to run (counted from the start of training, so a "
+          "resumed run continues up to it)");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "Seed of data sampling and dropout (< 2^31; default 0, or the "
+          "checkpoint's)");
+ABSL_FLAG(std::optional<double>, lr, std::nullopt,
+          "Peak learning rate (required for a training step unless the IR "
+          "records one)");
+ABSL_FLAG(std::string, lr_schedule, "constant", "constant or cosine");
+ABSL_FLAG(int64_t, warmup_steps, 0,
+          "Linear learning-rate warm-up over this many steps");
+ABSL_FLAG(double, min_lr, 0.0, "Learning rate at the end of the cosine decay");
+ABSL_FLAG(int64_t, decay_steps, 0,
+          "Steps over which cosine decays (default: --steps)");
+ABSL_FLAG(std::string, save, "",
+          "Write a checkpoint here at the end (ckpt.safetensors)");
+ABSL_FLAG(std::string, log_jsonl, "",
+          "Append one JSON object per step to this file");
+ABSL_FLAG(bool, skip_nonfinite, false,
+          "Skip the updates of a step whose loss is NaN or infinite instead "
+          "of stopping");
+ABSL_FLAG(bool, profile, false,
+          "Print kernel time per op kind at the end (steps after the first)");
+ABSL_FLAG(std::optional<int>, nproc, std::nullopt,
+          "Start this many local ranks of an SPMD program (the mesh size) "
+          "and wait for them");
+ABSL_FLAG(double, comm_timeout, 60.0,
+          "Seconds after which a rank that stopped answering (or a "
+          "collective, the rendezvous, a barrier) ends the run on every "
+          "rank");
+ABSL_FLAG(bool, sync_collectives, false,
+          "Run each collective to completion where it stands instead of "
+          "overlapping it with the kernels up to the first use of its result "
+          "(for debugging and for measuring the overlap)");
+ABSL_FLAG(std::string, trace, "",
+          "Pipeline plans: write a Chrome / Perfetto trace of every task, "
+          "one track per rank (chrome://tracing, ui.perfetto.dev)");
+ABSL_FLAG(std::string, pipeline_delay, "",
+          "Pipeline plans (benchmarks), S:F[:P]: make stage S slower by a "
+          "fraction F of each of its tasks, at a random share P of the steps "
+          "(default 1)");
+ABSL_FLAG(bool, no_arena, false,
+          "Allocate every result from the allocator instead of placing the "
+          "step's temporaries in the planned arena");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend that runs the kernels (this build's: see --help)");
+ABSL_FLAG(std::string, comm, "gloo",
+          "Communicator for collectives and pipeline transfers");
+ABSL_FLAG(bool, blas_threads, false,
+          "CPU: let the BLAS run GEMMs on its own threads beside the "
+          "kernels' (by default GEMMs split over the kernels' threads and "
+          "the BLAS runs serially, so that two pools do not compete for the "
+          "cores)");
+ABSL_FLAG(std::string, gemm, "onednn",
+          "CPU: library for float32 matrix products: onednn (oneDNN's "
+          "sgemm, kernels for the CPU's widest vector instructions; agrees "
+          "with PyTorch to rounding) or blas (the BLAS PyTorch calls: bit for "
+          "bit PyTorch's GEMMs)");
+ABSL_FLAG(std::optional<int>, threads, std::nullopt,
+          "CPU threads for kernels (default: the backend's choice, shared "
+          "among local ranks)");
+ABSL_FLAG(bool, print_program, false,
+          "Print the rank program and its memory plan, then exit");
 
-static cl::opt<std::string> inputFile(cl::Positional, cl::Required,
-                                      cl::desc("<step.mlir or plan.mrp>"),
-                                      cl::cat(category));
-static cl::opt<std::string>
-    entry("entry",
-          cl::desc("Function to run (default: train_step, else forward)"),
-          cl::cat(category));
-static cl::opt<std::string>
-    initFile("init",
-             cl::desc("Initial weights: a TorchScript archive (.pt) or a "
-                      "safetensors checkpoint"),
-             cl::value_desc("file"), cl::cat(category));
-static cl::opt<std::string>
-    resumeFile("resume",
-               cl::desc("Continue a run from a checkpoint written by --save "
-                        "(weights, optimizer state, step, seed)"),
-               cl::value_desc("ckpt.safetensors"), cl::cat(category));
-static cl::opt<std::string>
-    dataFile("data",
-             cl::desc("Inputs per step: one tensor per model input, first "
-                      "dimension indexing steps"),
-             cl::value_desc("batches.safetensors"), cl::cat(category));
-static cl::opt<std::string>
-    tokensFile("tokens", cl::desc("Flat token file to sample windows from"),
-               cl::value_desc("file.bin"), cl::cat(category));
-static cl::opt<std::string> tokenDType("token-dtype",
-                                       cl::desc("Token width: uint16 or int32"),
-                                       cl::init("uint16"), cl::cat(category));
-static cl::opt<int64_t>
-    seqLen("seq-len",
-           cl::desc("Window length for --tokens (must match the program)"),
-           cl::init(0), cl::cat(category));
-static cl::opt<int64_t>
-    batchSize("batch",
-              cl::desc("Windows per step for --tokens (must match the "
-                       "program)"),
-              cl::init(0), cl::cat(category));
-static cl::opt<int64_t> steps("steps",
-                              cl::desc("Last step to run (counted from the "
-                                       "start of training, so a resumed run "
-                                       "continues up to it)"),
-                              cl::init(1), cl::cat(category));
-static cl::opt<uint64_t>
-    seed("seed", cl::desc("Seed of data sampling and dropout (< 2^31)"),
-         cl::init(0), cl::cat(category));
-static cl::opt<double>
-    learningRate("lr",
-                 cl::desc("Peak learning rate (required for a training step "
-                          "unless the IR records one)"),
-                 cl::cat(category));
-static cl::opt<std::string> lrSchedule("lr-schedule",
-                                       cl::desc("constant or cosine"),
-                                       cl::init("constant"), cl::cat(category));
-static cl::opt<int64_t>
-    warmupSteps("warmup-steps",
-                cl::desc("Linear learning-rate warm-up over this many steps"),
-                cl::init(0), cl::cat(category));
-static cl::opt<double> minLr("min-lr",
-                             cl::desc("Learning rate at the end of the cosine "
-                                      "decay"),
-                             cl::init(0.0), cl::cat(category));
-static cl::opt<int64_t>
-    decaySteps("decay-steps",
-               cl::desc("Steps over which cosine decays (default: --steps)"),
-               cl::init(0), cl::cat(category));
-static cl::opt<std::string>
-    saveFile("save", cl::desc("Write a checkpoint here at the end"),
-             cl::value_desc("ckpt.safetensors"), cl::cat(category));
-static cl::opt<std::string> logJsonl("log-jsonl",
-                                     cl::desc("Append one JSON object per "
-                                              "step to this file"),
-                                     cl::value_desc("file"), cl::cat(category));
-static cl::opt<bool>
-    skipNonFinite("skip-nonfinite",
-                  cl::desc("Skip the updates of a step whose loss is NaN or "
-                           "infinite instead of stopping"),
-                  cl::cat(category));
-static cl::opt<bool>
-    profileOps("profile",
-               cl::desc("Print kernel time per op kind at the end (steps "
-                        "after the first)"),
-               cl::cat(category));
-static cl::opt<int>
-    nproc("nproc",
-          cl::desc("Start this many local ranks of an SPMD program (the "
-                   "mesh size) and wait for them"),
-          cl::init(0), cl::cat(category));
-static cl::opt<double>
-    commTimeout("comm-timeout",
-                cl::desc("Seconds after which a rank that stopped answering "
-                         "(or a collective, the rendezvous, a barrier) ends "
-                         "the run on every rank"),
-                cl::init(60.0), cl::cat(category));
-static cl::opt<bool> syncCollectives(
-    "sync-collectives",
-    cl::desc("Run each collective to completion where it stands instead of "
-             "overlapping it with the kernels up to the first use of its "
-             "result (for debugging and for measuring the overlap)"),
-    cl::cat(category));
-static cl::opt<std::string>
-    traceFile("trace",
-              cl::desc("Pipeline plans: write a Chrome / Perfetto trace of "
-                       "every task, one track per rank (chrome://tracing, "
-                       "ui.perfetto.dev)"),
-              cl::value_desc("out.json"), cl::cat(category));
-static cl::opt<std::string> pipelineDelay(
-    "pipeline-delay",
-    cl::desc("Pipeline plans (benchmarks): make stage S slower by a "
-             "fraction F of each of its tasks, at a random share P of the "
-             "steps (default 1)"),
-    cl::value_desc("S:F[:P]"), cl::cat(category));
-static cl::opt<bool> noArena(
-    "no-arena",
-    cl::desc("Allocate every result from the allocator instead of placing "
-             "the step's temporaries in the planned arena"),
-    cl::cat(category));
-static cl::opt<bool> blasThreads(
-    "blas-threads",
-    cl::desc("Let the BLAS run GEMMs on its own threads beside the kernels' "
-             "(by default GEMMs split over the kernels' threads and the BLAS "
-             "runs serially, so that two pools do not compete for the cores)"),
-    cl::cat(category));
-static cl::opt<GemmLibrary> gemmLibrary(
-    "gemm", cl::desc("Library for float32 matrix products on the CPU"),
-    cl::values(clEnumValN(GemmLibrary::OneDnn, "onednn",
-                          "oneDNN's sgemm, with kernels for the CPU's widest "
-                          "vector instructions (default; agrees with "
-                          "PyTorch to rounding)"),
-               clEnumValN(GemmLibrary::Blas, "blas",
-                          "the BLAS PyTorch calls (bit for bit PyTorch's "
-                          "GEMMs)")),
-    cl::init(GemmLibrary::OneDnn), cl::cat(category));
-static cl::opt<bool>
-    printProgramOnly("print-program",
-                     cl::desc("Print the rank program and its memory plan, "
-                              "then exit"),
-                     cl::cat(category));
+// The flags' values, read once after parsing.
+static std::string inputFile, entry, initFile, resumeFile, dataFile, tokensFile,
+    tokenDType, lrSchedule, saveFile, logJsonl, traceFile, pipelineDelay;
+static int64_t seqLen, batchSize, steps, warmupSteps, decaySteps;
+static std::optional<uint64_t> seedFlag;
+static std::optional<double> learningRate;
+static double minLr, commTimeout;
+static bool skipNonFinite, profileOps, syncCollectives, printProgramOnly;
+static std::optional<int> nprocFlag;
 
 namespace {
 
@@ -208,9 +156,11 @@ DistributedJob *job = nullptr;
 /// Writes `merak-exec: <kind>: <message>` to stderr, after `rankPrefix`, in
 /// one write: the ranks of a run share stderr, and a line written piece by
 /// piece would interleave with theirs.
-void writeDiagnostic(llvm::StringRef kind, const std::string &message) {
-  llvm::errs() << absl::StrCat(rankPrefix, "merak-exec: ", kind.str(), ": ",
-                               message, "\n");
+void writeDiagnostic(const char *kind, const std::string &message) {
+  std::string line =
+      absl::StrCat(rankPrefix, "merak-exec: ", kind, ": ", message, "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
 }
 
 int fail(const std::string &message) {
@@ -229,35 +179,6 @@ int fail(const absl::Status &status) {
 }
 
 void note(const std::string &message) { writeDiagnostic("note", message); }
-
-/// Writes to stderr with `rankPrefix` at the start of every line (MLIR's
-/// diagnostics of one rank among many), each line in one write so that
-/// the ranks' lines do not interleave.
-class PrefixedErrs final : public llvm::raw_ostream {
-public:
-  PrefixedErrs() { SetUnbuffered(); }
-  ~PrefixedErrs() override {
-    flush();
-    if (!line.empty())
-      llvm::errs() << rankPrefix + line;
-  }
-
-private:
-  void write_impl(const char *ptr, size_t size) override {
-    for (size_t i = 0; i < size; ++i) {
-      line += ptr[i];
-      if (ptr[i] == '\n') {
-        llvm::errs() << rankPrefix + line;
-        line.clear();
-      }
-    }
-    position += size;
-  }
-  uint64_t current_pos() const override { return position; }
-
-  std::string line;
-  uint64_t position = 0;
-};
 
 /// MERAK_EXEC_FAULT=RANK:STEP:ACTION (tests only): at the start of step
 /// STEP, rank RANK kills itself (`kill`, SIGKILL), exits silently (`exit`,
@@ -349,7 +270,8 @@ int64_t maxRssBytes() {
 }
 
 /// Kernel time per op kind, most expensive first, against the step time.
-void printProfile(const OpProfile &profile, double stepMs) {
+void printProfile(const OpProfile &profile, double stepMs,
+                  const std::string &libraries) {
   std::vector<std::pair<OpKind, OpProfile::Entry>> rows(profile.byKind.begin(),
                                                         profile.byKind.end());
   std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
@@ -361,12 +283,7 @@ void printProfile(const OpProfile &profile, double stepMs) {
   std::printf("kernel time per op kind over %.1f ms of steps "
               "(kernels %.1f ms, %.0f%%):\n",
               stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
-  std::printf("  GEMMs: %s; %lld on oneDNN, %lld split over threads\n",
-              blasDescription().c_str(), (long long)oneDnnGemmCalls(),
-              (long long)gemmsSplitOverThreads());
-  if (int64_t causal = causalAttentionCalls())
-    std::printf("  attention by causal blocks: %lld calls\n",
-                (long long)causal);
+  std::fputs(libraries.c_str(), stdout);
   std::printf("  %-32s %8s %12s %7s\n", "op", "calls", "ms", "share");
   for (const auto &[kind, e] : rows)
     std::printf("  %-32s %8lld %12.2f %6.1f%%\n", opFullName(kind).c_str(),
@@ -498,28 +415,85 @@ absl::Status reportPipeline(const PipelinePlan &plan,
 
 } // namespace
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  // libLLVM registers a `--threads` of its own (for an optimizer component
-  // merak-exec never runs); it moves aside so ours can take the name.
-  auto &registered = cl::getRegisteredOptions();
-  if (auto it = registered.find("threads"); it != registered.end()) {
-    cl::Option *theirs = it->second;
-    theirs->setHiddenFlag(cl::ReallyHidden);
-    theirs->setArgStr("llvm-threads");
+/// Parses the flags into the globals above; `positional` gets the other
+/// arguments. Flag names may be spelt with dashes (`--log-jsonl`), as the
+/// help shows them, or with underscores. Returns an exit status when the
+/// process should end (help, a bad flag), else -1.
+int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string &arg = args[i];
+    if (arg == "--")
+      break;
+    if (arg.size() > 2 && arg[0] == '-') {
+      size_t begin = arg[1] == '-' ? 2 : 1;
+      size_t end = std::min(arg.find('='), arg.size());
+      std::replace(arg.begin() + begin, arg.begin() + end, '-', '_');
+    }
   }
-  cl::opt<int> threads("threads",
-                       cl::desc("CPU threads for kernels (default: ATen's "
-                                "choice, shared among local ranks)"),
-                       cl::init(0), cl::cat(category));
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(argc, argv,
-                              "merak-exec: runs a merak training step\n");
+  std::vector<char *> pointers;
+  for (std::string &arg : args)
+    pointers.push_back(arg.data());
+  auto names = [](const std::vector<std::string> &list) {
+    return list.empty() ? std::string("none") : absl::StrJoin(list, ", ");
+  };
+  absl::SetProgramUsageMessage(absl::StrCat(
+      "runs a merak training step: merak-exec <step.mlir or plan.mrp> "
+      "[flags]\n  backends in this build: ",
+      names(backendNames()), "; communicators: ", names(communicatorNames()),
+      "\n  compiler: ",
+      MERAK_HAVE_COMPILER ? "yes (runs .mlir and .mrp)"
+                          : "no (runs .mrp files only)"));
+  std::vector<char *> rest =
+      absl::ParseCommandLine(int(pointers.size()), pointers.data());
+  for (size_t i = 1; i < rest.size(); ++i)
+    positional.emplace_back(rest[i]);
+  entry = absl::GetFlag(FLAGS_entry);
+  initFile = absl::GetFlag(FLAGS_init);
+  resumeFile = absl::GetFlag(FLAGS_resume);
+  dataFile = absl::GetFlag(FLAGS_data);
+  tokensFile = absl::GetFlag(FLAGS_tokens);
+  tokenDType = absl::GetFlag(FLAGS_token_dtype);
+  seqLen = absl::GetFlag(FLAGS_seq_len);
+  batchSize = absl::GetFlag(FLAGS_batch);
+  steps = absl::GetFlag(FLAGS_steps);
+  seedFlag = absl::GetFlag(FLAGS_seed);
+  learningRate = absl::GetFlag(FLAGS_lr);
+  lrSchedule = absl::GetFlag(FLAGS_lr_schedule);
+  warmupSteps = absl::GetFlag(FLAGS_warmup_steps);
+  minLr = absl::GetFlag(FLAGS_min_lr);
+  decaySteps = absl::GetFlag(FLAGS_decay_steps);
+  saveFile = absl::GetFlag(FLAGS_save);
+  logJsonl = absl::GetFlag(FLAGS_log_jsonl);
+  skipNonFinite = absl::GetFlag(FLAGS_skip_nonfinite);
+  profileOps = absl::GetFlag(FLAGS_profile);
+  nprocFlag = absl::GetFlag(FLAGS_nproc);
+  commTimeout = absl::GetFlag(FLAGS_comm_timeout);
+  syncCollectives = absl::GetFlag(FLAGS_sync_collectives);
+  traceFile = absl::GetFlag(FLAGS_trace);
+  pipelineDelay = absl::GetFlag(FLAGS_pipeline_delay);
+  printProgramOnly = absl::GetFlag(FLAGS_print_program);
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  registerBuiltinComponents();
+  std::vector<std::string> positional;
+  if (int status = parseFlags(argc, argv, positional); status >= 0)
+    return status;
+  if (positional.size() != 1)
+    return fail(positional.empty()
+                    ? "give the program to run: a module (step.mlir) or a "
+                      "rank-program file (plan.mrp)"
+                    : "give one program to run, not " +
+                          std::to_string(positional.size()));
+  inputFile = positional[0];
 
   // Which rank this process is: --nproc starts the ranks (this process
   // only launches); a launcher's variables make it one of them.
   bool launchedByNproc = std::getenv("MERAK_NPROC_CHILD") != nullptr;
-  bool launching = nproc.getNumOccurrences() && !launchedByNproc;
+  bool launching = nprocFlag.has_value() && !launchedByNproc;
+  const int nproc = nprocFlag.value_or(0);
   if (launching && nproc < 1)
     return fail("--nproc must be at least 1");
   LaunchEnvironment env;
@@ -565,33 +539,18 @@ int main(int argc, char **argv) {
     return fail(inputFile + " is a TorchScript archive: import it and build "
                             "its step with merak-opt first");
   if (!compiled) {
-    DialectRegistry registry;
-    merak::registerMerakDialects(registry);
-    MLIRContext context(registry);
-    context.loadAllAvailableDialects();
-    // An error names its op and location; a note printing the op would print
-    // the whole step for errors about the function.
-    context.printOpOnDiagnostic(false);
-    llvm::SourceMgr sourceMgr;
-    PrefixedErrs prefixedErrs;
-    SourceMgrDiagnosticHandler diagnostics(
-        sourceMgr, &context,
-        rankPrefix.empty() ? llvm::errs()
-                           : static_cast<llvm::raw_ostream &>(prefixedErrs));
-    auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(inputFile);
-    if (!buffer)
-      return fail("cannot open " + inputFile + ": " +
-                  buffer.getError().message());
-    sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
-    OwningOpRef<ModuleOp> module =
-        parseSourceFile<ModuleOp>(sourceMgr, &context);
-    if (!module)
-      return 1;
-    FailureOr<RankPrograms> lowered =
-        lowerToRankPrograms(*module, entry, inputFile);
-    if (failed(lowered))
-      return 1;
+#if MERAK_HAVE_COMPILER
+    absl::StatusOr<RankPrograms> lowered =
+        compileModuleFile(inputFile, entry, rankPrefix);
+    if (!lowered.ok())
+      return lowered.status().message().empty() ? 1 : fail(lowered.status());
     compiled = *std::move(lowered);
+#else
+    return fail(inputFile +
+                " is not a rank-program file, and this merak-exec was built "
+                "without the compiler (MERAK_COMPILER=OFF): compile it with "
+                "merak-translate --merak-to-rank-program");
+#endif
   }
   Program &program = compiled->step;
   const bool pipelined = compiled->pipelined();
@@ -700,6 +659,7 @@ int main(int argc, char **argv) {
   // Options that depend on the program.
   if (steps < 1)
     return fail("--steps must be at least 1");
+  const uint64_t seed = seedFlag.value_or(0);
   if (seed >= (uint64_t(1) << 31))
     return fail("--seed must be below 2^31");
   if (!initFile.empty() && !resumeFile.empty())
@@ -718,8 +678,8 @@ int main(int argc, char **argv) {
   schedule.decaySteps = decaySteps > 0 ? int64_t(decaySteps) : int64_t(steps);
   if (const Argument *lrArg =
           program.findArgument(ArgumentRole::LearningRate)) {
-    if (learningRate.getNumOccurrences())
-      schedule.base = learningRate;
+    if (learningRate)
+      schedule.base = *learningRate;
     else if (lrArg->defaultLearningRate)
       schedule.base = *lrArg->defaultLearningRate;
     else
@@ -730,6 +690,20 @@ int main(int argc, char **argv) {
   if (!stateSource.empty() && !fileExists(stateSource) &&
       !fileExists(shardIndexPath(stateSource)))
     return fail("cannot open " + stateSource);
+
+  absl::StatusOr<const BackendEntry *> device =
+      findBackend(absl::GetFlag(FLAGS_device));
+  if (!device.ok())
+    return fail(device.status());
+  const BackendEntry *deviceEntry = *device;
+  const CommunicatorEntry *commEntry = nullptr;
+  if (meshSize > 1) {
+    absl::StatusOr<const CommunicatorEntry *> comm =
+        findCommunicator(absl::GetFlag(FLAGS_comm));
+    if (!comm.ok())
+      return fail(comm.status());
+    commEntry = *comm;
+  }
 
   if (launching) {
     LocalLaunch launch;
@@ -742,8 +716,9 @@ int main(int argc, char **argv) {
   }
 
   // Local ranks share the machine's cores unless told otherwise.
-  int kernelThreads = threads;
-  if (!threads.getNumOccurrences() && env.localWorldSize > 1)
+  std::optional<int> threads = absl::GetFlag(FLAGS_threads);
+  int kernelThreads = threads.value_or(0);
+  if (!threads && env.localWorldSize > 1)
     kernelThreads = std::max<int>(
         1, int(std::thread::hardware_concurrency() / env.localWorldSize));
 
@@ -760,7 +735,7 @@ int main(int argc, char **argv) {
       rendezvous.interface = ifname;
     rendezvous.timeout = timeout;
     absl::StatusOr<std::unique_ptr<DistributedJob>> made =
-        DistributedJob::join(rendezvous, [](const std::string &message) {
+        commEntry->join(rendezvous, [](const std::string &message) {
           std::fflush(stdout);
           writeDiagnostic("error", message);
         });
@@ -781,8 +756,25 @@ int main(int argc, char **argv) {
     communicator = *std::move(comm);
   }
 
-  std::unique_ptr<Backend> backend = createCpuBackend(
-      CpuBackendOptions{kernelThreads, !noArena, !blasThreads, gemmLibrary});
+  absl::StatusOr<std::unique_ptr<Backend>> created =
+      deviceEntry->create(DeviceOptions{
+          kernelThreads,
+          !absl::GetFlag(FLAGS_no_arena),
+          {{"gemm", absl::GetFlag(FLAGS_gemm)},
+           {"blas-threads", absl::GetFlag(FLAGS_blas_threads) ? "1" : "0"}}});
+  if (!created.ok())
+    return fail(created.status());
+  std::unique_ptr<Backend> backend = *std::move(created);
+  // Every op of every program this rank runs has a kernel, or the run
+  // stops here, before the first step.
+  if (plan) {
+    for (const StageFunction &f : plan->functions)
+      if (absl::Status s = checkBackendSupports(f.program, *backend); !s.ok())
+        return fail(s);
+  } else if (absl::Status s = checkBackendSupports(program, *backend);
+             !s.ok()) {
+    return fail(s);
+  }
   std::unique_ptr<Executor> single;
   std::unique_ptr<PipelineExecutor> piped;
   if (pipelined) {
@@ -851,7 +843,7 @@ int main(int argc, char **argv) {
     doneSteps = metadataInt(metadata, "step").value_or(0);
     doneUpdates = metadataInt(metadata, "optimizer_step").value_or(doneSteps);
     if (std::optional<int64_t> saved = metadataInt(metadata, "seed")) {
-      if (!seed.getNumOccurrences())
+      if (!seedFlag)
         runSeed = uint64_t(*saved);
       else if (uint64_t(*saved) != runSeed && reporter)
         note("--seed " + std::to_string(runSeed) +
@@ -1073,7 +1065,8 @@ int main(int argc, char **argv) {
   }
   progress.clear();
   if (profileOps && reporter)
-    printProfile(profile, profiledMs);
+    printProfile(profile, profiledMs,
+                 deviceEntry->libraries ? deviceEntry->libraries() : "");
   if (piped) {
     if (absl::Status s = reportPipeline(*plan, *piped, *backend, stateBytes,
                                         first, stageMeshSize, reporter);

@@ -74,6 +74,9 @@ public:
   virtual ~Backend();
 
   virtual std::string name() const = 0;
+  /// Whether the backend has a kernel for `kind` (collectives and waits go
+  /// to a communicator and are never asked).
+  virtual bool supports(OpKind kind) const = 0;
 
   /// Copies host bytes into a new tensor of the backend.
   virtual absl::StatusOr<TensorHandle> upload(const HostTensor &host) = 0;

@@ -2,7 +2,8 @@
 //
 // Loading a TorchScript archive's weights and drawing random numbers from
 // PyTorch's own generator, so Python can reproduce them. The header does
-// not include LibTorch.
+// not include LibTorch; a build without it links IO/NoTorchIO.cpp instead,
+// whose functions say what is missing.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,13 +28,18 @@ loadTorchScriptState(const std::string &path);
 
 /// `torch.randint(high, (count,), generator=g)` with
 /// `g = torch.Generator().manual_seed(seed)`.
-std::vector<int64_t> randomIntegers(uint64_t seed, int64_t high, int64_t count);
+absl::StatusOr<std::vector<int64_t>> randomIntegers(uint64_t seed, int64_t high,
+                                                    int64_t count);
 
 /// Tensors of `types` drawn in order from one generator seeded with `seed`:
 /// floats `torch.randn(shape, generator=g)` (then converted), integers and
 /// booleans `torch.randint(0, 2, shape, generator=g)`.
-std::vector<HostTensor> randomTensors(uint64_t seed,
-                                      const std::vector<TensorType> &types);
+absl::StatusOr<std::vector<HostTensor>>
+randomTensors(uint64_t seed, const std::vector<TensorType> &types);
+
+/// False in a build without LibTorch (MERAK_CPU_BACKEND=OFF), where the
+/// functions above return an error saying so.
+bool haveTorchIO();
 
 } // namespace merak::runtime
 

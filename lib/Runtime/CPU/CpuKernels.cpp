@@ -1424,6 +1424,11 @@ public:
   }
 
   std::string name() const override { return "cpu"; }
+  // `runKernel` has a case for every op; collectives and waits go to the
+  // communicator.
+  bool supports(OpKind kind) const override {
+    return !isCollective(kind) && kind != OpKind::Wait;
+  }
 
   absl::StatusOr<TensorHandle> upload(const HostTensor &host) override {
     c10::InferenceMode guard;

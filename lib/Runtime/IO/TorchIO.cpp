@@ -77,8 +77,8 @@ loadTorchScriptState(const std::string &path) {
   return result;
 }
 
-std::vector<int64_t> randomIntegers(uint64_t seed, int64_t high,
-                                    int64_t count) {
+absl::StatusOr<std::vector<int64_t>> randomIntegers(uint64_t seed, int64_t high,
+                                                    int64_t count) {
   c10::InferenceMode guard;
   at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed);
   at::Tensor t = at::randint(high, {count}, g, at::kLong);
@@ -86,8 +86,8 @@ std::vector<int64_t> randomIntegers(uint64_t seed, int64_t high,
   return std::vector<int64_t>(p, p + count);
 }
 
-std::vector<HostTensor> randomTensors(uint64_t seed,
-                                      const std::vector<TensorType> &types) {
+absl::StatusOr<std::vector<HostTensor>>
+randomTensors(uint64_t seed, const std::vector<TensorType> &types) {
   c10::InferenceMode guard;
   at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<HostTensor> result;
@@ -101,5 +101,7 @@ std::vector<HostTensor> randomTensors(uint64_t seed,
   }
   return result;
 }
+
+bool haveTorchIO() { return true; }
 
 } // namespace merak::runtime

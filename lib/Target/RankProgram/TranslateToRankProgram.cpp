@@ -12,8 +12,13 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 
@@ -63,6 +68,67 @@ FailureOr<RankPrograms> lowerToRankPrograms(ModuleOp module,
     programs.pipeline.push_back(*std::move(plan));
   }
   return programs;
+}
+
+namespace {
+
+/// Writes to stderr with a prefix at the start of every line, each line in
+/// one write so that the lines of several ranks do not interleave.
+class PrefixedErrs final : public llvm::raw_ostream {
+public:
+  explicit PrefixedErrs(std::string prefix) : prefix(std::move(prefix)) {
+    SetUnbuffered();
+  }
+  ~PrefixedErrs() override {
+    flush();
+    if (!line.empty())
+      llvm::errs() << prefix + line;
+  }
+
+private:
+  void write_impl(const char *ptr, size_t size) override {
+    for (size_t i = 0; i < size; ++i) {
+      line += ptr[i];
+      if (ptr[i] == '\n') {
+        llvm::errs() << prefix + line;
+        line.clear();
+      }
+    }
+    position += size;
+  }
+  uint64_t current_pos() const override { return position; }
+
+  std::string prefix, line;
+  uint64_t position = 0;
+};
+
+} // namespace
+
+absl::StatusOr<RankPrograms> compileModuleFile(const std::string &path,
+                                               const std::string &entry,
+                                               const std::string &linePrefix) {
+  DialectRegistry registry;
+  registerMerakDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  // An error names its op and location; a note printing the op would print
+  // the whole step for errors about the function.
+  context.printOpOnDiagnostic(false);
+  llvm::SourceMgr sourceMgr;
+  PrefixedErrs errs(linePrefix);
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, errs);
+  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path);
+  if (!buffer)
+    return absl::NotFoundError("cannot open " + path + ": " +
+                               buffer.getError().message());
+  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return absl::InvalidArgumentError("");
+  FailureOr<RankPrograms> programs = lowerToRankPrograms(*module, entry, path);
+  if (failed(programs))
+    return absl::InvalidArgumentError("");
+  return *std::move(programs);
 }
 
 void registerToRankProgramTranslation() {

@@ -17,6 +17,10 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LogicalResult.h"
 
+#include "absl/status/statusor.h"
+
+#include <string>
+
 namespace merak::runtime {
 
 /// Lowers `func` to a planned program. Unsupported ops, argument roles and
@@ -41,6 +45,14 @@ mlir::FailureOr<PipelinePlan> lowerPipeline(mlir::ModuleOp module,
 mlir::FailureOr<RankPrograms> lowerToRankPrograms(mlir::ModuleOp module,
                                                   llvm::StringRef entry,
                                                   llvm::StringRef source);
+
+/// Parses the module in `path` ("-": standard input) and lowers it as
+/// `lowerToRankPrograms` does. MLIR's diagnostics go to stderr, every line
+/// after `linePrefix` and written whole (the ranks of a run share stderr).
+/// A failure whose diagnostics were printed has an empty message.
+absl::StatusOr<RankPrograms> compileModuleFile(const std::string &path,
+                                               const std::string &entry,
+                                               const std::string &linePrefix);
 
 /// Registers `--merak-to-rank-program` with mlir-translate's registry.
 void registerToRankProgramTranslation();

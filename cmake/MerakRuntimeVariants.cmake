@@ -1,0 +1,29 @@
+# The runtime built alone, as a machine that only trains builds it: once
+# with MERAK_COMPILER=OFF (no MLIR or LLVM; the CPU backend and Gloo on
+# LibTorch) and once with MERAK_CPU_BACKEND=OFF too (no LibTorch either).
+# Each is a configure of this same tree in its own directory, built with
+# the main build; the tests in test/Runtime/runtime-only.test and the
+# entries below check what they link and that they train a .mrp.
+include(ExternalProject)
+
+set(MERAK_RUNTIME_ONLY_DIR ${CMAKE_BINARY_DIR}/runtime-only)
+set(MERAK_RUNTIME_MINIMAL_DIR ${CMAKE_BINARY_DIR}/runtime-minimal)
+
+function(merak_runtime_variant name dir cpu)
+  ExternalProject_Add(${name}
+    SOURCE_DIR ${CMAKE_SOURCE_DIR}
+    BINARY_DIR ${dir}
+    CMAKE_GENERATOR ${CMAKE_GENERATOR}
+    CMAKE_ARGS -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}
+               -DMERAK_COMPILER=OFF -DMERAK_CPU_BACKEND=${cpu}
+               -DMERAK_BUILD_RUNTIME_VARIANTS=OFF
+    INSTALL_COMMAND ""
+    # Rebuilt (incrementally) with every build of the main tree.
+    BUILD_ALWAYS ON
+    USES_TERMINAL_BUILD ON)
+  add_test(NAME ${name}/MerakRuntimeTests
+    COMMAND ${dir}/unittests/Runtime/MerakRuntimeTests)
+endfunction()
+
+merak_runtime_variant(merak-runtime-only ${MERAK_RUNTIME_ONLY_DIR} ON)
+merak_runtime_variant(merak-runtime-minimal ${MERAK_RUNTIME_MINIMAL_DIR} OFF)

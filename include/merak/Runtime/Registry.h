@@ -1,0 +1,82 @@
+//===- Registry.h - backends and communicators chosen by name --*- C++ -*-===//
+//
+// A run picks its kernels (`--device=cpu`) and its collectives
+// (`--comm=gloo`) by name. Each component of the runtime that a build
+// includes registers itself here (`registerBuiltinComponents`); a name the
+// build lacks is an error that lists the ones it has. Before the first
+// step, `checkBackendSupports` refuses a program with an op the backend
+// has no kernel for, naming the op and where it came from.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_RUNTIME_REGISTRY_H
+#define MERAK_RUNTIME_REGISTRY_H
+
+#include "merak/Runtime/Backend.h"
+#include "merak/Runtime/Comm/Distributed.h"
+#include "merak/Runtime/Program.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace merak::runtime {
+
+/// What a run asks of its backend.
+struct DeviceOptions {
+  /// Kernel threads; 0 leaves the choice to the backend.
+  int threads = 0;
+  /// Place the step's temporaries in the planned arena.
+  bool arena = true;
+  /// Backend-specific settings (the CPU backend's `gemm` = `onednn` or
+  /// `blas`, `blas-threads` = `0` or `1`); a backend refuses one it does
+  /// not know.
+  std::map<std::string, std::string> settings;
+};
+
+struct BackendEntry {
+  std::string name;
+  std::string description;
+  std::function<absl::StatusOr<std::unique_ptr<Backend>>(const DeviceOptions &)>
+      create;
+  /// The kernel libraries it uses, for `--profile` (may be empty).
+  std::function<std::string()> libraries;
+};
+
+struct CommunicatorEntry {
+  std::string name;
+  std::string description;
+  /// Joins the run (rendezvous, heartbeat); the job then creates the
+  /// communicator and the pipeline links.
+  std::function<absl::StatusOr<std::unique_ptr<DistributedJob>>(
+      const RendezvousOptions &, DistributedJob::FailureHandler)>
+      join;
+};
+
+/// Adds an entry; a second entry of the same name replaces the first.
+void registerBackend(BackendEntry entry);
+void registerCommunicator(CommunicatorEntry entry);
+
+/// Every component this build has (the CPU backend, Gloo); idempotent.
+void registerBuiltinComponents();
+
+/// The named entry, or an error naming what this build has instead.
+absl::StatusOr<const BackendEntry *> findBackend(const std::string &name);
+absl::StatusOr<const CommunicatorEntry *>
+findCommunicator(const std::string &name);
+std::vector<std::string> backendNames();
+std::vector<std::string> communicatorNames();
+
+/// An error naming every op of `program` (by name and source location)
+/// that `backend` has no kernel for; ok when it has them all.
+absl::Status checkBackendSupports(const Program &program,
+                                  const Backend &backend);
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_REGISTRY_H

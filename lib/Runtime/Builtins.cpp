@@ -1,0 +1,33 @@
+//===- Builtins.cpp - the components this build registers ----------------===//
+//
+// Compiled with one definition per optional component the build has
+// (MERAK_HAVE_CPU_BACKEND, MERAK_HAVE_GLOO), so the registry holds exactly
+// what was built.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Runtime/Registry.h"
+
+namespace merak::runtime {
+
+#if MERAK_HAVE_CPU_BACKEND
+void registerCpuBackend();
+#endif
+#if MERAK_HAVE_GLOO
+void registerGlooCommunicator();
+#endif
+
+void registerBuiltinComponents() {
+  static const bool registered = [] {
+#if MERAK_HAVE_CPU_BACKEND
+    registerCpuBackend();
+#endif
+#if MERAK_HAVE_GLOO
+    registerGlooCommunicator();
+#endif
+    return true;
+  }();
+  (void)registered;
+}
+
+} // namespace merak::runtime

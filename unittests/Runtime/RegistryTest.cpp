@@ -1,0 +1,122 @@
+//===- RegistryTest.cpp - backends and communicators by name, op support --===//
+
+#include "merak/Runtime/Registry.h"
+#include "merak/Runtime/TorchIO.h"
+
+#include "gtest/gtest.h"
+
+using namespace merak::runtime;
+
+namespace {
+
+/// A backend with kernels for `add` and `mul` only; nothing runs.
+class TwoOpBackend final : public Backend {
+public:
+  std::string name() const override { return "two-op"; }
+  bool supports(OpKind kind) const override {
+    return kind == OpKind::Add || kind == OpKind::Mul;
+  }
+  absl::StatusOr<TensorHandle> upload(const HostTensor &) override {
+    return absl::UnimplementedError("test backend");
+  }
+  absl::StatusOr<HostTensor> download(const DeviceTensor &,
+                                      const TensorType &) override {
+    return absl::UnimplementedError("test backend");
+  }
+  absl::StatusOr<TensorHandle> zeros(const TensorType &) override {
+    return absl::UnimplementedError("test backend");
+  }
+  absl::StatusOr<TensorHandle> convert(const DeviceTensor &, DType) override {
+    return absl::UnimplementedError("test backend");
+  }
+  absl::Status accumulate(DeviceTensor &, const DeviceTensor &) override {
+    return absl::UnimplementedError("test backend");
+  }
+  absl::Status scale(DeviceTensor &, double) override {
+    return absl::UnimplementedError("test backend");
+  }
+  absl::Status beginStep(const StepContext &) override {
+    return absl::OkStatus();
+  }
+  absl::Status execute(KernelCall &) override {
+    return absl::UnimplementedError("test backend");
+  }
+  MemoryStats memoryStats() const override { return {}; }
+  void resetPeak() override {}
+};
+
+Instruction instruction(OpKind kind, std::vector<ValueId> operands,
+                        ValueId result, std::string location) {
+  Instruction inst;
+  inst.kind = kind;
+  inst.operands = std::move(operands);
+  inst.results = {result};
+  inst.location = std::move(location);
+  return inst;
+}
+
+TEST(RegistryTest, BuiltinComponentsAreThoseOfTheBuild) {
+  registerBuiltinComponents();
+  registerBuiltinComponents(); // idempotent
+  if (haveTorchIO()) {
+    EXPECT_EQ(backendNames(), std::vector<std::string>{"cpu"});
+    EXPECT_EQ(communicatorNames(), std::vector<std::string>{"gloo"});
+    ASSERT_TRUE(findBackend("cpu").ok());
+    EXPECT_EQ((*findBackend("cpu"))->name, "cpu");
+  } else {
+    EXPECT_TRUE(backendNames().empty());
+    EXPECT_TRUE(communicatorNames().empty());
+  }
+  absl::StatusOr<const BackendEntry *> missing = findBackend("cuda");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            haveTorchIO() ? "no backend 'cuda' in this build; it has: cpu"
+                          : "no backend 'cuda' in this build; it has: none");
+  absl::StatusOr<const CommunicatorEntry *> comm = findCommunicator("nccl");
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("no communicator 'nccl' in this "
+                                         "build; it has: "),
+            std::string::npos);
+}
+
+TEST(RegistryTest, RegisteredBackendIsFoundAndCreated) {
+  registerBackend(
+      {"two-op", "a test backend",
+       [](const DeviceOptions &) -> absl::StatusOr<std::unique_ptr<Backend>> {
+         return std::unique_ptr<Backend>(std::make_unique<TwoOpBackend>());
+       },
+       nullptr});
+  absl::StatusOr<const BackendEntry *> entry = findBackend("two-op");
+  ASSERT_TRUE(entry.ok());
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      (*entry)->create(DeviceOptions());
+  ASSERT_TRUE(backend.ok());
+  EXPECT_EQ((*backend)->name(), "two-op");
+}
+
+TEST(RegistryTest, MissingKernelsAreNamedWithTheirFirstLocation) {
+  Program p;
+  p.function = "train_step";
+  TensorType t{DType::F32, {2}};
+  p.values.assign(6, ValueInfo{t});
+  Argument x;
+  x.value = 0;
+  p.arguments = {x};
+  p.instructions = {instruction(OpKind::Add, {0, 0}, 1, "model.py:3:1"),
+                    instruction(OpKind::Tanh, {1}, 2, "model.py:4:1"),
+                    instruction(OpKind::AllReduce, {2}, 3, ""),
+                    instruction(OpKind::Tanh, {3}, 4, "model.py:9:1"),
+                    instruction(OpKind::Gelu, {4}, 5, "")};
+  TwoOpBackend backend;
+  absl::Status status = checkBackendSupports(p, backend);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  // Each op once, at its first place; collectives go to the communicator.
+  EXPECT_EQ(status.message(),
+            "the 'two-op' backend has no kernel for merak.tanh (at "
+            "model.py:4:1), merak.gelu, which @train_step uses");
+
+  p.instructions.resize(1);
+  EXPECT_TRUE(checkBackendSupports(p, backend).ok());
+}
+
+} // namespace
