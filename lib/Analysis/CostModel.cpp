@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Analysis/CostModel.h"
+#include "merak/Analysis/CollectiveCost.h"
 #include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
@@ -101,10 +102,9 @@ int64_t groupSize(Operation *op, FlatSymbolRefAttr meshRef,
   return n;
 }
 
-/// What a mesh collective sends per rank, as ring algorithms do: an
-/// all-reduce 2 (n - 1) / n of its tensor, a reduce-scatter or all-to-all
-/// (n - 1) / n of its input, an all-gather (n - 1) / n of its result; a
-/// slice nothing. Reductions add one FLOP per input element.
+/// What a mesh collective sends per rank (`collectiveBytes`, the formula
+/// propagation prices reshardings with); reductions add one FLOP per input
+/// element.
 void collectiveCost(Operation *op, OpCost &cost) {
   FlatSymbolRefAttr meshRef;
   ArrayRef<mesh::MeshAxis> axes;
@@ -117,22 +117,23 @@ void collectiveCost(Operation *op, OpCost &cost) {
   if (!meshRef)
     return;
   int64_t n = groupSize(op, meshRef, axes);
-  int64_t in = tensorBytes(op->getOperand(0).getType());
-  int64_t out = tensorBytes(op->getResult(0).getType());
-  double share = n > 1 ? double(n - 1) / double(n) : 0.0;
+  double in = double(tensorBytes(op->getOperand(0).getType()));
+  double out = double(tensorBytes(op->getResult(0).getType()));
+  auto send = [&](CollectiveKind kind) {
+    cost.bytesCommunicated = int64_t(collectiveBytes(kind, n, in, out));
+  };
   TypeSwitch<Operation *>(op)
       .Case<mesh::AllReduceOp>([&](auto) {
-        cost.bytesCommunicated = int64_t(2.0 * share * double(in));
+        send(CollectiveKind::AllReduce);
         cost.flops = double(numElements(op->getOperand(0).getType()));
       })
       .Case<mesh::ReduceScatterOp>([&](auto) {
-        cost.bytesCommunicated = int64_t(share * double(in));
+        send(CollectiveKind::ReduceScatter);
         cost.flops = double(numElements(op->getOperand(0).getType()));
       })
-      .Case<mesh::AllToAllOp>(
-          [&](auto) { cost.bytesCommunicated = int64_t(share * double(in)); })
-      .Case<mesh::AllGatherOp>(
-          [&](auto) { cost.bytesCommunicated = int64_t(share * double(out)); });
+      .Case<mesh::AllToAllOp>([&](auto) { send(CollectiveKind::AllToAll); })
+      .Case<mesh::AllGatherOp>([&](auto) { send(CollectiveKind::AllGather); })
+      .Case<mesh::AllSliceOp>([&](auto) { send(CollectiveKind::AllSlice); });
   cost.collectives = n > 1 && cost.bytesCommunicated > 0 ? 1 : 0;
 }
 

@@ -22,6 +22,9 @@
 #include "merak/Runtime/Registry.h"
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/TorchIO.h"
+#include "merak/Runtime/Train/RunState.h"
+#include "merak/Runtime/Train/StepRunner.h"
+#include "merak/Runtime/Train/Trainer.h"
 #if MERAK_HAVE_COMPILER
 #include "merak/Target/RankProgram/RankProgramLowering.h"
 #endif
@@ -223,194 +226,38 @@ struct Fault {
   }
 };
 
-std::string checkpointId() {
-  std::random_device device;
-  char text[32];
-  std::snprintf(text, sizeof(text), "%08x%08x", device(), device());
-  return text;
-}
-
-bool isTorchScriptArchive(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' &&
-         magic[2] == 3 && magic[3] == 4;
-}
-
-bool fileExists(const std::string &path) {
-  return ::access(path.c_str(), R_OK) == 0;
-}
-
-std::optional<int64_t>
-metadataInt(const std::map<std::string, std::string> &metadata,
-            const std::string &key) {
-  auto it = metadata.find(key);
-  if (it == metadata.end())
-    return std::nullopt;
-  try {
-    return std::stoll(it->second);
-  } catch (...) {
-    return std::nullopt;
-  }
-}
-
-/// This process's peak resident set. VmHWM belongs to the address space, so
-/// unlike getrusage's ru_maxrss it does not inherit the parent's peak when
-/// the process was started by a large one.
-int64_t maxRssBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmHWM:", 0) == 0)
-      return std::stoll(line.substr(6)) * 1024;
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return int64_t(usage.ru_maxrss) * 1024;
-}
-
-/// Kernel time per op kind, most expensive first, against the step time.
-void printProfile(const OpProfile &profile, double stepMs,
-                  const std::string &libraries) {
-  std::vector<std::pair<OpKind, OpProfile::Entry>> rows(profile.byKind.begin(),
-                                                        profile.byKind.end());
-  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
-    return a.second.seconds > b.second.seconds;
-  });
-  double kernelMs = 0;
-  for (const auto &row : rows)
-    kernelMs += row.second.seconds * 1e3;
-  std::printf("kernel time per op kind over %.1f ms of steps "
-              "(kernels %.1f ms, %.0f%%):\n",
-              stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
-  std::fputs(libraries.c_str(), stdout);
-  std::printf("  %-32s %8s %12s %7s\n", "op", "calls", "ms", "share");
-  for (const auto &[kind, e] : rows)
-    std::printf("  %-32s %8lld %12.2f %6.1f%%\n", opFullName(kind).c_str(),
-                (long long)e.calls, e.seconds * 1e3,
-                kernelMs > 0 ? 100.0 * e.seconds * 1e3 / kernelMs : 0.0);
-}
-
-/// The progress bar on stderr, drawn only when stdout is a terminal.
-class Progress {
+/// What this rank does around each step: tells its peers where it is,
+/// acts on an injected fault, and (rank 0) reports the step.
+class RankObserver final : public StepObserver {
 public:
-  Progress(int64_t first, int64_t last, bool enabled = isatty(STDOUT_FILENO))
-      : enabled(enabled), first(first), last(last),
-        start(std::chrono::steady_clock::now()) {}
+  RankObserver(int64_t rank, StepReporter *report)
+      : rank(rank), report(report), fault(Fault::fromEnvironment()) {}
 
-  void clear() {
-    if (enabled)
-      std::fprintf(stderr, "\r\033[K");
+  absl::Status beforeStep(int64_t step) override {
+    if (job)
+      job->setProgress(step, -1);
+    if (fault && fault->trigger(rank, step))
+      return absl::InternalError("injected failure at step " +
+                                 std::to_string(step) + " (MERAK_EXEC_FAULT)");
+    return absl::OkStatus();
   }
-  void draw(int64_t done) {
-    if (!enabled)
-      return;
-    int64_t total = last - first + 1, count = done - first + 1;
-    constexpr int kWidth = 30;
-    int filled = int(kWidth * count / std::max<int64_t>(1, total));
-    double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    double eta = count > 0 ? elapsed / count * (total - count) : 0;
-    std::string bar(size_t(filled), '#');
-    bar.append(size_t(kWidth - filled), '.');
-    std::fprintf(stderr, "\r[%s] %lld/%lld  eta %.1fs", bar.c_str(),
-                 (long long)done, (long long)last, eta);
-    std::fflush(stderr);
+  void afterStep(const StepRecord &record) override {
+    if (report)
+      report->afterStep(record);
+  }
+  void onError() override {
+    if (report)
+      report->onError();
   }
 
 private:
-  bool enabled;
-  int64_t first, last;
-  std::chrono::steady_clock::time_point start;
+  int64_t rank;
+  StepReporter *report;
+  std::optional<Fault> fault;
 };
 
-/// After a pipeline run: every rank's events and peak memory reach rank 0,
-/// which prints the measured bubble (steps after the first, which warms
-/// up) beside the schedule's unit-time figure, and writes the trace.
-absl::Status reportPipeline(const PipelinePlan &plan,
-                            const PipelineExecutor &executor, Backend &backend,
-                            int64_t stateBytes, int64_t firstStep,
-                            int64_t meshSize, bool reporter) {
-  std::string payload =
-      absl::StrCat(backend.memoryStats().peakBytes, " ", stateBytes, "\n",
-                   serializeEvents(executor.events()));
-  std::vector<std::string> all;
-  if (job) {
-    absl::StatusOr<std::vector<std::string>> gathered =
-        job->gatherToRank0("pipeline-report", payload);
-    if (!gathered.ok())
-      return gathered.status();
-    all = *std::move(gathered);
-  } else {
-    all.push_back(payload);
-  }
-  if (!reporter)
-    return absl::OkStatus();
-  std::vector<std::vector<PipelineEvent>> events;
-  std::vector<int64_t> peaks, states;
-  std::vector<std::string> names;
-  int64_t lastStep = firstStep;
-  for (size_t r = 0; r < all.size(); ++r) {
-    size_t eol = all[r].find('\n');
-    long long peak = 0, state = 0;
-    std::sscanf(all[r].substr(0, eol).c_str(), "%lld %lld", &peak, &state);
-    peaks.push_back(peak);
-    states.push_back(state);
-    absl::StatusOr<std::vector<PipelineEvent>> parsed =
-        deserializeEvents(all[r].substr(eol + 1));
-    if (!parsed.ok())
-      return parsed.status();
-    for (const PipelineEvent &e : *parsed)
-      lastStep = std::max(lastStep, e.step);
-    events.push_back(*std::move(parsed));
-    int64_t p = int64_t(r) / meshSize;
-    std::string stages;
-    for (int64_t s = p; s < plan.stages; s += plan.pp)
-      absl::StrAppend(&stages, stages.empty() ? "" : ",", s);
-    names.push_back(absl::StrCat(
-        "rank ", r, " (stage", plan.virtualStages > 1 ? "s " : " ", stages,
-        meshSize > 1 ? absl::StrCat(", mesh rank ", int64_t(r) % meshSize)
-                     : std::string(),
-        ")"));
-  }
-  int64_t from = lastStep > firstStep ? firstStep + 1 : firstStep;
-  BubbleMeasurement bubble = measureBubble(events, from);
-  std::printf("pipeline %s, pp=%lld, virtual=%lld, %lld micro-batches: "
-              "bubble %.1f%% measured over %lld step%s (unit-time schedule "
-              "%.1f%%)\n",
-              plan.kind.c_str(), (long long)plan.pp,
-              (long long)plan.virtualStages, (long long)plan.microbatches,
-              100 * bubble.fraction, (long long)bubble.steps,
-              bubble.steps == 1 ? "" : "s", 100 * plan.unitTimeBubble);
-  std::string line = "peak memory per rank (MB):";
-  std::string activations =
-      "peak memory above the state (activations, transfers) per rank (MB):";
-  for (size_t r = 0; r < peaks.size(); ++r) {
-    char text[32];
-    std::snprintf(text, sizeof(text), " %.3f", peaks[r] / 1e6);
-    line += text;
-    std::snprintf(text, sizeof(text), " %.3f",
-                  std::max<int64_t>(0, peaks[r] - states[r]) / 1e6);
-    activations += text;
-  }
-  std::printf("%s\n%s\n", line.c_str(), activations.c_str());
-  std::fflush(stdout);
-  if (!traceFile.empty()) {
-    std::string json = pipelineTraceJson(events, names);
-    std::string tmp = traceFile + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << json;
-      if (!out)
-        return absl::UnavailableError("cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), traceFile.c_str()) != 0)
-      return absl::UnavailableError("cannot write " + traceFile);
-    note("trace of " + std::to_string(events.size()) + " ranks written to " +
-         traceFile + " (open it in ui.perfetto.dev or chrome://tracing)");
-  }
-  return absl::OkStatus();
+bool fileExists(const std::string &path) {
+  return ::access(path.c_str(), R_OK) == 0;
 }
 
 } // namespace
@@ -418,7 +265,7 @@ absl::Status reportPipeline(const PipelinePlan &plan,
 /// Parses the flags into the globals above; `positional` gets the other
 /// arguments. Flag names may be spelt with dashes (`--log-jsonl`), as the
 /// help shows them, or with underscores. Returns an exit status when the
-/// process should end (help, a bad flag), else -1.
+/// process should end, else -1.
 int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
@@ -775,117 +622,53 @@ int main(int argc, char **argv) {
              !s.ok()) {
     return fail(s);
   }
-  std::unique_ptr<Executor> single;
-  std::unique_ptr<PipelineExecutor> piped;
-  if (pipelined) {
-    absl::StatusOr<std::unique_ptr<PipelineExecutor>> created =
+
+  absl::StatusOr<RunInputs> inputs =
+      runInputs(program, plan ? plan->microbatches : 1);
+  if (!inputs.ok())
+    return fail(inputs.status());
+  std::unique_ptr<StepRunner> runner;
+  const PipelineExecutor *pipeline = nullptr;
+  if (plan) {
+    absl::StatusOr<std::unique_ptr<PipelineExecutor>> made =
         PipelineExecutor::create(*plan, *backend, communicator.get(),
                                  link.get(), stageMeshSize, meshRank);
-    if (!created.ok())
-      return fail(created.status());
-    piped = *std::move(created);
+    if (!made.ok())
+      return fail(made.status());
     if (delay) {
       delay->seed = seed;
-      piped->setInjectedDelay(*delay);
+      (*made)->setInjectedDelay(*delay);
     }
+    pipeline = made->get();
+    runner = pipelineRunner(*std::move(made), *inputs);
   } else {
-    absl::StatusOr<std::unique_ptr<Executor>> created =
+    absl::StatusOr<std::unique_ptr<Executor>> made =
         Executor::create(program, *backend, communicator.get());
-    if (!created.ok())
-      return fail(created.status());
-    single = *std::move(created);
+    if (!made.ok())
+      return fail(made.status());
+    runner = singleProgramRunner(*std::move(made), *inputs);
   }
-  auto loadState = [&](const std::map<std::string, HostTensor> &tensors,
-                       const std::string &name, bool requireOptimizerState) {
-    return piped ? piped->loadState(tensors, name, requireOptimizerState)
-                 : single->loadState(tensors, name, requireOptimizerState);
-  };
 
   // Initial state: every rank reads the global tensors and keeps its shard.
-  int64_t doneSteps = 0, doneUpdates = 0;
+  absl::StatusOr<LoadedState> loaded =
+      loadRunState(*runner, program, initFile, resumeFile);
+  if (!loaded.ok())
+    return fail(loaded.status());
   uint64_t runSeed = seed;
-  bool hasState = false;
-  for (const Argument &arg : program.arguments)
-    hasState |= arg.isState();
-  if (!stateSource.empty()) {
-    bool resuming = !resumeFile.empty();
-    std::unique_ptr<GlobalState> global;
-    if (!resuming && isTorchScriptArchive(stateSource)) {
-      absl::StatusOr<std::map<std::string, HostTensor>> weights =
-          loadTorchScriptState(stateSource);
-      if (!weights.ok())
-        return fail(weights.status());
-      global = wholeTensors(*std::move(weights), stateSource);
-    } else {
-      absl::StatusOr<std::unique_ptr<GlobalState>> opened =
-          openCheckpoint(stateSource);
-      if (!opened.ok())
-        return fail(opened.status());
-      global = *std::move(opened);
-      if (resuming) {
-        auto format = global->metadata().find("format");
-        if (format == global->metadata().end() ||
-            format->second != kCheckpointFormat)
-          return fail(stateSource + " is not a checkpoint written by "
-                                    "merak-exec --save (use --init to load "
-                                    "its weights)");
-      }
-    }
-    absl::StatusOr<std::map<std::string, HostTensor>> shards =
-        shardState(program, *global);
-    if (!shards.ok())
-      return fail(shards.status());
-    if (absl::Status s = loadState(*shards, global->name(),
-                                   /*requireOptimizerState=*/resuming);
-        !s.ok())
-      return fail(s);
-    const std::map<std::string, std::string> &metadata = global->metadata();
-    doneSteps = metadataInt(metadata, "step").value_or(0);
-    doneUpdates = metadataInt(metadata, "optimizer_step").value_or(doneSteps);
-    if (std::optional<int64_t> saved = metadataInt(metadata, "seed")) {
-      if (!seedFlag)
-        runSeed = uint64_t(*saved);
-      else if (uint64_t(*saved) != runSeed && reporter)
-        note("--seed " + std::to_string(runSeed) +
-             " differs from the checkpoint's seed " + std::to_string(*saved) +
-             "; data and dropout follow --seed");
-    }
-  } else if (hasState) {
-    for (const Argument &arg : program.arguments)
-      if (arg.role == ArgumentRole::Param || arg.role == ArgumentRole::Buffer)
-        return fail("@" + program.function + " needs initial weights (" +
-                    argumentRoleName(arg.role) + " '" + arg.name +
-                    "', ...): pass --init model.pt or --resume "
-                    "ckpt.safetensors");
-    if (absl::Status s = loadState({}, "<nothing>", false); !s.ok())
-      return fail(s);
+  if (loaded->seed) {
+    if (!seedFlag)
+      runSeed = *loaded->seed;
+    else if (*loaded->seed != runSeed && reporter)
+      note("--seed " + std::to_string(runSeed) +
+           " differs from the checkpoint's seed " +
+           std::to_string(*loaded->seed) + "; data and dropout follow --seed");
   }
 
   // Inputs: sources produce global batches; each rank keeps its shard.
-  std::vector<ShardedInput> shardedInputs;
-  for (const Argument &arg : program.arguments)
-    if (arg.role == ArgumentRole::Input)
-      shardedInputs.push_back(
-          {{arg.name, program.values[arg.value].type}, arg.sharding});
-  std::vector<int64_t> meshShape =
-      program.mesh ? program.mesh->shape : std::vector<int64_t>();
-  std::vector<InputSpec> inputs = globalInputs(shardedInputs, meshShape);
-  // A pipeline step takes its micro-batches one after another along the
-  // first dimension (the model was built at the micro-batch's shape).
-  const int64_t microbatches = plan ? plan->microbatches : 1;
-  std::vector<InputSpec> microInputs = inputs;
-  if (microbatches > 1)
-    for (InputSpec &in : inputs) {
-      if (in.type.shape.empty())
-        return fail("input '" + in.name +
-                    "' is a scalar; a pipeline cuts inputs into "
-                    "micro-batches along their first dimension");
-      in.type.shape[0] *= microbatches;
-    }
   std::unique_ptr<BatchSource> source;
   if (!dataFile.empty()) {
     absl::StatusOr<std::unique_ptr<BatchSource>> opened =
-        openBatchFile(dataFile, inputs, steps);
+        openBatchFile(dataFile, inputs->global, steps);
     if (!opened.ok())
       return fail(opened.status());
     source = *std::move(opened);
@@ -899,229 +682,81 @@ int main(int argc, char **argv) {
       return fail("--token-dtype must be uint16 or int32, not '" + tokenDType +
                   "'");
     absl::StatusOr<std::unique_ptr<BatchSource>> opened =
-        openTokenFile(tokensFile, width, inputs, runSeed);
+        openTokenFile(tokensFile, width, inputs->global, runSeed);
     if (!opened.ok())
       return fail(opened.status());
-    const merak::runtime::TensorType &type = inputs.front().type;
+    const merak::runtime::TensorType &type = inputs->global.front().type;
     if (batchSize && batchSize != type.shape[0])
       return fail("--batch " + std::to_string(batchSize) +
-                  " does not match input '" + inputs.front().name + "' (" +
-                  type.str() + "); shapes are fixed when the step is built");
+                  " does not match input '" + inputs->global.front().name +
+                  "' (" + type.str() +
+                  "); shapes are fixed when the step is built");
     if (seqLen && seqLen != type.shape[1])
       return fail("--seq-len " + std::to_string(seqLen) +
-                  " does not match input '" + inputs.front().name + "' (" +
-                  type.str() + "); shapes are fixed when the step is built");
+                  " does not match input '" + inputs->global.front().name +
+                  "' (" + type.str() +
+                  "); shapes are fixed when the step is built");
     source = *std::move(opened);
   } else {
-    source = syntheticBatches(inputs, runSeed);
+    source = syntheticBatches(inputs->global, runSeed);
   }
-  if (!pipelined)
-    source =
-        shardBatches(std::move(source), shardedInputs, meshShape, program.rank);
-  // Micro-batch m of a global batch, cut to this rank's shards.
-  auto microBatches = [&](const std::vector<HostTensor> &batch)
-      -> absl::StatusOr<std::vector<std::map<std::string, HostTensor>>> {
-    std::vector<std::map<std::string, HostTensor>> result;
-    result.resize(size_t(microbatches));
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const std::vector<int64_t> &micro = microInputs[i].type.shape;
-      for (int64_t m = 0; m < microbatches; ++m) {
-        TensorBlock block{std::vector<int64_t>(micro.size(), 0), micro};
-        if (!micro.empty())
-          block.offsets[0] = m * micro[0];
-        HostTensor slice = extractBlock(batch[i], block);
-        absl::StatusOr<HostTensor> shard =
-            cutShard(slice, shardedInputs[i].sharding, meshShape, program.rank);
-        if (!shard.ok())
-          return shard.status();
-        result[size_t(m)][inputs[i].name] = *std::move(shard);
-      }
-    }
-    return result;
-  };
+  source = runner->batchesFrom(std::move(source));
 
-  // Throughput unit: tokens when an input holds token ids (of the global
-  // batch: the whole run's rate).
-  int64_t perStep = 1;
-  const char *unit = "samples/s";
-  for (const InputSpec &in : inputs)
-    if (isInteger(in.type.dtype) && in.type.shape.size() >= 2) {
-      perStep = in.type.numElements();
-      unit = "tokens/s";
-      break;
-    }
-  if (std::string(unit) == "samples/s" && !inputs.empty() &&
-      !inputs.front().type.shape.empty())
-    perStep = inputs.front().type.shape[0];
-
-  std::ofstream jsonl;
-  if (!logJsonl.empty() && reporter) {
-    jsonl.open(logJsonl, std::ios::app);
-    if (!jsonl)
-      return fail("cannot open " + logJsonl + " for writing");
-  }
-
-  std::optional<Fault> fault = Fault::fromEnvironment();
-  bool trains = program.trains();
-  int64_t first = doneSteps + 1;
-  if (first > steps && reporter)
-    note("the checkpoint is at step " + std::to_string(doneSteps) +
+  TrainOptions options;
+  options.firstStep = loaded->doneSteps + 1;
+  options.lastStep = steps;
+  options.doneUpdates = loaded->doneUpdates;
+  options.seed = runSeed;
+  options.trains = program.trains();
+  options.schedule = schedule;
+  options.skipNonFinite = skipNonFinite;
+  options.profile = profileOps;
+  if (options.firstStep > steps && reporter)
+    note("the checkpoint is at step " + std::to_string(loaded->doneSteps) +
          "; nothing to run up to --steps " + std::to_string(steps));
-  Progress progress(first, steps);
-  if (!reporter)
-    progress = Progress(first, steps, /*enabled=*/false);
-  OpProfile profile;
-  double profiledMs = 0;
+  std::unique_ptr<StepReporter> report;
+  if (reporter) {
+    absl::StatusOr<std::unique_ptr<StepReporter>> made = StepReporter::create(
+        options.firstStep, steps, logJsonl, isatty(STDOUT_FILENO));
+    if (!made.ok())
+      return fail(made.status());
+    report = *std::move(made);
+  }
+  RankObserver observer(env.rank, report.get());
   // What the state holds before the first step: a pipeline reports the
   // peak above it (activations and transfers).
   const int64_t stateBytes = backend->memoryStats().liveBytes;
-  for (int64_t step = first; step <= steps; ++step) {
-    if (job)
-      job->setProgress(step, -1);
-    if (fault && fault->trigger(env.rank, step))
-      return fail("injected failure at step " + std::to_string(step) +
-                  " (MERAK_EXEC_FAULT)");
-    // The first step warms caches and allocators; profile the others.
-    if (profileOps && step == first + 1)
-      single ? single->setProfile(&profile) : piped->setProfile(&profile);
-    auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<HostTensor>> batch = source->batch(step);
-    if (!batch.ok()) {
-      progress.clear();
-      return fail(batch.status());
-    }
-    StepContext ctx;
-    ctx.globalStep = step;
-    ctx.optimizerStep = doneUpdates + 1;
-    ctx.learningRate = trains ? learningRateAt(schedule, step) : 0.0;
-    ctx.seed = runSeed;
-    absl::StatusOr<StepOutcome> outcome;
-    if (piped) {
-      auto micro = microBatches(*batch);
-      outcome = micro.ok() ? piped->runStep(ctx, *micro, skipNonFinite)
-                           : absl::StatusOr<StepOutcome>(micro.status());
-    } else {
-      outcome = single->runStep(ctx, *batch, skipNonFinite);
-    }
-    if (!outcome.ok()) {
-      progress.clear();
-      return fail(outcome.status());
-    }
-    double ms = std::chrono::duration<double, std::milli>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
-    if (!outcome->skipped)
-      ++doneUpdates;
-    if (profileOps && step > first)
-      profiledMs += ms;
-    if (!reporter)
-      continue;
-    MemoryStats memory = backend->memoryStats();
-    double rate = perStep / (ms / 1000.0);
-
-    progress.clear();
-    std::string line =
-        "step " + std::to_string(step) + "/" + std::to_string(steps);
-    char text[256];
-    if (outcome->loss) {
-      std::snprintf(text, sizeof(text), "  loss %.6f", *outcome->loss);
-      line += text;
-    }
-    if (outcome->gradNorm) {
-      std::snprintf(text, sizeof(text), "  grad_norm %.4f", *outcome->gradNorm);
-      line += text;
-    }
-    if (outcome->skipped)
-      line += "  (non-finite: updates skipped)";
-    double peakMB = memory.peakBytes / 1e6;
-    std::snprintf(text, sizeof(text), "  %.1f %s  %.1f ms  peak %.*f MB", rate,
-                  unit, ms, peakMB < 1 ? 3 : 1, peakMB);
-    line += text;
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-    progress.draw(step);
-
-    if (jsonl.is_open()) {
-      nlohmann::ordered_json record;
-      record["step"] = step;
-      if (outcome->loss && std::isfinite(*outcome->loss))
-        record["loss"] = *outcome->loss;
-      else if (outcome->loss)
-        record["loss"] = nullptr;
-      if (trains)
-        record["lr"] = ctx.learningRate;
-      if (outcome->gradNorm)
-        record["grad_norm"] = *outcome->gradNorm;
-      record["ms"] = ms;
-      record[std::string(unit) == "tokens/s" ? "tokens_per_s"
-                                             : "samples_per_s"] = rate;
-      record["peak_bytes"] = memory.peakBytes;
-      record["max_rss_bytes"] = maxRssBytes();
-      if (outcome->skipped)
-        record["skipped"] = true;
-      jsonl << record.dump() << "\n";
-      jsonl.flush();
-    }
-  }
-  progress.clear();
+  absl::StatusOr<TrainResult> trained =
+      train(*runner, *source, *backend, options, throughputOf(inputs->global),
+            observer);
+  if (!trained.ok())
+    return fail(trained.status());
   if (profileOps && reporter)
-    printProfile(profile, profiledMs,
-                 deviceEntry->libraries ? deviceEntry->libraries() : "");
-  if (piped) {
-    if (absl::Status s = reportPipeline(*plan, *piped, *backend, stateBytes,
-                                        first, stageMeshSize, reporter);
+    std::fputs(
+        profileReport(trained->profile, trained->profiledMs,
+                      deviceEntry->libraries ? deviceEntry->libraries() : "")
+            .c_str(),
+        stdout);
+  if (pipeline) {
+    absl::StatusOr<PipelineReport> made = reportPipeline(
+        *plan, pipeline->events(), backend->memoryStats().peakBytes, stateBytes,
+        options.firstStep, stageMeshSize, job, reporter, traceFile);
+    if (!made.ok())
+      return fail(made.status());
+    std::fputs(made->text.c_str(), stdout);
+    std::fflush(stdout);
+    if (made->tracedRanks)
+      note("trace of " + std::to_string(made->tracedRanks) +
+           " ranks written to " + traceFile +
+           " (open it in ui.perfetto.dev or chrome://tracing)");
+  }
+
+  if (!saveFile.empty())
+    if (absl::Status s = saveRunCheckpoint(
+            *runner, program, plan ? &*plan : nullptr, job, saveFile,
+            std::max(loaded->doneSteps, steps), trained->doneUpdates, runSeed);
         !s.ok())
       return fail(s);
-  }
-
-  if (!saveFile.empty()) {
-    absl::StatusOr<std::map<std::string, HostTensor>> state =
-        piped ? piped->stateToHost() : single->stateToHost();
-    if (!state.ok())
-      return fail(state.status());
-    std::map<std::string, std::string> metadata = {
-        {"format", kCheckpointFormat},
-        {"function", program.function},
-        {"step", std::to_string(std::max(doneSteps, int64_t(steps)))},
-        {"optimizer_step", std::to_string(doneUpdates)},
-        {"seed", std::to_string(runSeed)}};
-    if (!job) {
-      toStoredShapes(program, *state);
-      if (absl::Status s = writeSafetensors(saveFile, *state, metadata);
-          !s.ok())
-        return fail(s);
-      removeStaleCheckpoint(saveFile, /*sharded=*/false);
-    } else {
-      // Every rank writes its blocks; once all are in place, rank 0 writes
-      // the index that makes them one checkpoint.
-      absl::StatusOr<std::string> id =
-          job->shareFromRank0("checkpoint_id", checkpointId());
-      if (!id.ok())
-        return fail(id.status());
-      metadata["checkpoint_id"] = *id;
-      std::optional<PipelineOwnership> owners;
-      if (plan) {
-        owners.emplace();
-        owners->pipelineRanks = plan->pp;
-        owners->pipelineRank = plan->rank;
-        for (const auto &[name, stage] : plan->stateStage)
-          owners->owner[name] = plan->rankOf(stage);
-      }
-      if (absl::Status s = writeCheckpointShard(
-              saveFile, program, *state, metadata, owners ? &*owners : nullptr);
-          !s.ok())
-        return fail(s);
-      if (absl::Status s = job->barrier("save"); !s.ok())
-        return fail(s);
-      if (env.rank == 0) {
-        if (absl::Status s = writeCheckpointIndex(saveFile, program, metadata,
-                                                  owners ? &*owners : nullptr);
-            !s.ok())
-          return fail(s);
-        removeStaleCheckpoint(saveFile, /*sharded=*/true);
-      }
-    }
-  }
   if (job) {
     if (absl::Status s = job->finish(); !s.ok())
       return fail(s);

@@ -1,7 +1,7 @@
 //===- ProgramLoweringTest.cpp - lowering to a rank program and its plan --===//
 
-#include "merak/Target/RankProgram/RankProgramLowering.h"
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
+#include "merak/Target/RankProgram/RankProgramLowering.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"

@@ -3,47 +3,13 @@
 #include "merak/Runtime/Registry.h"
 #include "merak/Runtime/TorchIO.h"
 
+#include "FakeBackend.h"
+
 #include "gtest/gtest.h"
 
 using namespace merak::runtime;
 
 namespace {
-
-/// A backend with kernels for `add` and `mul` only; nothing runs.
-class TwoOpBackend final : public Backend {
-public:
-  std::string name() const override { return "two-op"; }
-  bool supports(OpKind kind) const override {
-    return kind == OpKind::Add || kind == OpKind::Mul;
-  }
-  absl::StatusOr<TensorHandle> upload(const HostTensor &) override {
-    return absl::UnimplementedError("test backend");
-  }
-  absl::StatusOr<HostTensor> download(const DeviceTensor &,
-                                      const TensorType &) override {
-    return absl::UnimplementedError("test backend");
-  }
-  absl::StatusOr<TensorHandle> zeros(const TensorType &) override {
-    return absl::UnimplementedError("test backend");
-  }
-  absl::StatusOr<TensorHandle> convert(const DeviceTensor &, DType) override {
-    return absl::UnimplementedError("test backend");
-  }
-  absl::Status accumulate(DeviceTensor &, const DeviceTensor &) override {
-    return absl::UnimplementedError("test backend");
-  }
-  absl::Status scale(DeviceTensor &, double) override {
-    return absl::UnimplementedError("test backend");
-  }
-  absl::Status beginStep(const StepContext &) override {
-    return absl::OkStatus();
-  }
-  absl::Status execute(KernelCall &) override {
-    return absl::UnimplementedError("test backend");
-  }
-  MemoryStats memoryStats() const override { return {}; }
-  void resetPeak() override {}
-};
 
 Instruction instruction(OpKind kind, std::vector<ValueId> operands,
                         ValueId result, std::string location) {
@@ -81,17 +47,17 @@ TEST(RegistryTest, BuiltinComponentsAreThoseOfTheBuild) {
 
 TEST(RegistryTest, RegisteredBackendIsFoundAndCreated) {
   registerBackend(
-      {"two-op", "a test backend",
+      {"fake", "a test backend",
        [](const DeviceOptions &) -> absl::StatusOr<std::unique_ptr<Backend>> {
-         return std::unique_ptr<Backend>(std::make_unique<TwoOpBackend>());
+         return std::unique_ptr<Backend>(std::make_unique<FakeBackend>());
        },
        nullptr});
-  absl::StatusOr<const BackendEntry *> entry = findBackend("two-op");
+  absl::StatusOr<const BackendEntry *> entry = findBackend("fake");
   ASSERT_TRUE(entry.ok());
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       (*entry)->create(DeviceOptions());
   ASSERT_TRUE(backend.ok());
-  EXPECT_EQ((*backend)->name(), "two-op");
+  EXPECT_EQ((*backend)->name(), "fake");
 }
 
 TEST(RegistryTest, MissingKernelsAreNamedWithTheirFirstLocation) {
@@ -107,12 +73,12 @@ TEST(RegistryTest, MissingKernelsAreNamedWithTheirFirstLocation) {
                     instruction(OpKind::AllReduce, {2}, 3, ""),
                     instruction(OpKind::Tanh, {3}, 4, "model.py:9:1"),
                     instruction(OpKind::Gelu, {4}, 5, "")};
-  TwoOpBackend backend;
+  FakeBackend backend;
   absl::Status status = checkBackendSupports(p, backend);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
   // Each op once, at its first place; collectives go to the communicator.
   EXPECT_EQ(status.message(),
-            "the 'two-op' backend has no kernel for merak.tanh (at "
+            "the 'fake' backend has no kernel for merak.tanh (at "
             "model.py:4:1), merak.gelu, which @train_step uses");
 
   p.instructions.resize(1);

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Analysis/CollectiveCost.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"
@@ -59,16 +60,15 @@ double reshardBytes(MeshOp mesh, RankedTensorType type, MeshShardingAttr from,
   for (int64_t d = 0; d < rank; ++d)
     local /= static_cast<double>(groupSize(mesh, src[d]));
   double bytes = 0;
-  // Partial sums: a ring all-reduce moves 2 (n-1)/n of the tensor.
+  // Partial sums are all-reduced.
   SmallVector<MeshAxis> reduced;
   for (MeshAxis a : from.getPartialAxes())
     if (!to || !llvm::is_contained(to.getPartialAxes(), a))
       reduced.push_back(a);
-  if (!reduced.empty()) {
-    double n = static_cast<double>(groupSize(mesh, reduced));
-    bytes += 2 * (n - 1) / n * local;
-  }
-  // Gathers move (n-1) local shards; slices are free.
+  if (!reduced.empty())
+    bytes += collectiveBytes(CollectiveKind::AllReduce,
+                             groupSize(mesh, reduced), local, local);
+  // Dropped split axes are gathered; slices are free.
   for (int64_t d = 0; d < rank; ++d) {
     size_t common = 0;
     while (common < src[d].size() && common < dst[d].size() &&
@@ -76,9 +76,10 @@ double reshardBytes(MeshOp mesh, RankedTensorType type, MeshShardingAttr from,
       ++common;
     SmallVector<MeshAxis> dropped(src[d].begin() + common, src[d].end());
     if (!dropped.empty()) {
-      double n = static_cast<double>(groupSize(mesh, dropped));
-      bytes += (n - 1) * local;
-      local *= n;
+      int64_t n = groupSize(mesh, dropped);
+      bytes += collectiveBytes(CollectiveKind::AllGather, n, local,
+                               local * static_cast<double>(n));
+      local *= static_cast<double>(n);
     }
   }
   return bytes;

@@ -1,0 +1,212 @@
+//===- Trainer.cpp - the training loop, step lines and JSONL records ------===//
+
+#include "merak/Runtime/Train/Trainer.h"
+
+#include "absl/strings/str_format.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace merak::runtime {
+
+StepObserver::~StepObserver() = default;
+
+Throughput throughputOf(const std::vector<InputSpec> &globalInputs) {
+  Throughput t;
+  for (const InputSpec &in : globalInputs)
+    if (isInteger(in.type.dtype) && in.type.shape.size() >= 2) {
+      t.perStep = in.type.numElements();
+      t.unit = "tokens/s";
+      return t;
+    }
+  if (!globalInputs.empty() && !globalInputs.front().type.shape.empty())
+    t.perStep = globalInputs.front().type.shape[0];
+  return t;
+}
+
+std::string stepLine(const StepRecord &r) {
+  std::string line = absl::StrFormat("step %d/%d", r.step, r.lastStep);
+  if (r.loss)
+    absl::StrAppendFormat(&line, "  loss %.6f", *r.loss);
+  if (r.gradNorm)
+    absl::StrAppendFormat(&line, "  grad_norm %.4f", *r.gradNorm);
+  if (r.skipped)
+    line += "  (non-finite: updates skipped)";
+  double peakMB = r.peakBytes / 1e6;
+  absl::StrAppendFormat(&line, "  %.1f %s  %.1f ms  peak %.*f MB", r.rate,
+                        r.unit, r.ms, peakMB < 1 ? 3 : 1, peakMB);
+  return line;
+}
+
+std::string stepJson(const StepRecord &r) {
+  nlohmann::ordered_json record;
+  record["step"] = r.step;
+  if (r.loss && std::isfinite(*r.loss))
+    record["loss"] = *r.loss;
+  else if (r.loss)
+    record["loss"] = nullptr;
+  if (r.learningRate)
+    record["lr"] = *r.learningRate;
+  if (r.gradNorm)
+    record["grad_norm"] = *r.gradNorm;
+  record["ms"] = r.ms;
+  record[r.unit == "tokens/s" ? "tokens_per_s" : "samples_per_s"] = r.rate;
+  record["peak_bytes"] = r.peakBytes;
+  record["max_rss_bytes"] = r.maxRssBytes;
+  if (r.skipped)
+    record["skipped"] = true;
+  return record.dump();
+}
+
+absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
+                                  const Backend &backend,
+                                  const TrainOptions &options,
+                                  const Throughput &throughput,
+                                  StepObserver &observer) {
+  TrainResult result;
+  result.doneUpdates = options.doneUpdates;
+  auto failed = [&](absl::Status status) {
+    observer.onError();
+    return status;
+  };
+  for (int64_t step = options.firstStep; step <= options.lastStep; ++step) {
+    if (absl::Status s = observer.beforeStep(step); !s.ok())
+      return failed(s);
+    // The first step warms caches and allocators; profile the others.
+    if (options.profile && step == options.firstStep + 1)
+      runner.setProfile(&result.profile);
+    auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<HostTensor>> batch = batches.batch(step);
+    if (!batch.ok())
+      return failed(batch.status());
+    StepContext ctx;
+    ctx.globalStep = step;
+    ctx.optimizerStep = result.doneUpdates + 1;
+    ctx.learningRate =
+        options.trains ? learningRateAt(options.schedule, step) : 0.0;
+    ctx.seed = options.seed;
+    absl::StatusOr<StepOutcome> outcome =
+        runner.runStep(ctx, *batch, options.skipNonFinite);
+    if (!outcome.ok())
+      return failed(outcome.status());
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+    if (!outcome->skipped)
+      ++result.doneUpdates;
+    if (options.profile && step > options.firstStep)
+      result.profiledMs += ms;
+
+    StepRecord record;
+    record.step = step;
+    record.lastStep = options.lastStep;
+    record.loss = outcome->loss;
+    record.gradNorm = outcome->gradNorm;
+    record.skipped = outcome->skipped;
+    if (options.trains)
+      record.learningRate = ctx.learningRate;
+    record.ms = ms;
+    record.rate = throughput.perStep / (ms / 1000.0);
+    record.unit = throughput.unit;
+    record.peakBytes = backend.memoryStats().peakBytes;
+    record.maxRssBytes = maxRssBytes();
+    observer.afterStep(record);
+  }
+  runner.setProfile(nullptr);
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<StepReporter>>
+StepReporter::create(int64_t firstStep, int64_t lastStep,
+                     const std::string &jsonlPath, bool progressBar) {
+  std::unique_ptr<StepReporter> reporter(new StepReporter());
+  reporter->first = firstStep;
+  reporter->last = lastStep;
+  reporter->progressBar = progressBar;
+  reporter->start = std::chrono::steady_clock::now();
+  if (!jsonlPath.empty()) {
+    reporter->jsonl.open(jsonlPath, std::ios::app);
+    if (!reporter->jsonl)
+      return absl::UnavailableError("cannot open " + jsonlPath +
+                                    " for writing");
+  }
+  return reporter;
+}
+
+void StepReporter::afterStep(const StepRecord &record) {
+  clearProgress();
+  std::printf("%s\n", stepLine(record).c_str());
+  std::fflush(stdout);
+  drawProgress(record.step);
+  if (jsonl.is_open()) {
+    jsonl << stepJson(record) << "\n";
+    jsonl.flush();
+  }
+}
+
+void StepReporter::clearProgress() {
+  if (progressBar)
+    std::fprintf(stderr, "\r\033[K");
+}
+
+void StepReporter::drawProgress(int64_t done) {
+  if (!progressBar)
+    return;
+  int64_t total = last - first + 1, count = done - first + 1;
+  constexpr int kWidth = 30;
+  int filled = int(kWidth * count / std::max<int64_t>(1, total));
+  double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  double eta = count > 0 ? elapsed / count * (total - count) : 0;
+  std::string bar(size_t(filled), '#');
+  bar.append(size_t(kWidth - filled), '.');
+  std::fprintf(stderr, "\r[%s] %lld/%lld  eta %.1fs", bar.c_str(),
+               (long long)done, (long long)last, eta);
+  std::fflush(stderr);
+}
+
+int64_t maxRssBytes() {
+  // VmHWM belongs to the address space, so unlike getrusage's ru_maxrss it
+  // does not inherit the parent's peak when a large process started this.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::stoll(line.substr(6)) * 1024;
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+std::string profileReport(const OpProfile &profile, double stepMs,
+                          const std::string &libraries) {
+  std::vector<std::pair<OpKind, OpProfile::Entry>> rows(profile.byKind.begin(),
+                                                        profile.byKind.end());
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  double kernelMs = 0;
+  for (const auto &row : rows)
+    kernelMs += row.second.seconds * 1e3;
+  std::string out = absl::StrFormat(
+      "kernel time per op kind over %.1f ms of steps (kernels %.1f ms, "
+      "%.0f%%):\n",
+      stepMs, kernelMs, stepMs > 0 ? 100.0 * kernelMs / stepMs : 0.0);
+  out += libraries;
+  absl::StrAppendFormat(&out, "  %-32s %8s %12s %7s\n", "op", "calls", "ms",
+                        "share");
+  for (const auto &[kind, e] : rows)
+    absl::StrAppendFormat(&out, "  %-32s %8d %12.2f %6.1f%%\n",
+                          opFullName(kind), e.calls, e.seconds * 1e3,
+                          kernelMs > 0 ? 100.0 * e.seconds * 1e3 / kernelMs
+                                       : 0.0);
+  return out;
+}
+
+} // namespace merak::runtime
