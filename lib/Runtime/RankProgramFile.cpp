@@ -802,12 +802,14 @@ serializeRankPrograms(const RankPrograms &programs) {
   json payload;
   payload["source"] = programs.source;
   payload["step"] = programToJson(programs.step);
-  json pipeline = json::array();
-  for (const PipelinePlan &plan : programs.pipeline)
-    pipeline.push_back(pipelineToJson(plan));
-  payload["pipeline"] = std::move(pipeline);
   std::vector<uint8_t> cbor;
   try {
+    // Each pipeline rank's plan is a CBOR document of its own, embedded as
+    // bytes: a rank decodes only its own.
+    json pipeline = json::array();
+    for (const PipelinePlan &plan : programs.pipeline)
+      pipeline.push_back(json::binary(json::to_cbor(pipelineToJson(plan))));
+    payload["pipeline"] = std::move(pipeline);
     cbor = json::to_cbor(payload);
   } catch (const json::exception &e) {
     return absl::InternalError(
@@ -826,8 +828,11 @@ serializeRankPrograms(const RankPrograms &programs) {
   return out;
 }
 
-absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
-                                               const std::string &name) {
+namespace {
+
+/// Checks the header and the payload's checksum; returns the payload.
+absl::StatusOr<std::string_view> checkedPayload(std::string_view bytes,
+                                                const std::string &name) {
   auto error = [&](const std::string &what) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", what));
   };
@@ -888,35 +893,134 @@ absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
         "corrupted rank-program file: the payload's checksum is %08x, the "
         "header records %08x",
         actual, expected));
-  json payload;
-  try {
-    payload = json::from_cbor(body.begin(), body.end());
-  } catch (const json::parse_error &e) {
-    return error(absl::StrCat("malformed payload at byte ",
-                              kRankProgramHeaderBytes + e.byte, ": ",
-                              e.what()));
-  }
-  RankPrograms programs;
-  try {
-    read(field(payload, "payload", "source"), "payload.source",
-         programs.source);
-    programs.step = readProgram(field(payload, "payload", "step"), "step");
-    const json &pipeline =
-        arrayOf(field(payload, "payload", "pipeline"), "pipeline");
-    for (size_t r = 0; r < pipeline.size(); ++r) {
-      PipelinePlan plan = readPipeline(pipeline[r], element("pipeline", r));
-      if (plan.rank != int64_t(r) || plan.pp != int64_t(pipeline.size()))
-        formatError(element("pipeline", r),
-                    absl::StrCat("plan for pipeline rank ", plan.rank, " of ",
-                                 plan.pp, " stored at position ", r, " of ",
-                                 pipeline.size()));
-      programs.pipeline.push_back(std::move(plan));
+  return body;
+}
+
+absl::Status fileError(const std::string &name, const std::string &what) {
+  return absl::InvalidArgumentError(absl::StrCat(name, ": ", what));
+}
+
+/// A rank-program file, its pipeline plans decoded on demand.
+class FilePlan final : public CompiledPlan {
+public:
+  static absl::StatusOr<std::unique_ptr<FilePlan>>
+  open(std::string bytes, const std::string &name) {
+    std::unique_ptr<FilePlan> plan(new FilePlan());
+    plan->bytes = std::move(bytes);
+    plan->name = name;
+    absl::StatusOr<std::string_view> body = checkedPayload(plan->bytes, name);
+    if (!body.ok())
+      return body.status();
+    json payload;
+    try {
+      payload = json::from_cbor(body->begin(), body->end());
+    } catch (const json::parse_error &e) {
+      return fileError(name, absl::StrCat("malformed payload at byte ",
+                                          kRankProgramHeaderBytes + e.byte,
+                                          ": ", e.what()));
     }
-  } catch (const FormatError &e) {
-    return error("inconsistent rank program: " + e.message);
-  } catch (const json::exception &e) {
-    return error(absl::StrCat("malformed payload: ", e.what()));
+    try {
+      read(field(payload, "payload", "source"), "payload.source",
+           plan->sourceName);
+      plan->stepProgram =
+          readProgram(field(payload, "payload", "step"), "step");
+      const json &pipeline =
+          arrayOf(field(payload, "payload", "pipeline"), "pipeline");
+      for (size_t r = 0; r < pipeline.size(); ++r) {
+        if (!pipeline[r].is_binary())
+          formatError(element("pipeline", r), "expected bytes");
+        plan->encoded.push_back(pipeline[r].get_binary());
+      }
+      plan->ranks = int64_t(plan->encoded.size());
+    } catch (const FormatError &e) {
+      return fileError(name, "inconsistent rank program: " + e.message);
+    } catch (const json::exception &e) {
+      return fileError(name, absl::StrCat("malformed payload: ", e.what()));
+    }
+    return plan;
   }
+
+  absl::StatusOr<PipelinePlan> pipelinePlan(int64_t rank) override {
+    if (rank < 0 || rank >= int64_t(encoded.size()))
+      return fileError(name,
+                       absl::StrCat("no plan for pipeline rank ", rank,
+                                    " (the file has ", encoded.size(), ")"));
+    std::string path = element("pipeline", size_t(rank));
+    try {
+      json j = json::from_cbor(encoded[rank].begin(), encoded[rank].end());
+      PipelinePlan plan = readPipeline(j, path);
+      if (plan.rank != rank || plan.pp != int64_t(encoded.size()))
+        formatError(path, absl::StrCat("plan for pipeline rank ", plan.rank,
+                                       " of ", plan.pp, " stored at position ",
+                                       rank, " of ", encoded.size()));
+      return plan;
+    } catch (const FormatError &e) {
+      return fileError(name, "inconsistent rank program: " + e.message);
+    } catch (const json::exception &e) {
+      return fileError(name, absl::StrCat("malformed plan of pipeline rank ",
+                                          rank, ": ", e.what()));
+    }
+  }
+
+private:
+  FilePlan() = default;
+  std::string bytes, name;
+  std::vector<std::vector<uint8_t>> encoded;
+};
+
+class MemoryPlan final : public CompiledPlan {
+public:
+  explicit MemoryPlan(RankPrograms programs) {
+    stepProgram = std::move(programs.step);
+    sourceName = std::move(programs.source);
+    plans = std::move(programs.pipeline);
+    ranks = int64_t(plans.size());
+  }
+  absl::StatusOr<PipelinePlan> pipelinePlan(int64_t rank) override {
+    if (rank < 0 || rank >= int64_t(plans.size()))
+      return absl::InvalidArgumentError(
+          absl::StrCat("no plan for pipeline rank ", rank, " (", sourceName,
+                       " has ", plans.size(), ")"));
+    return plans[rank];
+  }
+
+private:
+  std::vector<PipelinePlan> plans;
+};
+
+} // namespace
+
+CompiledPlan::~CompiledPlan() = default;
+
+std::unique_ptr<CompiledPlan> inMemoryPlan(RankPrograms programs) {
+  return std::make_unique<MemoryPlan>(std::move(programs));
+}
+
+absl::StatusOr<std::unique_ptr<CompiledPlan>>
+openRankPrograms(std::string bytes, const std::string &name) {
+  absl::StatusOr<std::unique_ptr<FilePlan>> plan =
+      FilePlan::open(std::move(bytes), name);
+  if (!plan.ok())
+    return plan.status();
+  return std::unique_ptr<CompiledPlan>(*std::move(plan));
+}
+
+absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
+                                               const std::string &name) {
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> plan =
+      openRankPrograms(std::string(bytes), name);
+  if (!plan.ok())
+    return plan.status();
+  RankPrograms programs;
+  programs.step = std::move((*plan)->step());
+  programs.source = (*plan)->source();
+  if ((*plan)->pipelined())
+    for (int64_t r = 0; r < (*plan)->pipelineRanks(); ++r) {
+      absl::StatusOr<PipelinePlan> p = (*plan)->pipelinePlan(r);
+      if (!p.ok())
+        return p.status();
+      programs.pipeline.push_back(*std::move(p));
+    }
   return programs;
 }
 
@@ -942,7 +1046,9 @@ absl::Status writeRankProgramFile(const RankPrograms &programs,
   return absl::OkStatus();
 }
 
-absl::StatusOr<RankPrograms> readRankProgramFile(const std::string &path) {
+namespace {
+
+absl::StatusOr<std::string> readBytes(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return absl::NotFoundError("cannot open " + path);
@@ -950,7 +1056,24 @@ absl::StatusOr<RankPrograms> readRankProgramFile(const std::string &path) {
   buffer << in.rdbuf();
   if (in.bad())
     return absl::UnavailableError("cannot read " + path);
-  return parseRankPrograms(buffer.str(), path);
+  return buffer.str();
+}
+
+} // namespace
+
+absl::StatusOr<RankPrograms> readRankProgramFile(const std::string &path) {
+  absl::StatusOr<std::string> bytes = readBytes(path);
+  if (!bytes.ok())
+    return bytes.status();
+  return parseRankPrograms(*bytes, path);
+}
+
+absl::StatusOr<std::unique_ptr<CompiledPlan>>
+openRankProgramFile(const std::string &path) {
+  absl::StatusOr<std::string> bytes = readBytes(path);
+  if (!bytes.ok())
+    return bytes.status();
+  return openRankPrograms(*std::move(bytes), path);
 }
 
 } // namespace merak::runtime

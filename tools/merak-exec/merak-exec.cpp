@@ -230,10 +230,23 @@ struct Fault {
 /// acts on an injected fault, and (rank 0) reports the step.
 class RankObserver final : public StepObserver {
 public:
-  RankObserver(int64_t rank, StepReporter *report)
-      : rank(rank), report(report), fault(Fault::fromEnvironment()) {}
+  RankObserver(int64_t rank, StepReporter *report,
+               std::chrono::steady_clock::time_point processStart)
+      : rank(rank), report(report), fault(Fault::fromEnvironment()),
+        processStart(processStart) {}
+
+  /// When the first step began, in ms after the process started (0 when
+  /// none ran).
+  double firstStepMs() const {
+    return firstStepAt ? std::chrono::duration<double, std::milli>(
+                             *firstStepAt - processStart)
+                             .count()
+                       : 0.0;
+  }
 
   absl::Status beforeStep(int64_t step) override {
+    if (!firstStepAt)
+      firstStepAt = std::chrono::steady_clock::now();
     if (job)
       job->setProgress(step, -1);
     if (fault && fault->trigger(rank, step))
@@ -254,6 +267,8 @@ private:
   int64_t rank;
   StepReporter *report;
   std::optional<Fault> fault;
+  std::chrono::steady_clock::time_point processStart;
+  std::optional<std::chrono::steady_clock::time_point> firstStepAt;
 };
 
 bool fileExists(const std::string &path) {
@@ -324,6 +339,12 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
 }
 
 int main(int argc, char **argv) {
+  const auto processStart = std::chrono::steady_clock::now();
+  auto msSinceStart = [&] {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - processStart)
+        .count();
+  };
   registerBuiltinComponents();
   std::vector<std::string> positional;
   if (int status = parseFlags(argc, argv, positional); status >= 0)
@@ -362,7 +383,8 @@ int main(int argc, char **argv) {
 
   // The compiled programs: read from a rank-program file, or lowered here
   // from a module (MLIR diagnostics print as file:line:col: error).
-  std::optional<RankPrograms> compiled;
+  std::unique_ptr<CompiledPlan> compiled;
+  bool fromFile = false;
   {
     std::ifstream probe(inputFile, std::ios::binary);
     char prefix[8] = {};
@@ -370,16 +392,18 @@ int main(int argc, char **argv) {
     // By content; a file named .mrp that is none gets the format's error.
     if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))) ||
         absl::EndsWith(inputFile, ".mrp")) {
-      absl::StatusOr<RankPrograms> read = readRankProgramFile(inputFile);
+      absl::StatusOr<std::unique_ptr<CompiledPlan>> read =
+          openRankProgramFile(inputFile);
       if (!read.ok())
         return fail(read.status());
-      if (!entry.empty() && entry != read->step.function)
-        return fail(inputFile + " holds @" + read->step.function + ", not @" +
-                    entry +
+      if (!entry.empty() && entry != (*read)->step().function)
+        return fail(inputFile + " holds @" + (*read)->step().function +
+                    ", not @" + entry +
                     ": compile it with merak-translate "
                     "--merak-rank-program-entry=" +
                     entry);
       compiled = *std::move(read);
+      fromFile = true;
     }
   }
   if (!compiled && isTorchScriptArchive(inputFile))
@@ -387,7 +411,7 @@ int main(int argc, char **argv) {
                             "its step with merak-opt first");
   if (!compiled) {
 #if MERAK_HAVE_COMPILER
-    absl::StatusOr<RankPrograms> lowered =
+    absl::StatusOr<std::unique_ptr<CompiledPlan>> lowered =
         compileModuleFile(inputFile, entry, rankPrefix);
     if (!lowered.ok())
       return lowered.status().message().empty() ? 1 : fail(lowered.status());
@@ -399,7 +423,8 @@ int main(int argc, char **argv) {
                 "merak-translate --merak-to-rank-program");
 #endif
   }
-  Program &program = compiled->step;
+  const double programsReadyMs = msSinceStart();
+  Program &program = compiled->step();
   const bool pipelined = compiled->pipelined();
   const int64_t pp = compiled->pipelineRanks();
 
@@ -421,7 +446,10 @@ int main(int argc, char **argv) {
       return 0;
     }
     // A pipeline: rank 0's task list and its stage functions' programs.
-    PipelinePlan *plan = &compiled->pipeline[0];
+    absl::StatusOr<PipelinePlan> first = compiled->pipelinePlan(0);
+    if (!first.ok())
+      return first.status().message().empty() ? 1 : fail(first.status());
+    PipelinePlan *plan = &*first;
     if (absl::StatusOr<Program> groups =
             bindPipelineToRank(*plan, 0, program.worldSize(), collectiveMode);
         !groups.ok())
@@ -476,7 +504,10 @@ int main(int argc, char **argv) {
   std::optional<PipelinePlan> plan;
   Program pipelineGroups;
   if (pipelined && !launching) {
-    plan = std::move(compiled->pipeline[pipelineRank]);
+    absl::StatusOr<PipelinePlan> mine = compiled->pipelinePlan(pipelineRank);
+    if (!mine.ok())
+      return mine.status().message().empty() ? 1 : fail(mine.status());
+    plan = *std::move(mine);
     absl::StatusOr<Program> groups =
         bindPipelineToRank(*plan, meshRank, stageMeshSize, collectiveMode);
     if (!groups.ok())
@@ -722,7 +753,7 @@ int main(int argc, char **argv) {
       return fail(made.status());
     report = *std::move(made);
   }
-  RankObserver observer(env.rank, report.get());
+  RankObserver observer(env.rank, report.get(), processStart);
   // What the state holds before the first step: a pipeline reports the
   // peak above it (activations and transfers).
   const int64_t stateBytes = backend->memoryStats().liveBytes;
@@ -731,6 +762,11 @@ int main(int argc, char **argv) {
             observer);
   if (!trained.ok())
     return fail(trained.status());
+  if (profileOps && reporter)
+    std::printf("start-up: programs ready after %.1f ms (%s %s), first step "
+                "began after %.1f ms\n",
+                programsReadyMs, fromFile ? "read from" : "lowered from",
+                inputFile.c_str(), observer.firstStepMs());
   if (profileOps && reporter)
     std::fputs(
         profileReport(trained->profile, trained->profiledMs,

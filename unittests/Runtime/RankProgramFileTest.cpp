@@ -326,8 +326,11 @@ TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
   EXPECT_NE(errorOf(reseal(bytes, bad)).find("step.arguments[0]"),
             std::string::npos);
 
+  // Each pipeline rank's plan is a CBOR document embedded as bytes.
   bad = payload;
-  bad["pipeline"][1]["tasks"][1][4] = 9;
+  json plan = json::from_cbor(payload["pipeline"][1].get_binary());
+  plan["tasks"][1][4] = 9;
+  bad["pipeline"][1] = json::binary(json::to_cbor(plan));
   EXPECT_NE(errorOf(reseal(bytes, bad))
                 .find("pipeline[1].tasks[1]: task 'send' names a peer out of "
                       "range"),
@@ -350,6 +353,45 @@ TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
   EXPECT_NE(
       errorOf(reseal(bytes, bad)).find("step.function: expected a string"),
       std::string::npos);
+}
+
+TEST(RankProgramFileTest, OpenedPlansDecodeEachPipelineRankOnDemand) {
+  std::string bytes = bytesOf(samplePrograms());
+  json payload = payloadOf(bytes);
+  // Rank 1's plan damaged: the file opens, rank 0's plan reads, rank 1's
+  // is refused when asked for.
+  json bad = payload;
+  bad["pipeline"][1] = json::binary({0xa1, 0x61});
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> opened =
+      openRankPrograms(reseal(bytes, bad), "plan.mrp");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_TRUE((*opened)->pipelined());
+  EXPECT_EQ((*opened)->pipelineRanks(), 2);
+  EXPECT_EQ((*opened)->step().function, "train_step");
+  EXPECT_EQ((*opened)->source(), "plan.mlir");
+  absl::StatusOr<PipelinePlan> first = (*opened)->pipelinePlan(0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->rank, 0);
+  absl::StatusOr<PipelinePlan> second = (*opened)->pipelinePlan(1);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(
+                "plan.mrp: malformed plan of pipeline rank 1"),
+            std::string::npos)
+      << second.status();
+  absl::StatusOr<PipelinePlan> none = (*opened)->pipelinePlan(2);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(),
+            "plan.mrp: no plan for pipeline rank 2 (the file has 2)");
+
+  // In memory, the same interface.
+  std::unique_ptr<CompiledPlan> held = inMemoryPlan(samplePrograms());
+  EXPECT_EQ(held->pipelineRanks(), 2);
+  absl::StatusOr<PipelinePlan> held1 = held->pipelinePlan(1);
+  ASSERT_TRUE(held1.ok());
+  EXPECT_EQ(held1->tasks.size(), 2u);
+  std::unique_ptr<CompiledPlan> single = inMemoryPlan(RankPrograms());
+  EXPECT_FALSE(single->pipelined());
+  EXPECT_EQ(single->pipelineRanks(), 1);
 }
 
 TEST(RankProgramFileTest, MalformedCborIsRefusedWithItsOffset) {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,30 @@ struct RankPrograms {
   }
 };
 
+/// A compiled plan as a run starts from it: the step, and each pipeline
+/// rank's plan on demand, so that a rank decodes (or lowers) only its own.
+class CompiledPlan {
+public:
+  virtual ~CompiledPlan();
+  /// The step (see `RankPrograms::step`).
+  Program &step() { return stepProgram; }
+  const std::string &source() const { return sourceName; }
+  bool pipelined() const { return ranks > 0; }
+  int64_t pipelineRanks() const { return ranks > 0 ? ranks : 1; }
+  /// Pipeline rank `rank`'s plan, `0 <= rank < pipelineRanks()` of a
+  /// pipelined plan. An error names the file and the rank; one whose
+  /// diagnostics were already printed (a module's) has an empty message.
+  virtual absl::StatusOr<PipelinePlan> pipelinePlan(int64_t rank) = 0;
+
+protected:
+  Program stepProgram;
+  int64_t ranks = 0; // pipeline ranks; 0 without a pipeline
+  std::string sourceName;
+};
+
+/// `programs`, held in memory.
+std::unique_ptr<CompiledPlan> inMemoryPlan(RankPrograms programs);
+
 /// The version this build writes and the oldest it reads.
 constexpr uint32_t kRankProgramFormatVersion = 1;
 constexpr uint32_t kRankProgramOldestReadable = 1;
@@ -61,10 +86,20 @@ bool isRankProgramFile(std::string_view prefix);
 /// id out of range).
 absl::StatusOr<std::string> serializeRankPrograms(const RankPrograms &programs);
 
-/// Reads bytes written by `serializeRankPrograms`; `name` is used in
-/// messages. A truncated, corrupted, foreign or newer file, and one whose
-/// programs are inconsistent (an id out of range, an unknown op), is an
-/// error that names the file and what is wrong; nothing is partly read.
+/// Opens bytes written by `serializeRankPrograms` (`name` is used in
+/// messages): checks the header, the checksums and the step, and keeps
+/// each pipeline rank's plan encoded until `pipelinePlan` asks for it.
+/// Errors as `parseRankPrograms`'s.
+absl::StatusOr<std::unique_ptr<CompiledPlan>>
+openRankPrograms(std::string bytes, const std::string &name);
+absl::StatusOr<std::unique_ptr<CompiledPlan>>
+openRankProgramFile(const std::string &path);
+
+/// Reads bytes written by `serializeRankPrograms`, every pipeline plan
+/// included; `name` is used in messages. A truncated, corrupted, foreign or
+/// newer file, and one whose programs are inconsistent (an id out of range, an
+/// unknown op), is an error that names the file and what is wrong; nothing is
+/// partly read.
 absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
                                                const std::string &name);
 

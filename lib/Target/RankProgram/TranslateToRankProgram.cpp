@@ -24,44 +24,65 @@ using namespace mlir;
 
 namespace merak::runtime {
 
-FailureOr<RankPrograms> lowerToRankPrograms(ModuleOp module,
-                                            llvm::StringRef entry,
-                                            llvm::StringRef source) {
+namespace {
+
+/// The function a run starts from: `entry`, else @train_step, else
+/// @forward.
+FailureOr<func::FuncOp> entryFunction(ModuleOp module, llvm::StringRef entry) {
   func::FuncOp func;
   if (!entry.empty()) {
     func = module.lookupSymbol<func::FuncOp>(entry);
     if (!func)
       return emitError(module.getLoc())
              << "the module has no function @" << entry;
-  } else {
-    func = module.lookupSymbol<func::FuncOp>("train_step");
-    if (!func)
-      func = module.lookupSymbol<func::FuncOp>("forward");
-    if (!func)
-      return emitError(module.getLoc())
-             << "the module has neither @train_step nor @forward; name the "
-                "function to run";
+    return func;
   }
-  RankPrograms programs;
-  programs.source = source.str();
-  FailureOr<Program> step = lowerToProgram(func);
-  if (failed(step))
-    return failure();
-  programs.step = *std::move(step);
+  func = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!func)
+    func = module.lookupSymbol<func::FuncOp>("forward");
+  if (!func)
+    return emitError(module.getLoc())
+           << "the module has neither @train_step nor @forward; name the "
+              "function to run";
+  return func;
+}
 
-  // A pipeline schedule runs on pp × mesh ranks; @train_step (the
-  // unpartitioned step, still in the module) tells the state, the inputs
-  // and their shardings.
+/// The pipeline ranks of a run starting from `func`: those of the module's
+/// schedule when no entry is named, else 0 (no pipeline). A pipeline
+/// schedule runs on pp × mesh ranks; @train_step (the unpartitioned step,
+/// still in the module) tells the state, the inputs and their shardings.
+FailureOr<int64_t> pipelineRanksOf(ModuleOp module, func::FuncOp func,
+                                   llvm::StringRef entry) {
   auto schedule = module->getAttrOfType<DictionaryAttr>(kPipelineScheduleAttr);
   if (!entry.empty() || !schedule)
-    return programs;
+    return 0;
   if (func.getSymName() != "train_step")
     return emitError(module.getLoc())
            << "the module has a pipeline schedule but no @train_step";
   int64_t pp = 1;
   if (auto attr = schedule.getAs<IntegerAttr>("pp"))
     pp = std::max<int64_t>(1, attr.getInt());
-  for (int64_t r = 0; r < pp; ++r) {
+  return pp;
+}
+
+} // namespace
+
+FailureOr<RankPrograms> lowerToRankPrograms(ModuleOp module,
+                                            llvm::StringRef entry,
+                                            llvm::StringRef source) {
+  FailureOr<func::FuncOp> func = entryFunction(module, entry);
+  if (failed(func))
+    return failure();
+  RankPrograms programs;
+  programs.source = source.str();
+  FailureOr<Program> step = lowerToProgram(*func);
+  if (failed(step))
+    return failure();
+  programs.step = *std::move(step);
+  FailureOr<int64_t> pp = pipelineRanksOf(module, *func, entry);
+  if (failed(pp))
+    return failure();
+  for (int64_t r = 0; r < *pp; ++r) {
     FailureOr<PipelinePlan> plan = lowerPipeline(module, r);
     if (failed(plan))
       return failure();
@@ -102,33 +123,74 @@ private:
   uint64_t position = 0;
 };
 
+/// A module parsed and its step lowered; each pipeline rank's plan is
+/// lowered when asked for. The module, and the handler printing its
+/// diagnostics, live as long as the plan.
+class ModulePlan final : public CompiledPlan {
+public:
+  ModulePlan(const std::string &path, const std::string &linePrefix)
+      : errs(linePrefix), context(makeRegistry()),
+        diagnostics(sourceMgr, &context, errs) {
+    context.loadAllAvailableDialects();
+    // An error names its op and location; a note printing the op would
+    // print the whole step for errors about the function.
+    context.printOpOnDiagnostic(false);
+    sourceName = path;
+  }
+
+  absl::Status load(const std::string &path, const std::string &entry) {
+    auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path);
+    if (!buffer)
+      return absl::NotFoundError("cannot open " + path + ": " +
+                                 buffer.getError().message());
+    sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!module)
+      return absl::InvalidArgumentError("");
+    FailureOr<func::FuncOp> func = entryFunction(*module, entry);
+    if (failed(func))
+      return absl::InvalidArgumentError("");
+    FailureOr<Program> step = lowerToProgram(*func);
+    if (failed(step))
+      return absl::InvalidArgumentError("");
+    stepProgram = *std::move(step);
+    FailureOr<int64_t> pp = pipelineRanksOf(*module, *func, entry);
+    if (failed(pp))
+      return absl::InvalidArgumentError("");
+    ranks = *pp;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<PipelinePlan> pipelinePlan(int64_t rank) override {
+    FailureOr<PipelinePlan> plan = lowerPipeline(*module, rank);
+    if (failed(plan))
+      return absl::InvalidArgumentError("");
+    return *std::move(plan);
+  }
+
+private:
+  static DialectRegistry makeRegistry() {
+    DialectRegistry registry;
+    registerMerakDialects(registry);
+    return registry;
+  }
+
+  PrefixedErrs errs;
+  MLIRContext context;
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics;
+  OwningOpRef<ModuleOp> module;
+};
+
 } // namespace
 
-absl::StatusOr<RankPrograms> compileModuleFile(const std::string &path,
-                                               const std::string &entry,
-                                               const std::string &linePrefix) {
-  DialectRegistry registry;
-  registerMerakDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  // An error names its op and location; a note printing the op would print
-  // the whole step for errors about the function.
-  context.printOpOnDiagnostic(false);
-  llvm::SourceMgr sourceMgr;
-  PrefixedErrs errs(linePrefix);
-  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, errs);
-  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path);
-  if (!buffer)
-    return absl::NotFoundError("cannot open " + path + ": " +
-                               buffer.getError().message());
-  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  if (!module)
-    return absl::InvalidArgumentError("");
-  FailureOr<RankPrograms> programs = lowerToRankPrograms(*module, entry, path);
-  if (failed(programs))
-    return absl::InvalidArgumentError("");
-  return *std::move(programs);
+absl::StatusOr<std::unique_ptr<CompiledPlan>>
+compileModuleFile(const std::string &path, const std::string &entry,
+                  const std::string &linePrefix) {
+  auto plan = std::make_unique<ModulePlan>(path, linePrefix);
+  if (absl::Status s = plan->load(path, entry); !s.ok())
+    return s;
+  return std::unique_ptr<CompiledPlan>(std::move(plan));
 }
 
 void registerToRankProgramTranslation() {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 
+#include <memory>
 #include <string>
 
 namespace merak::runtime {
@@ -46,13 +47,15 @@ mlir::FailureOr<RankPrograms> lowerToRankPrograms(mlir::ModuleOp module,
                                                   llvm::StringRef entry,
                                                   llvm::StringRef source);
 
-/// Parses the module in `path` ("-": standard input) and lowers it as
-/// `lowerToRankPrograms` does. MLIR's diagnostics go to stderr, every line
-/// after `linePrefix` and written whole (the ranks of a run share stderr).
-/// A failure whose diagnostics were printed has an empty message.
-absl::StatusOr<RankPrograms> compileModuleFile(const std::string &path,
-                                               const std::string &entry,
-                                               const std::string &linePrefix);
+/// Parses the module in `path` ("-": standard input) and lowers its step
+/// as `lowerToRankPrograms` does; each pipeline rank's plan is lowered when
+/// asked for (`CompiledPlan::pipelinePlan`), so a rank lowers only its own.
+/// MLIR's diagnostics go to stderr, every line after `linePrefix` and
+/// written whole (the ranks of a run share stderr). A failure whose
+/// diagnostics were printed has an empty message.
+absl::StatusOr<std::unique_ptr<CompiledPlan>>
+compileModuleFile(const std::string &path, const std::string &entry,
+                  const std::string &linePrefix);
 
 /// Registers `--merak-to-rank-program` with mlir-translate's registry.
 void registerToRankProgramTranslation();
