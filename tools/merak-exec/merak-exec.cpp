@@ -1,27 +1,22 @@
-//===- merak-exec.cpp - runs a merak training step on the CPU ------------===//
+//===- merak-exec.cpp - runs a merak training step -------------------------===//
 //
-// Reads a rank-program file (.mrp), or parses a module and lowers
-// `@train_step` (or `@forward`) to rank programs in process, and runs them for
-// a number of steps: initial weights from a TorchScript archive or a
-// checkpoint, inputs from a batch file, a token file or synthetic data, one
-// line per step, JSONL logs and atomic checkpoints. An SPMD program (one with a
-// mesh.mesh) runs as one rank of many: started by --nproc, torchrun, srun or
-// mpirun, joined through a TCPStore, with collectives through Gloo; each rank
-// keeps its shard of the global state and batches, and rank 0 reports.
+// Flags and wiring around the runtime's libraries: which rank this process
+// is (--nproc, torchrun, srun, mpirun), the programs (a rank-program file,
+// or a module lowered in process where the compiler is built), the backend
+// and communicator by name, the rendezvous, the data, and the training loop
+// of lib/Runtime/Train, which loads the state, runs the steps, reports them
+// and writes checkpoints. Rank 0 reports; every rank keeps its shard.
 //
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Checkpoint.h"
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
-#include "merak/Runtime/Data.h"
 #include "merak/Runtime/Executor.h"
-#include "merak/Runtime/LearningRate.h"
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/RankProgramFile.h"
 #include "merak/Runtime/Registry.h"
-#include "merak/Runtime/Safetensors.h"
-#include "merak/Runtime/TorchIO.h"
+#include "merak/Runtime/Train/RunOptions.h"
 #include "merak/Runtime/Train/RunState.h"
 #include "merak/Runtime/Train/StepRunner.h"
 #include "merak/Runtime/Train/Trainer.h"
@@ -36,17 +31,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <random>
-#include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
 
@@ -435,68 +425,20 @@ int main(int argc, char **argv) {
   const CollectiveMode collectiveMode =
       syncCollectives ? CollectiveMode::Blocking : CollectiveMode::Overlapped;
   if (printProgramOnly) {
-    // Without the ranks running, rank 0's program.
-    int64_t rank = env.worldSize == meshSize ? env.rank : 0;
-    if (rank != 0)
+    // Without the ranks running, rank 0's programs.
+    if (env.worldSize == meshSize && env.rank != 0)
       return 0;
-    if (!pipelined) {
-      if (absl::Status s = bindToRank(program, rank, collectiveMode); !s.ok())
-        return fail(s);
-      std::fputs(printProgram(program).c_str(), stdout);
-      return 0;
-    }
-    // A pipeline: rank 0's task list and its stage functions' programs.
-    absl::StatusOr<PipelinePlan> first = compiled->pipelinePlan(0);
-    if (!first.ok())
-      return first.status().message().empty() ? 1 : fail(first.status());
-    PipelinePlan *plan = &*first;
-    if (absl::StatusOr<Program> groups =
-            bindPipelineToRank(*plan, 0, program.worldSize(), collectiveMode);
-        !groups.ok())
-      return fail(groups.status());
-    std::printf("pipeline %s: pp=%lld, virtual=%lld, %lld micro-batches; "
-                "rank 0 runs:\n",
-                plan->kind.c_str(), (long long)plan->pp,
-                (long long)plan->virtualStages, (long long)plan->microbatches);
-    for (const PipelineTask &task : plan->tasks)
-      std::printf("  %s\n", task.text.c_str());
-    for (const StageFunction &f : plan->functions)
-      std::fputs(printProgram(f.program).c_str(), stdout);
+    absl::StatusOr<std::string> listing =
+        listRankZero(*compiled, collectiveMode);
+    if (!listing.ok())
+      return listing.status().message().empty() ? 1 : fail(listing.status());
+    std::fputs(listing->c_str(), stdout);
     return 0;
   }
-  std::string meshText =
-      program.mesh ? "@" + program.mesh->name + " " + program.mesh->str()
-                   : std::string();
-  if (pipelined)
-    meshText =
-        std::to_string(pp) + " pipeline ranks" +
-        (program.mesh ? " × @" + program.mesh->name + " " + program.mesh->str()
-                      : std::string());
-  if (launching && nproc != meshSize && pipelined)
-    return fail("--nproc " + std::to_string(nproc) +
-                " does not match the pipeline plan: " + meshText + " make " +
-                std::to_string(meshSize) + " processes");
-  if (launching && nproc != meshSize)
-    return fail(meshSize > 1
-                    ? "--nproc " + std::to_string(nproc) +
-                          " does not match the program's mesh " + meshText +
-                          " of " + std::to_string(meshSize) + " processes"
-                    : "--nproc " + std::to_string(nproc) + " given, but @" +
-                          program.function +
-                          " runs on one process (its module has no mesh "
-                          "larger than 1)");
-  if (!launching && env.worldSize != meshSize) {
-    if (env.worldSize == 1)
-      return fail("@" + program.function + " runs on a mesh of " +
-                  std::to_string(meshSize) + " processes (" + meshText +
-                  "): start it with --nproc " + std::to_string(meshSize) +
-                  " or with " + std::to_string(meshSize) +
-                  " ranks of torchrun, srun or mpirun");
-    return fail("the world size is " + std::to_string(env.worldSize) +
-                " (from " + env.launcher + "), but the program's mesh " +
-                (meshText.empty() ? std::string("(none)") : meshText) +
-                " has " + std::to_string(meshSize) + " processes");
-  }
+  if (absl::Status s = checkProcessCount(*compiled, launching, nproc,
+                                         env.worldSize, env.launcher);
+      !s.ok())
+    return fail(s);
   const int64_t meshRank = env.rank % stageMeshSize;
   const int64_t pipelineRank = env.rank / stageMeshSize;
   if (absl::Status s = bindToRank(program, meshRank, collectiveMode); !s.ok())
@@ -545,25 +487,11 @@ int main(int argc, char **argv) {
                 "weights)");
   if (!dataFile.empty() && !tokensFile.empty())
     return fail("give --data or --tokens, not both");
-  LearningRateSchedule schedule;
-  if (lrSchedule == "cosine")
-    schedule.kind = LearningRateSchedule::Kind::Cosine;
-  else if (lrSchedule != "constant")
-    return fail("--lr-schedule must be constant or cosine, not '" + lrSchedule +
-                "'");
-  schedule.warmupSteps = warmupSteps;
-  schedule.min = minLr;
-  schedule.decaySteps = decaySteps > 0 ? int64_t(decaySteps) : int64_t(steps);
-  if (const Argument *lrArg =
-          program.findArgument(ArgumentRole::LearningRate)) {
-    if (learningRate)
-      schedule.base = *learningRate;
-    else if (lrArg->defaultLearningRate)
-      schedule.base = *lrArg->defaultLearningRate;
-    else
-      return fail("@" + program.function +
-                  " takes a learning rate (merak.lr): pass --lr");
-  }
+  absl::StatusOr<LearningRateSchedule> schedule = learningRateSchedule(
+      {lrSchedule, learningRate, warmupSteps, minLr, decaySteps, steps},
+      program);
+  if (!schedule.ok())
+    return fail(schedule.status());
   std::string stateSource = !resumeFile.empty() ? resumeFile : initFile;
   if (!stateSource.empty() && !fileExists(stateSource) &&
       !fileExists(shardIndexPath(stateSource)))
@@ -696,42 +624,12 @@ int main(int argc, char **argv) {
   }
 
   // Inputs: sources produce global batches; each rank keeps its shard.
-  std::unique_ptr<BatchSource> source;
-  if (!dataFile.empty()) {
-    absl::StatusOr<std::unique_ptr<BatchSource>> opened =
-        openBatchFile(dataFile, inputs->global, steps);
-    if (!opened.ok())
-      return fail(opened.status());
-    source = *std::move(opened);
-  } else if (!tokensFile.empty()) {
-    TokenDType width;
-    if (tokenDType == "uint16")
-      width = TokenDType::U16;
-    else if (tokenDType == "int32")
-      width = TokenDType::I32;
-    else
-      return fail("--token-dtype must be uint16 or int32, not '" + tokenDType +
-                  "'");
-    absl::StatusOr<std::unique_ptr<BatchSource>> opened =
-        openTokenFile(tokensFile, width, inputs->global, runSeed);
-    if (!opened.ok())
-      return fail(opened.status());
-    const merak::runtime::TensorType &type = inputs->global.front().type;
-    if (batchSize && batchSize != type.shape[0])
-      return fail("--batch " + std::to_string(batchSize) +
-                  " does not match input '" + inputs->global.front().name +
-                  "' (" + type.str() +
-                  "); shapes are fixed when the step is built");
-    if (seqLen && seqLen != type.shape[1])
-      return fail("--seq-len " + std::to_string(seqLen) +
-                  " does not match input '" + inputs->global.front().name +
-                  "' (" + type.str() +
-                  "); shapes are fixed when the step is built");
-    source = *std::move(opened);
-  } else {
-    source = syntheticBatches(inputs->global, runSeed);
-  }
-  source = runner->batchesFrom(std::move(source));
+  absl::StatusOr<std::unique_ptr<BatchSource>> global =
+      openRunBatches(inputs->global, {dataFile, tokensFile, tokenDType, seqLen,
+                                      batchSize, steps, runSeed});
+  if (!global.ok())
+    return fail(global.status());
+  std::unique_ptr<BatchSource> source = runner->batchesFrom(*std::move(global));
 
   TrainOptions options;
   options.firstStep = loaded->doneSteps + 1;
@@ -739,7 +637,7 @@ int main(int argc, char **argv) {
   options.doneUpdates = loaded->doneUpdates;
   options.seed = runSeed;
   options.trains = program.trains();
-  options.schedule = schedule;
+  options.schedule = *schedule;
   options.skipNonFinite = skipNonFinite;
   options.profile = profileOps;
   if (options.firstStep > steps && reporter)

@@ -56,6 +56,7 @@ public:
   virtual ~CompiledPlan();
   /// The step (see `RankPrograms::step`).
   Program &step() { return stepProgram; }
+  const Program &step() const { return stepProgram; }
   const std::string &source() const { return sourceName; }
   bool pipelined() const { return ranks > 0; }
   int64_t pipelineRanks() const { return ranks > 0 ? ranks : 1; }
