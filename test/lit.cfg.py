@@ -22,6 +22,8 @@ for name in ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
 config.substitutions.append(("%fixtures", config.fixtures_dir))
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%merak_src", config.merak_src_root))
+config.substitutions.append(("%mlir_include", config.mlir_include_dir))
+config.substitutions.append(("%llvm_tblgen", config.llvm_tblgen))
 # The runtime built alone (cmake/MerakRuntimeVariants.cmake), where the
 # build has it.
 runtime_only_dir = getattr(config, "runtime_only_dir", "")

@@ -107,78 +107,35 @@ const Argument *Program::findArgument(ArgumentRole role) const {
 namespace {
 
 /// The operand a result is a view of, or -1. These kernels return views
-/// (as PyTorch's eager ops do), or the operand itself for identities.
+/// (as PyTorch's eager ops do), or the operand itself for identities; the
+/// merak ops declare theirs in MerakOps.td (`runtimeViewOf`).
 int viewOperand(const Program &program, const Instruction &inst, size_t r) {
   // A collective within a group of one passes its operand through.
   if (isCollective(inst.kind) && inst.attrs.identity)
     return 0;
+  (void)program;
   switch (inst.kind) {
-  case OpKind::Reshape:
-  case OpKind::Permute:
-  case OpKind::Slice:
-  case OpKind::Select:
-  case OpKind::Expand:
-    return 0;
-  case OpKind::Cast:
-    return program.values[inst.operands[0]].type.dtype ==
-                   program.values[inst.results[0]].type.dtype
-               ? 0
-               : -1;
-  case OpKind::Dropout:
-    return !inst.attrs.training || inst.attrs.p == 0 ? 0 : -1;
-  case OpKind::Clamp:
-    return !inst.attrs.min && !inst.attrs.max ? 0 : -1;
-  case OpKind::SgdUpdate:
-    // Without momentum the buffer passes through unchanged.
-    return r == 1 && inst.attrs.momentum == 0 ? 2 : -1;
+#define MERAK_VIEW(Name, Result, Operand, When, Always)                        \
+  case OpKind::Name:                                                           \
+    return r == Result && (When) ? Operand : -1;
+    MERAK_DIALECT_RUNTIME_VIEWS(MERAK_VIEW)
+#undef MERAK_VIEW
   default:
     return -1;
   }
 }
 
 /// (result, operand) pairs where the result may be written into the
-/// operand: the kernel has an out= form that tolerates full overlap.
+/// operand: the kernel has an out= form that tolerates full overlap
+/// (`runtimeInPlace` in MerakOps.td; Gloo reduces and broadcasts in place).
 std::vector<std::pair<int, int>> inPlaceCandidates(const Instruction &inst) {
   switch (inst.kind) {
-  case OpKind::Neg:
-  case OpKind::Abs:
-  case OpKind::Exp:
-  case OpKind::Log:
-  case OpKind::Sin:
-  case OpKind::Cos:
-  case OpKind::Sqrt:
-  case OpKind::Rsqrt:
-  case OpKind::Reciprocal:
-  case OpKind::Erf:
-  case OpKind::Tanh:
-  case OpKind::Sigmoid:
-  case OpKind::Silu:
-  case OpKind::Relu:
-  case OpKind::Not:
-  case OpKind::Gelu:
-  case OpKind::Clamp:
-  case OpKind::Dropout:
-  case OpKind::GeluBackward:
-    return {{0, 0}};
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div:
-  case OpKind::Pow:
-  case OpKind::Remainder:
-  case OpKind::FloorDivide:
-  case OpKind::Minimum:
-  case OpKind::Maximum:
-  case OpKind::And:
-  case OpKind::Or:
-    return {{0, 0}, {0, 1}};
-  case OpKind::Where:
-    return {{0, 1}, {0, 2}};
-  case OpKind::SgdUpdate:
-    return {{0, 0}, {1, 2}};
-  case OpKind::AdamwUpdate:
-    return {{0, 0}, {1, 2}, {2, 3}};
-  case OpKind::AllReduce: // Gloo reduces in place
+#define MERAK_IN_PLACE(Name, ...)                                              \
+  case OpKind::Name:                                                           \
+    return {__VA_ARGS__};
+    MERAK_DIALECT_RUNTIME_IN_PLACE(MERAK_IN_PLACE)
+#undef MERAK_IN_PLACE
+  case OpKind::AllReduce:
   case OpKind::Broadcast:
     return {{0, 0}};
   default:
@@ -250,16 +207,15 @@ std::string describeCollective(const Program &program,
   return text + "}";
 }
 
-/// Views that read no data of their operand: a view of a pending
-/// collective's result can wait with it.
+/// Views that read no data of their operand (`runtimeViewOf` without a
+/// condition): a view of a pending collective's result can wait with it.
 bool isPureView(const Instruction &inst) {
   switch (inst.kind) {
-  case OpKind::Reshape:
-  case OpKind::Permute:
-  case OpKind::Slice:
-  case OpKind::Select:
-  case OpKind::Expand:
-    return inst.operands.size() == 1 && inst.results.size() == 1;
+#define MERAK_PURE_VIEW(Name, Result, Operand, When, Always)                   \
+  case OpKind::Name:                                                           \
+    return Always && inst.operands.size() == 1 && inst.results.size() == 1;
+    MERAK_DIALECT_RUNTIME_VIEWS(MERAK_PURE_VIEW)
+#undef MERAK_PURE_VIEW
   default:
     return false;
   }

@@ -904,11 +904,10 @@ absl::Status fileError(const std::string &name, const std::string &what) {
 class FilePlan final : public CompiledPlan {
 public:
   static absl::StatusOr<std::unique_ptr<FilePlan>>
-  open(std::string bytes, const std::string &name) {
+  open(std::string_view bytes, const std::string &name) {
     std::unique_ptr<FilePlan> plan(new FilePlan());
-    plan->bytes = std::move(bytes);
     plan->name = name;
-    absl::StatusOr<std::string_view> body = checkedPayload(plan->bytes, name);
+    absl::StatusOr<std::string_view> body = checkedPayload(bytes, name);
     if (!body.ok())
       return body.status();
     json payload;
@@ -964,7 +963,7 @@ public:
 
 private:
   FilePlan() = default;
-  std::string bytes, name;
+  std::string name;
   std::vector<std::vector<uint8_t>> encoded;
 };
 
@@ -997,9 +996,8 @@ std::unique_ptr<CompiledPlan> inMemoryPlan(RankPrograms programs) {
 }
 
 absl::StatusOr<std::unique_ptr<CompiledPlan>>
-openRankPrograms(std::string bytes, const std::string &name) {
-  absl::StatusOr<std::unique_ptr<FilePlan>> plan =
-      FilePlan::open(std::move(bytes), name);
+openRankPrograms(std::string_view bytes, const std::string &name) {
+  absl::StatusOr<std::unique_ptr<FilePlan>> plan = FilePlan::open(bytes, name);
   if (!plan.ok())
     return plan.status();
   return std::unique_ptr<CompiledPlan>(*std::move(plan));
@@ -1008,7 +1006,7 @@ openRankPrograms(std::string bytes, const std::string &name) {
 absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
                                                const std::string &name) {
   absl::StatusOr<std::unique_ptr<CompiledPlan>> plan =
-      openRankPrograms(std::string(bytes), name);
+      openRankPrograms(bytes, name);
   if (!plan.ok())
     return plan.status();
   RankPrograms programs;
@@ -1073,7 +1071,7 @@ openRankProgramFile(const std::string &path) {
   absl::StatusOr<std::string> bytes = readBytes(path);
   if (!bytes.ok())
     return bytes.status();
-  return openRankPrograms(*std::move(bytes), path);
+  return openRankPrograms(*bytes, path);
 }
 
 } // namespace merak::runtime

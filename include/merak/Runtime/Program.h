@@ -12,6 +12,7 @@
 #define MERAK_RUNTIME_PROGRAM_H
 
 #include "merak/Runtime/Mesh.h"
+#include "merak/Runtime/RuntimeOps.inc"
 #include "merak/Runtime/Tensor.h"
 
 #include "absl/status/status.h"
@@ -24,83 +25,11 @@
 namespace merak::runtime {
 
 /// Every op the executor runs, with its mnemonic in the merak (or mesh)
-/// dialect; `wait` completes an overlapped collective and has no op.
+/// dialect: the merak ops generated from MerakOps.td (RuntimeOps.inc), then
+/// the mesh collectives the communicator runs, and `wait`, which completes
+/// an overlapped collective and has no op.
 #define MERAK_RUNTIME_OPS(X)                                                   \
-  X(Neg, "neg")                                                                \
-  X(Abs, "abs")                                                                \
-  X(Exp, "exp")                                                                \
-  X(Log, "log")                                                                \
-  X(Sin, "sin")                                                                \
-  X(Cos, "cos")                                                                \
-  X(Sqrt, "sqrt")                                                              \
-  X(Rsqrt, "rsqrt")                                                            \
-  X(Reciprocal, "reciprocal")                                                  \
-  X(Erf, "erf")                                                                \
-  X(Tanh, "tanh")                                                              \
-  X(Sigmoid, "sigmoid")                                                        \
-  X(Silu, "silu")                                                              \
-  X(Relu, "relu")                                                              \
-  X(Not, "not")                                                                \
-  X(Gelu, "gelu")                                                              \
-  X(Clamp, "clamp")                                                            \
-  X(Cast, "cast")                                                              \
-  X(Dropout, "dropout")                                                        \
-  X(Tril, "tril")                                                              \
-  X(Triu, "triu")                                                              \
-  X(Add, "add")                                                                \
-  X(Sub, "sub")                                                                \
-  X(Mul, "mul")                                                                \
-  X(Div, "div")                                                                \
-  X(Pow, "pow")                                                                \
-  X(Remainder, "remainder")                                                    \
-  X(FloorDivide, "floor_divide")                                               \
-  X(Minimum, "minimum")                                                        \
-  X(Maximum, "maximum")                                                        \
-  X(And, "and")                                                                \
-  X(Or, "or")                                                                  \
-  X(Compare, "compare")                                                        \
-  X(Where, "where")                                                            \
-  X(Linear, "linear")                                                          \
-  X(Matmul, "matmul")                                                          \
-  X(Softmax, "softmax")                                                        \
-  X(MaskedAttention, "masked_attention")                                       \
-  X(LogSoftmax, "log_softmax")                                                 \
-  X(LayerNorm, "layer_norm")                                                   \
-  X(RmsNorm, "rms_norm")                                                       \
-  X(BatchNorm, "batch_norm")                                                   \
-  X(Embedding, "embedding")                                                    \
-  X(Index, "index")                                                            \
-  X(Reshape, "reshape")                                                        \
-  X(Permute, "permute")                                                        \
-  X(Slice, "slice")                                                            \
-  X(Select, "select")                                                          \
-  X(Concat, "concat")                                                          \
-  X(Expand, "expand")                                                          \
-  X(Pad, "pad")                                                                \
-  X(Roll, "roll")                                                              \
-  X(ReduceSum, "reduce_sum")                                                   \
-  X(ReduceMean, "reduce_mean")                                                 \
-  X(ReduceMax, "reduce_max")                                                   \
-  X(Conv2d, "conv2d")                                                          \
-  X(MaxPool2d, "max_pool2d")                                                   \
-  X(AvgPool2d, "avg_pool2d")                                                   \
-  X(AdaptiveAvgPool2d, "adaptive_avg_pool2d")                                  \
-  X(CrossEntropy, "cross_entropy")                                             \
-  X(GeluBackward, "gelu_backward")                                             \
-  X(SoftmaxBackward, "softmax_backward")                                       \
-  X(MaskedAttentionBackward, "masked_attention_backward")                      \
-  X(LayerNormBackward, "layer_norm_backward")                                  \
-  X(BatchNormBackward, "batch_norm_backward")                                  \
-  X(IndexBackward, "index_backward")                                           \
-  X(SliceBackward, "slice_backward")                                           \
-  X(Conv2dBackward, "conv2d_backward")                                         \
-  X(MaxPool2dBackward, "max_pool2d_backward")                                  \
-  X(AvgPool2dBackward, "avg_pool2d_backward")                                  \
-  X(AdaptiveAvgPool2dBackward, "adaptive_avg_pool2d_backward")                 \
-  X(CrossEntropyBackward, "cross_entropy_backward")                            \
-  X(DropoutMask, "dropout_mask")                                               \
-  X(SgdUpdate, "sgd_update")                                                   \
-  X(AdamwUpdate, "adamw_update")                                               \
+  MERAK_DIALECT_RUNTIME_OPS(X)                                                 \
   X(AllReduce, "all_reduce")                                                   \
   X(AllGather, "all_gather")                                                   \
   X(ReduceScatter, "reduce_scatter")                                           \

@@ -92,7 +92,7 @@ absl::StatusOr<std::string> serializeRankPrograms(const RankPrograms &programs);
 /// each pipeline rank's plan encoded until `pipelinePlan` asks for it.
 /// Errors as `parseRankPrograms`'s.
 absl::StatusOr<std::unique_ptr<CompiledPlan>>
-openRankPrograms(std::string bytes, const std::string &name);
+openRankPrograms(std::string_view bytes, const std::string &name);
 absl::StatusOr<std::unique_ptr<CompiledPlan>>
 openRankProgramFile(const std::string &path);
 

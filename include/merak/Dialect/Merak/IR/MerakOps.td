@@ -89,8 +89,25 @@ def Merak_LossReductionAttr
 // Op classes
 //===----------------------------------------------------------------------===//
 
+// What the runtime needs to know of an op beyond its kernel is declared
+// here, with the op: utils/gen-runtime-ops.py turns these fields into
+// include/merak/Runtime/RuntimeOps.inc (the runtime has no MLIR), and
+// test/Dialect/Merak/IR/runtime-ops.test fails when the two differ
+// (docs/dialect.md, "Adding an op").
 class Merak_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Merak_Dialect, mnemonic, traits>;
+    : Op<Merak_Dialect, mnemonic, traits> {
+  // Whether merak-exec runs the op as an instruction (a constant is data).
+  bit runtimeInstruction = 1;
+  // Result `runtimeViewResult` is a view of operand `runtimeViewOf` (-1:
+  // no result is): always, or when the C++ condition `runtimeViewWhen`
+  // holds for `inst` (an Instruction) of `program` (its Program).
+  int runtimeViewResult = 0;
+  int runtimeViewOf = -1;
+  code runtimeViewWhen = "";
+  // [result, operand] pairs the kernel may write the result into, when the
+  // operand dies there (the planner decides).
+  list<list<int>> runtimeInPlace = [];
+}
 
 // An op whose result types follow from its operands and attributes. The
 // rule lives in MerakOps.cpp as `inferReturnTypes`.
@@ -105,6 +122,7 @@ class Merak_InferOp<string mnemonic, list<Trait> traits = []>
 class Merak_UnaryOp<string mnemonic, string doc, list<Trait> traits = []>
     : Merak_InferOp<mnemonic, !listconcat(traits, [SameOperandsAndResultType])> {
   let summary = doc;
+  let runtimeInPlace = [[0, 0]];
   let arguments = (ins Merak_Tensor:$input);
   let results = (outs Merak_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -121,6 +139,7 @@ class Merak_FloatUnaryOp<string mnemonic, string doc>
 class Merak_BinaryOp<string mnemonic, string doc, list<Trait> traits = []>
     : Merak_InferOp<mnemonic, traits> {
   let summary = doc;
+  let runtimeInPlace = [[0, 0], [0, 1]];
   let description = [{
     Elementwise with broadcasting: shapes are aligned from the right, and a
     dimension of size 1 stretches to the other operand's size. Operands have
@@ -137,6 +156,7 @@ class Merak_BinaryOp<string mnemonic, string doc, list<Trait> traits = []>
 def Merak_ConstantOp : Merak_Op<"constant",
     [ConstantLike, Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
   let summary = "tensor constant";
+  let runtimeInstruction = 0;
   let description = [{
     A tensor known at compile time. The importer folds `arange`, `zeros`,
     `ones`, `full`, `tril` of constants and every other computation that
@@ -173,6 +193,7 @@ def Merak_NotOp : Merak_UnaryOp<"not", "logical not of a boolean tensor"> {
 
 def Merak_GeluOp : Merak_InferOp<"gelu", [SameOperandsAndResultType]> {
   let summary = "Gaussian error linear unit";
+  let runtimeInPlace = [[0, 0]];
   let description = [{
     `approximate = none` is x * Phi(x) with the exact normal CDF;
     `approximate = tanh` is PyTorch's tanh approximation.
@@ -186,6 +207,9 @@ def Merak_GeluOp : Merak_InferOp<"gelu", [SameOperandsAndResultType]> {
 
 def Merak_ClampOp : Merak_InferOp<"clamp", [SameOperandsAndResultType]> {
   let summary = "clamp to [min, max]; either bound may be absent";
+  let runtimeViewOf = 0;
+  let runtimeViewWhen = [{ !inst.attrs.min && !inst.attrs.max }];
+  let runtimeInPlace = [[0, 0]];
   let arguments = (ins Merak_Tensor:$input, OptionalAttr<F64Attr>:$min,
                    OptionalAttr<F64Attr>:$max);
   let results = (outs Merak_Tensor:$result);
@@ -195,6 +219,11 @@ def Merak_ClampOp : Merak_InferOp<"clamp", [SameOperandsAndResultType]> {
 def Merak_CastOp : Merak_Op<"cast",
     [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "element type conversion (PyTorch `.to(dtype)` semantics)";
+  let runtimeViewOf = 0;
+  let runtimeViewWhen = [{
+    program.values[inst.operands[0]].type.dtype ==
+        program.values[inst.results[0]].type.dtype
+  }];
   let arguments = (ins Merak_Tensor:$input);
   let results = (outs Merak_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
@@ -205,6 +234,9 @@ def Merak_DropoutOp : Merak_InferOp<"dropout", [SameOperandsAndResultType,
     DeclareOpInterfaceMethods<GradientOpInterface,
                               ["expandForDifferentiation"]>]> {
   let summary = "dropout with probability p, active only when training";
+  let runtimeViewOf = 0;
+  let runtimeViewWhen = [{ !inst.attrs.training || inst.attrs.p == 0 }];
+  let runtimeInPlace = [[0, 0]];
   let arguments = (ins Merak_FloatTensor:$input, F64Attr:$p, BoolAttr:$training);
   let results = (outs Merak_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -262,6 +294,7 @@ def Merak_CompareOp : Merak_InferOp<"compare"> {
 
 def Merak_WhereOp : Merak_InferOp<"where"> {
   let summary = "select `on_true` where `condition` holds, else `on_false`";
+  let runtimeInPlace = [[0, 1], [0, 2]];
   let description = [{
     Broadcasting over all three operands. `masked_fill(x, mask, v)` imports
     as `where(mask, v, x)`.
@@ -435,6 +468,7 @@ def Merak_IndexOp : Merak_InferOp<"index"> {
 
 def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
   let summary = "same elements, new shape (view, flatten, squeeze, unsqueeze)";
+  let runtimeViewOf = 0;
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Merak_Tensor:$result);
   let hasFolder = 1;
@@ -455,6 +489,7 @@ def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
 
 def Merak_PermuteOp : Merak_InferOp<"permute"> {
   let summary = "dimension permutation (transpose, permute, .T)";
+  let runtimeViewOf = 0;
   let description = [{ Result dimension `i` is input dimension `permutation[i]`. }];
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$permutation);
   let results = (outs Merak_Tensor:$result);
@@ -463,6 +498,7 @@ def Merak_PermuteOp : Merak_InferOp<"permute"> {
 
 def Merak_SliceOp : Merak_InferOp<"slice"> {
   let summary = "elements start, start + step, ... < end along `dim`";
+  let runtimeViewOf = 0;
   let description = [{
     Bounds are normalized: `0 <= start <= end <= size`, `step >= 1`.
   }];
@@ -473,6 +509,7 @@ def Merak_SliceOp : Merak_InferOp<"slice"> {
 
 def Merak_SelectOp : Merak_InferOp<"select"> {
   let summary = "one index along `dim`, which is removed";
+  let runtimeViewOf = 0;
   let arguments = (ins Merak_Tensor:$input, I64Attr:$dim, I64Attr:$index);
   let results = (outs Merak_Tensor:$result);
 }
@@ -485,6 +522,7 @@ def Merak_ConcatOp : Merak_InferOp<"concat"> {
 
 def Merak_ExpandOp : Merak_InferOp<"expand"> {
   let summary = "broadcast to `shape` (expand, expand_as, broadcast_to)";
+  let runtimeViewOf = 0;
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Merak_Tensor:$result);
 }
@@ -596,6 +634,7 @@ class Merak_BackwardOp<string mnemonic, list<Trait> traits = []>
 def Merak_GeluBackwardOp : Merak_BackwardOp<"gelu_backward",
     [AllTypesMatch<["grad", "input", "result"]>]> {
   let summary = "gradient of gelu with respect to its input";
+  let runtimeInPlace = [[0, 0]];
   let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
       DefaultValuedAttr<Merak_GeluApproximationAttr,
                         "::merak::GeluApproximation::none">:$approximate);
@@ -777,6 +816,11 @@ def Merak_SgdUpdateOp : Merak_Op<"sgd_update",
     [Pure, AllTypesMatch<["param", "grad", "momentum_buffer", "new_param",
                           "new_momentum_buffer"]>]> {
   let summary = "one step of torch.optim.SGD on one parameter";
+  // Without momentum the buffer passes through unchanged.
+  let runtimeViewResult = 1;
+  let runtimeViewOf = 2;
+  let runtimeViewWhen = [{ inst.attrs.momentum == 0 }];
+  let runtimeInPlace = [[0, 0], [1, 2]];
   let description = [{
     PyTorch's semantics, in its order of operations (`lr` is rank-0 f32,
     `step` rank-0 i64 counting from 1):
@@ -804,6 +848,7 @@ def Merak_AdamwUpdateOp : Merak_Op<"adamw_update",
     [Pure, AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq",
                           "new_param", "new_exp_avg", "new_exp_avg_sq"]>]> {
   let summary = "one step of torch.optim.AdamW on one parameter";
+  let runtimeInPlace = [[0, 0], [1, 2], [2, 3]];
   let description = [{
     PyTorch's semantics and order of operations (`step` counts from 1):
 
