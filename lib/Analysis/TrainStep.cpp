@@ -36,7 +36,7 @@ std::optional<int64_t> merak::getStage(Operation *op) {
 }
 
 bool merak::isOptimizerUpdate(Operation *op) {
-  return isa<SgdUpdateOp, AdamwUpdateOp>(op);
+  return op->hasTrait<merak::trait::OptimizerUpdate>();
 }
 Value merak::getUpdatedParam(Operation *update) {
   return update->getOperand(0);

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
@@ -89,7 +90,7 @@ struct DataParallelPass
       values.push_back(s.getResult());
     for (Value v : values)
       for (OpOperand &use : v.getUses())
-        if (!isa<ShardOp, AdamwUpdateOp, SgdUpdateOp>(use.getOwner()))
+        if (!isa<ShardOp>(use.getOwner()) && !isOptimizerUpdate(use.getOwner()))
           uses.push_back(&use);
     for (OpOperand *use : uses) {
       OpBuilder b(use->getOwner());
@@ -165,7 +166,7 @@ struct DataParallelPass
 
     // Each optimizer update runs on the shard of its state.
     func.walk([&](Operation *op) {
-      if (!isa<AdamwUpdateOp, SgdUpdateOp>(op))
+      if (!isOptimizerUpdate(op))
         return;
       // The state operands say how the update is split.
       MeshShardingAttr target;

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Analysis/CostModel.h"
+#include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
@@ -116,8 +117,8 @@ struct GradBucketsPass : public merak::impl::GradBucketsBase<GradBucketsPass> {
       // next step (not ZeRO-3's gathers of a parameter before its use).
       if (auto g = dyn_cast<AllGatherOp>(op);
           g && overDp(g.getMeshAxes()) && g.getGatherAxis() == 0 &&
-          isa_and_nonnull<AdamwUpdateOp, SgdUpdateOp>(
-              g.getInput().getDefiningOp()))
+          g.getInput().getDefiningOp() &&
+          isOptimizerUpdate(g.getInput().getDefiningOp()))
         gathers.push_back(g);
       // ZeRO-3: a parameter gathered right before its use. These are not
       // moved; only gathers standing together before the same readers

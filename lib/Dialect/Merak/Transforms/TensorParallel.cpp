@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/LayerPatterns.h"
@@ -174,7 +175,7 @@ struct TensorParallelPass
   /// Optimizer state takes the sharding of its parameter.
   void stateFollowsParam() {
     func.walk([&](Operation *op) {
-      if (!isa<AdamwUpdateOp, SgdUpdateOp>(op))
+      if (!isOptimizerUpdate(op))
         return;
       auto param = dyn_cast<BlockArgument>(stripShards(op->getOperand(0)));
       ShardOp s = param ? argAnnotation(param) : ShardOp();

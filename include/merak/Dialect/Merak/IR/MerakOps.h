@@ -13,6 +13,15 @@
 
 #include "merak/Dialect/Merak/IR/MerakEnums.h.inc"
 
+namespace merak::trait {
+/// An optimizer's update of one parameter (`Merak_OptimizerUpdate` in
+/// MerakOps.td): operand 0 is the parameter, operand 1 its gradient, and
+/// result 0 the updated parameter; the others are its state.
+template <typename ConcreteType>
+class OptimizerUpdate
+    : public mlir::OpTrait::TraitBase<ConcreteType, OptimizerUpdate> {};
+} // namespace merak::trait
+
 #define GET_ATTRDEF_CLASSES
 #include "merak/Dialect/Merak/IR/MerakAttrs.h.inc"
 

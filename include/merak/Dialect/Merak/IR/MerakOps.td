@@ -149,6 +149,12 @@ class Merak_BinaryOp<string mnemonic, string doc, list<Trait> traits = []>
   let results = (outs Merak_Tensor:$result);
 }
 
+// An optimizer's update of one parameter: operand 0 the parameter, operand
+// 1 its gradient, result 0 the updated parameter (TrainStep.h asks it).
+def Merak_OptimizerUpdate : NativeOpTrait<"OptimizerUpdate"> {
+  let cppNamespace = "::merak::trait";
+}
+
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//
@@ -813,7 +819,7 @@ def Merak_DropoutMaskOp : Merak_Op<"dropout_mask",
 def Merak_Scalar : 0DTensorOf<[F32, F64, I64]>;
 
 def Merak_SgdUpdateOp : Merak_Op<"sgd_update",
-    [Pure, AllTypesMatch<["param", "grad", "momentum_buffer", "new_param",
+    [Pure, Merak_OptimizerUpdate, AllTypesMatch<["param", "grad", "momentum_buffer", "new_param",
                           "new_momentum_buffer"]>]> {
   let summary = "one step of torch.optim.SGD on one parameter";
   // Without momentum the buffer passes through unchanged.
@@ -845,7 +851,7 @@ def Merak_SgdUpdateOp : Merak_Op<"sgd_update",
 }
 
 def Merak_AdamwUpdateOp : Merak_Op<"adamw_update",
-    [Pure, AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq",
+    [Pure, Merak_OptimizerUpdate, AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq",
                           "new_param", "new_exp_avg", "new_exp_avg_sq"]>]> {
   let summary = "one step of torch.optim.AdamW on one parameter";
   let runtimeInPlace = [[0, 0], [1, 2], [2, 3]];
