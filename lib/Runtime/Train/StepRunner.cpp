@@ -33,9 +33,10 @@ absl::StatusOr<RunInputs> runInputs(const Program &step, int64_t microbatches) {
 
 namespace {
 
-class SingleProgramRunner final : public StepRunner {
+/// What both runners forward to their executor as it is.
+template <typename Exec> class ExecutorRunner : public StepRunner {
 public:
-  SingleProgramRunner(std::unique_ptr<Executor> exec, RunInputs inputs)
+  ExecutorRunner(std::unique_ptr<Exec> exec, RunInputs inputs)
       : exec(std::move(exec)), inputs(std::move(inputs)) {}
 
   absl::Status loadState(const std::map<std::string, HostTensor> &tensors,
@@ -43,6 +44,20 @@ public:
                          bool requireOptimizerState) override {
     return exec->loadState(tensors, sourceName, requireOptimizerState);
   }
+  absl::StatusOr<std::map<std::string, HostTensor>> stateToHost() override {
+    return exec->stateToHost();
+  }
+  void setProfile(OpProfile *profile) override { exec->setProfile(profile); }
+
+protected:
+  std::unique_ptr<Exec> exec;
+  RunInputs inputs;
+};
+
+class SingleProgramRunner final : public ExecutorRunner<Executor> {
+public:
+  using ExecutorRunner::ExecutorRunner;
+
   std::unique_ptr<BatchSource>
   batchesFrom(std::unique_ptr<BatchSource> global) override {
     return shardBatches(std::move(global), inputs.sharded, inputs.meshShape,
@@ -53,26 +68,12 @@ public:
                                       bool skipNonFinite) override {
     return exec->runStep(step, batch, skipNonFinite);
   }
-  absl::StatusOr<std::map<std::string, HostTensor>> stateToHost() override {
-    return exec->stateToHost();
-  }
-  void setProfile(OpProfile *profile) override { exec->setProfile(profile); }
-
-private:
-  std::unique_ptr<Executor> exec;
-  RunInputs inputs;
 };
 
-class PipelineRunner final : public StepRunner {
+class PipelineRunner final : public ExecutorRunner<PipelineExecutor> {
 public:
-  PipelineRunner(std::unique_ptr<PipelineExecutor> exec, RunInputs inputs)
-      : exec(std::move(exec)), inputs(std::move(inputs)) {}
+  using ExecutorRunner::ExecutorRunner;
 
-  absl::Status loadState(const std::map<std::string, HostTensor> &tensors,
-                         const std::string &sourceName,
-                         bool requireOptimizerState) override {
-    return exec->loadState(tensors, sourceName, requireOptimizerState);
-  }
   std::unique_ptr<BatchSource>
   batchesFrom(std::unique_ptr<BatchSource> global) override {
     return global;
@@ -86,10 +87,6 @@ public:
       return micro.status();
     return exec->runStep(step, *micro, skipNonFinite);
   }
-  absl::StatusOr<std::map<std::string, HostTensor>> stateToHost() override {
-    return exec->stateToHost();
-  }
-  void setProfile(OpProfile *profile) override { exec->setProfile(profile); }
 
 private:
   /// Micro-batch m of a global batch, cut to this rank's shards.
@@ -114,9 +111,6 @@ private:
     }
     return result;
   }
-
-  std::unique_ptr<PipelineExecutor> exec;
-  RunInputs inputs;
 };
 
 } // namespace
