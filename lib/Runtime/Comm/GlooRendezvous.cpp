@@ -1,18 +1,14 @@
-//===- GlooCommunicator.cpp - rendezvous, heartbeat and Gloo collectives --===//
+//===- GlooRendezvous.cpp - rendezvous, heartbeat and process groups ------===//
 //
-// The one translation unit with c10d: the TCPStore every rank joins, the
-// heartbeat that finds dead or stuck ranks, and a communicator that runs
-// the mesh collectives on the CPU backend's tensors with ProcessGroupGloo,
-// in the background on one Gloo worker thread per process group.
-// Gloo in c10d 1.13 has no reduce-scatter and no average: reduce_scatter is
-// an all-to-all of the blocks followed by a local reduction (the bytes a
-// ring moves), and average is a sum divided by the group size.
+// A rank's membership in a run over Gloo: the TCPStore every rank joins,
+// the heartbeat that finds dead or stuck ranks, barriers and small
+// exchanges, and the Gloo process groups the collectives
+// (GlooCollectives.cpp) and the pipeline transfers (GlooPointToPoint.cpp)
+// run on.
 //
 //===----------------------------------------------------------------------===//
 
-#include "../AtenDTypes.h"
-#include "../CPU/CpuTensor.h"
-#include "merak/Runtime/Comm/Distributed.h"
+#include "GlooInternal.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -41,7 +37,34 @@ namespace merak::runtime {
 
 DistributedJob::~DistributedJob() = default;
 
+namespace gloo {
+
 namespace {
+/// The first line of a c10/Gloo message, without the C++ backtrace.
+std::string firstLine(const char *what) {
+  std::string text = what;
+  return text.substr(0, text.find('\n'));
+}
+} // namespace
+
+std::string describe(const std::exception &e) {
+  if (auto *c10 = dynamic_cast<const c10::Error *>(&e))
+    return firstLine(c10->what_without_backtrace());
+  return firstLine(e.what());
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", ms.count() / 1000.0);
+  return text;
+}
+
+} // namespace gloo
+
+namespace {
+
+using gloo::describe;
+using gloo::seconds;
 
 using Clock = std::chrono::steady_clock;
 
@@ -70,39 +93,20 @@ std::string toText(const std::vector<uint8_t> &v) {
   return std::string(v.begin(), v.end());
 }
 
-/// The first line of a c10/Gloo message, without the C++ backtrace.
-std::string firstLine(const char *what) {
-  std::string text = what;
-  return text.substr(0, text.find('\n'));
-}
-std::string describe(const std::exception &e) {
-  if (auto *c10 = dynamic_cast<const c10::Error *>(&e))
-    return firstLine(c10->what_without_backtrace());
-  return firstLine(e.what());
-}
-
-std::string seconds(std::chrono::milliseconds ms) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g s", ms.count() / 1000.0);
-  return text;
-}
-
 bool isLoopback(const std::string &addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
-class GlooCommunicator;
-
-class Job final : public DistributedJob {
+class RendezvousJob final : public gloo::Job {
 public:
-  Job(RendezvousOptions options, FailureHandler onFailure)
+  RendezvousJob(RendezvousOptions options, FailureHandler onFailure)
       : options(std::move(options)), onFailure(std::move(onFailure)) {
     interval =
         std::clamp(this->options.timeout / 10, std::chrono::milliseconds(100),
                    std::chrono::milliseconds(500));
   }
 
-  ~Job() override { stopThreads(); }
+  ~RendezvousJob() override { stopThreads(); }
 
   absl::Status connect() {
     std::string where = absl::StrCat(options.masterAddr, ":", options.port);
@@ -254,7 +258,7 @@ public:
   /// As `diagnose`, for a failure of the collective at (step,
   /// instruction): a live peer is late when it has not started that one.
   std::string diagnose(const std::vector<int64_t> &ranks, int64_t step,
-                       int64_t instruction) {
+                       int64_t instruction) override {
     try {
       return diagnoseOrThrow(ranks, step, instruction);
     } catch (const std::exception &e) {
@@ -501,428 +505,7 @@ private:
   std::shared_ptr<::gloo::transport::Device> device;
 };
 
-//===----------------------------------------------------------------------===//
-// The communicator
-//===----------------------------------------------------------------------===//
-
-/// A collective started on a Gloo worker thread: its c10d work and what
-/// remains to do on this thread once the data has moved.
-class GlooPending final : public PendingCollective {
-public:
-  GlooPending(Job &job, std::vector<int64_t> ranks, int64_t step,
-              int64_t instruction)
-      : job(job), ranks(std::move(ranks)), step(step),
-        instruction(instruction) {}
-
-  absl::Status wait() override {
-    if (transfer)
-      return *transfer;
-    try {
-      work->wait();
-      transfer = absl::OkStatus();
-    } catch (const std::exception &e) {
-      transfer = failed(e);
-    }
-    return *transfer;
-  }
-
-  absl::StatusOr<std::vector<TensorHandle>> finish() override {
-    if (absl::Status s = wait(); !s.ok())
-      return s;
-    c10::InferenceMode guard;
-    try {
-      return std::vector<TensorHandle>{wrap(complete())};
-    } catch (const std::exception &e) {
-      return absl::InternalError(describe(e));
-    }
-  }
-
-  /// A failure of this collective, with what the heartbeat knows of the
-  /// group's other ranks (compared with this collective's position, not
-  /// with the later ones this rank may have started since).
-  absl::Status failed(const std::exception &e) {
-    std::string why = job.diagnose(ranks, step, instruction);
-    return absl::UnavailableError(absl::StrCat(
-        "communication among ranks ", absl::StrJoin(ranks, ", "), " failed",
-        why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
-  }
-
-  c10::intrusive_ptr<c10d::Work> work;
-  /// Runs under InferenceMode after the transfer; returns the result.
-  std::function<at::Tensor()> complete;
-
-private:
-  Job &job;
-  std::vector<int64_t> ranks;
-  int64_t step, instruction;
-  std::optional<absl::Status> transfer;
-};
-
-class GlooCommunicator final : public Communicator {
-public:
-  struct Group {
-    c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-    ProcessGroupSpec spec;
-  };
-
-  GlooCommunicator(Job &job, std::vector<Group> groups)
-      : job(job), groups(std::move(groups)) {}
-
-  int64_t rank() const override { return job.rank(); }
-  int64_t worldSize() const override { return job.worldSize(); }
-
-  absl::StatusOr<std::unique_ptr<PendingCollective>>
-  start(KernelCall &call) override {
-    const Instruction &inst = *call.instruction;
-    const OpAttrs &a = inst.attrs;
-    if (a.group < 0 || size_t(a.group) >= groups.size())
-      return absl::InternalError("a collective without a process group");
-    Group &group = groups[a.group];
-    int64_t step = call.step ? call.step->globalStep : 0;
-    int64_t index = &inst - call.program->instructions.data();
-    job.setProgress(step, index);
-    auto pending = std::make_unique<GlooPending>(job, group.spec.members.ranks,
-                                                 step, index);
-    c10::InferenceMode guard;
-    try {
-      launch(inst, group, call, *pending);
-    } catch (const std::exception &e) {
-      return pending->failed(e);
-    }
-    return std::unique_ptr<PendingCollective>(std::move(pending));
-  }
-
-private:
-  /// The target of a collective that works in place: the planned operand,
-  /// else a contiguous copy of the input.
-  static at::Tensor writable(const at::Tensor &in, KernelCall &call) {
-    if (call.inPlace[0]) {
-      const at::Tensor &target = unwrap(*call.inPlace[0]);
-      if (target.is_contiguous())
-        return target;
-    }
-    return in.clone(at::MemoryFormat::Contiguous);
-  }
-
-  /// Reduces `blocks` ([n, ...]) over its first dimension.
-  static at::Tensor reduceBlocks(const at::Tensor &blocks,
-                                 CollectiveReduction r, int64_t n) {
-    switch (r) {
-    case CollectiveReduction::Sum:
-      return blocks.sum(0);
-    case CollectiveReduction::Average:
-      return divide(blocks.sum(0), n);
-    case CollectiveReduction::Max:
-      return std::get<0>(blocks.max(0));
-    case CollectiveReduction::Min:
-      return std::get<0>(blocks.min(0));
-    case CollectiveReduction::Product:
-      return blocks.prod(0);
-    }
-    return blocks.sum(0);
-  }
-
-  static at::Tensor divide(const at::Tensor &t, int64_t n) {
-    if (at::isFloatingType(t.scalar_type()))
-      return t.div_(double(n));
-    return t.div_(n, "trunc");
-  }
-
-  /// Starts the c10d operation of `inst` and says in `pending` what is
-  /// left to do after it. The tensors the lambdas hold keep the buffers
-  /// Gloo reads and writes alive until then.
-  void launch(const Instruction &inst, Group &group, KernelCall &call,
-              GlooPending &pending) {
-    const OpAttrs &a = inst.attrs;
-    const int64_t n = int64_t(group.spec.members.ranks.size());
-    at::Tensor in = unwrap(*call.operands[0]).contiguous();
-    c10d::ProcessGroupGloo &pg = *group.pg;
-    switch (inst.kind) {
-    case OpKind::AllReduce: {
-      std::vector<at::Tensor> tensors{writable(in, call)};
-      c10d::AllreduceOptions options;
-      switch (a.collectiveReduction) {
-      case CollectiveReduction::Sum:
-      case CollectiveReduction::Average:
-        options.reduceOp = c10d::ReduceOp::SUM;
-        break;
-      case CollectiveReduction::Max:
-        options.reduceOp = c10d::ReduceOp::MAX;
-        break;
-      case CollectiveReduction::Min:
-        options.reduceOp = c10d::ReduceOp::MIN;
-        break;
-      case CollectiveReduction::Product:
-        options.reduceOp = c10d::ReduceOp::PRODUCT;
-        break;
-      }
-      pending.work = pg.allreduce(tensors, options);
-      bool average = a.collectiveReduction == CollectiveReduction::Average;
-      pending.complete = [t = tensors[0], average, n] {
-        return average ? divide(t, n) : t;
-      };
-      return;
-    }
-    case OpKind::AllGather: {
-      // Gloo copies into these on its own threads, outside InferenceMode,
-      // which only normal tensors allow.
-      std::vector<std::vector<at::Tensor>> outputs(1);
-      {
-        c10::InferenceMode normal(false);
-        for (int64_t i = 0; i < n; ++i)
-          outputs[0].push_back(at::empty(in.sizes(), in.options()));
-      }
-      std::vector<at::Tensor> inputs{in};
-      pending.work = pg.allgather(outputs, inputs);
-      pending.complete = [outputs, in, dim = a.dim] {
-        return at::cat(outputs[0], dim);
-      };
-      return;
-    }
-    case OpKind::ReduceScatter: {
-      // Block j of the scatter dimension goes to member j; member i then
-      // holds block i of every member and reduces them (at the wait).
-      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
-      at::Tensor received = at::empty_like(blocks);
-      std::vector<int64_t> counts;
-      pending.work = pg.alltoall_base(received, blocks, counts, counts);
-      std::vector<int64_t> shape{n, blocks.size(0) / n};
-      shape.insert(shape.end(), blocks.sizes().begin() + 1,
-                   blocks.sizes().end());
-      pending.complete = [blocks, received, shape, n, dim = a.dim,
-                          r = a.collectiveReduction] {
-        at::Tensor reduced = reduceBlocks(received.view(shape), r, n);
-        return reduced.movedim(0, dim).contiguous();
-      };
-      return;
-    }
-    case OpKind::AllToAll: {
-      // Block j along the split dimension goes to member j; what member i
-      // sends is concatenated along the concat dimension in member order.
-      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
-      at::Tensor received = at::empty_like(blocks);
-      std::vector<int64_t> counts;
-      pending.work = pg.alltoall_base(received, blocks, counts, counts);
-      pending.complete = [blocks, received, n, dim = a.dim,
-                          concatDim = a.concatDim] {
-        std::vector<at::Tensor> pieces;
-        for (const at::Tensor &piece : received.chunk(n, 0))
-          pieces.push_back(piece.movedim(0, dim));
-        return at::cat(pieces, concatDim);
-      };
-      return;
-    }
-    case OpKind::Broadcast: {
-      std::vector<at::Tensor> tensors{writable(in, call)};
-      c10d::BroadcastOptions options;
-      // The root is an in-group multi-index over `meshAxes`.
-      int64_t root = 0;
-      const std::vector<int64_t> &mesh = call.program->mesh->shape;
-      for (size_t k = 0; k < a.meshAxes.size(); ++k)
-        root = root * mesh[a.meshAxes[k]] + a.root[k];
-      options.rootRank = root;
-      pending.work = pg.broadcast(tensors, options);
-      pending.complete = [t = tensors[0]] { return t; };
-      return;
-    }
-    default:
-      throw std::invalid_argument(
-          absl::StrCat("'", opFullName(inst.kind), "' is not a collective"));
-    }
-  }
-
-  Job &job;
-  std::vector<Group> groups;
-};
-
-/// Point-to-point transfers over one process group of every rank. A
-/// transfer's tensors travel as one byte buffer, each at an 8-byte aligned
-/// offset. c10d's send and receive works only complete inside `wait`, so a
-/// thread per transfer waits for it; `ready` asks that thread.
-class GlooPeerLink final : public PeerLink {
-public:
-  GlooPeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
-      : job(job), pg(std::move(pg)) {}
-
-  absl::StatusOr<std::unique_ptr<PendingCollective>>
-  send(int64_t peer, int64_t tag, const std::vector<DeviceTensor *> &tensors,
-       const std::vector<TensorType> &types) override {
-    auto pending = std::make_unique<Transfer>(job, progress, job.rank(), peer);
-    try {
-      int64_t total = layout(types, pending->offsets);
-      {
-        // Gloo reads it on its own threads: a normal tensor.
-        c10::InferenceMode normal(false);
-        pending->buffer = at::empty({total}, at::kByte);
-      }
-      {
-        c10::InferenceMode guard;
-        for (size_t k = 0; k < tensors.size(); ++k) {
-          at::Tensor t = unwrap(*tensors[k]).contiguous();
-          int64_t bytes = t.numel() * int64_t(t.element_size());
-          if (bytes)
-            std::memcpy(static_cast<uint8_t *>(pending->buffer.data_ptr()) +
-                            pending->offsets[k],
-                        t.data_ptr(), size_t(bytes));
-        }
-      }
-      std::vector<at::Tensor> list{pending->buffer};
-      pending->start(pg->send(list, int(peer), int(tag)));
-    } catch (const std::exception &e) {
-      return pending->failed(e);
-    }
-    return std::unique_ptr<PendingCollective>(std::move(pending));
-  }
-
-  absl::StatusOr<std::unique_ptr<PendingCollective>>
-  recv(int64_t peer, int64_t tag,
-       const std::vector<TensorType> &types) override {
-    auto pending = std::make_unique<Transfer>(job, progress, peer, job.rank());
-    try {
-      int64_t total = layout(types, pending->offsets);
-      {
-        c10::InferenceMode normal(false);
-        pending->buffer = at::empty({total}, at::kByte);
-      }
-      pending->types = types;
-      std::vector<at::Tensor> list{pending->buffer};
-      pending->start(pg->recv(list, int(peer), int(tag)));
-    } catch (const std::exception &e) {
-      return pending->failed(e);
-    }
-    return std::unique_ptr<PendingCollective>(std::move(pending));
-  }
-
-  int64_t finished() override {
-    std::lock_guard<std::mutex> guard(progress->mutex);
-    return progress->completed;
-  }
-
-  void waitForProgress(int64_t since,
-                       std::chrono::microseconds limit) override {
-    std::unique_lock<std::mutex> lock(progress->mutex);
-    progress->changed.wait_for(lock, limit,
-                               [&] { return progress->completed != since; });
-  }
-
-private:
-  /// Counts finished transfers, so a rank with nothing ready can sleep
-  /// until one finishes.
-  struct Progress {
-    std::mutex mutex;
-    std::condition_variable changed;
-    int64_t completed = 0;
-  };
-
-  /// A send or a receive in flight; a receive cuts its buffer into the
-  /// expected tensors at the end.
-  class Transfer final : public PendingCollective {
-  public:
-    Transfer(Job &job, std::shared_ptr<Progress> progress, int64_t from,
-             int64_t to)
-        : job(job), progress(std::move(progress)), from(from), to(to) {}
-    ~Transfer() override {
-      // The waiting thread must not outlive the work it waits for.
-      if (waiter.valid())
-        waiter.wait();
-    }
-
-    void start(c10::intrusive_ptr<c10d::Work> w) {
-      work = std::move(w);
-      waiter =
-          std::async(std::launch::async, [work = work, progress = progress] {
-            auto done = [&] {
-              std::lock_guard<std::mutex> guard(progress->mutex);
-              ++progress->completed;
-              progress->changed.notify_all();
-            };
-            try {
-              work->wait();
-            } catch (...) {
-              done();
-              throw;
-            }
-            done();
-          });
-    }
-
-    bool ready() override {
-      return transfer || !waiter.valid() ||
-             waiter.wait_for(std::chrono::seconds(0)) ==
-                 std::future_status::ready;
-    }
-    absl::Status wait() override {
-      if (transfer)
-        return *transfer;
-      try {
-        waiter.get();
-        transfer = absl::OkStatus();
-      } catch (const std::exception &e) {
-        transfer = failed(e);
-      }
-      return *transfer;
-    }
-    absl::StatusOr<std::vector<TensorHandle>> finish() override {
-      if (absl::Status s = wait(); !s.ok())
-        return s;
-      c10::InferenceMode guard;
-      std::vector<TensorHandle> result;
-      try {
-        for (size_t k = 0; k < types.size(); ++k) {
-          const TensorType &t = types[k];
-          at::Tensor part =
-              at::empty(t.shape, at::TensorOptions().dtype(toAten(t.dtype)));
-          int64_t bytes = part.numel() * int64_t(part.element_size());
-          if (bytes)
-            std::memcpy(part.data_ptr(),
-                        static_cast<const uint8_t *>(buffer.data_ptr()) +
-                            offsets[k],
-                        size_t(bytes));
-          result.push_back(wrap(part));
-        }
-      } catch (const std::exception &e) {
-        return absl::InternalError(describe(e));
-      }
-      buffer = at::Tensor();
-      return result;
-    }
-    absl::Status failed(const std::exception &e) {
-      std::string why = job.diagnose({from, to});
-      return absl::UnavailableError(absl::StrCat(
-          "transfer from rank ", from, " to rank ", to, " failed",
-          why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
-    }
-
-    at::Tensor buffer;
-    std::vector<int64_t> offsets;
-    std::vector<TensorType> types; // a receive's
-
-  private:
-    Job &job;
-    std::shared_ptr<Progress> progress;
-    int64_t from, to;
-    c10::intrusive_ptr<c10d::Work> work;
-    std::future<void> waiter;
-    std::optional<absl::Status> transfer;
-  };
-
-  static int64_t layout(const std::vector<TensorType> &types,
-                        std::vector<int64_t> &offsets) {
-    int64_t total = 0;
-    offsets.clear();
-    for (const TensorType &t : types) {
-      offsets.push_back(total);
-      total += (t.byteSize() + 7) / 8 * 8;
-    }
-    return std::max<int64_t>(total, 8);
-  }
-
-  Job &job;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-  std::shared_ptr<Progress> progress = std::make_shared<Progress>();
-};
-
-absl::StatusOr<std::unique_ptr<PeerLink>> Job::createPeerLink() {
+absl::StatusOr<std::unique_ptr<PeerLink>> RendezvousJob::createPeerLink() {
   if (absl::Status s = openDevice(); !s.ok())
     return s;
   auto groupOptions =
@@ -934,7 +517,7 @@ absl::StatusOr<std::unique_ptr<PeerLink>> Job::createPeerLink() {
         c10::make_intrusive<c10d::PrefixStore>(
             absl::StrCat("merak/p2p/", communicators++), store),
         int(options.rank), int(options.worldSize), groupOptions);
-    return std::unique_ptr<PeerLink>(new GlooPeerLink(*this, std::move(pg)));
+    return gloo::makePeerLink(*this, std::move(pg));
   } catch (const std::exception &e) {
     std::string why = diagnose(allRanks());
     return absl::UnavailableError(absl::StrCat(
@@ -945,13 +528,12 @@ absl::StatusOr<std::unique_ptr<PeerLink>> Job::createPeerLink() {
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>>
-Job::createGlooCommunicator(const Program &program) {
+RendezvousJob::createGlooCommunicator(const Program &program) {
   if (program.groups.empty())
-    return std::unique_ptr<Communicator>(
-        new GlooCommunicator(*this, std::vector<GlooCommunicator::Group>()));
+    return gloo::makeCommunicator(*this, {});
   if (absl::Status s = openDevice(); !s.ok())
     return s;
-  std::vector<GlooCommunicator::Group> groups;
+  std::vector<gloo::Group> groups;
   int64_t generation = communicators++;
   for (const ProcessGroupSpec &spec : program.groups) {
     // Groups over the same axes are disjoint: the first member names one.
@@ -978,8 +560,7 @@ Job::createGlooCommunicator(const Program &program) {
           why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
     }
   }
-  return std::unique_ptr<Communicator>(
-      new GlooCommunicator(*this, std::move(groups)));
+  return gloo::makeCommunicator(*this, std::move(groups));
 }
 
 } // namespace
@@ -999,7 +580,7 @@ DistributedJob::join(const RendezvousOptions &options,
   // unless GLOG_minloglevel asks for more.
   if (!std::getenv("GLOG_minloglevel"))
     FLAGS_minloglevel = google::GLOG_FATAL;
-  auto job = std::make_unique<Job>(options, std::move(onPeerFailure));
+  auto job = std::make_unique<RendezvousJob>(options, std::move(onPeerFailure));
   if (absl::Status s = job->connect(); !s.ok())
     return s;
   return std::unique_ptr<DistributedJob>(std::move(job));

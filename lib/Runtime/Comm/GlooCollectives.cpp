@@ -1,0 +1,261 @@
+//===- GlooCollectives.cpp - the mesh collectives on Gloo -----------------===//
+//
+// A communicator that runs the mesh collectives on the CPU backend's
+// tensors with ProcessGroupGloo, in the background on one Gloo worker
+// thread per process group. Gloo in c10d 1.13 has no reduce-scatter and no
+// average: reduce_scatter is an all-to-all of the blocks followed by a
+// local reduction (the bytes a ring moves), and average is a sum divided by
+// the group size.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../AtenDTypes.h"
+#include "../CPU/CpuTensor.h"
+#include "GlooInternal.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <functional>
+#include <optional>
+
+namespace merak::runtime::gloo {
+
+namespace {
+
+/// A collective started on a Gloo worker thread: its c10d work and what
+/// remains to do on this thread once the data has moved.
+class GlooPending final : public PendingCollective {
+public:
+  GlooPending(Job &job, std::vector<int64_t> ranks, int64_t step,
+              int64_t instruction)
+      : job(job), ranks(std::move(ranks)), step(step),
+        instruction(instruction) {}
+
+  absl::Status wait() override {
+    if (transfer)
+      return *transfer;
+    try {
+      work->wait();
+      transfer = absl::OkStatus();
+    } catch (const std::exception &e) {
+      transfer = failed(e);
+    }
+    return *transfer;
+  }
+
+  absl::StatusOr<std::vector<TensorHandle>> finish() override {
+    if (absl::Status s = wait(); !s.ok())
+      return s;
+    c10::InferenceMode guard;
+    try {
+      return std::vector<TensorHandle>{wrap(complete())};
+    } catch (const std::exception &e) {
+      return absl::InternalError(describe(e));
+    }
+  }
+
+  /// A failure of this collective, with what the heartbeat knows of the
+  /// group's other ranks (compared with this collective's position, not
+  /// with the later ones this rank may have started since).
+  absl::Status failed(const std::exception &e) {
+    std::string why = job.diagnose(ranks, step, instruction);
+    return absl::UnavailableError(absl::StrCat(
+        "communication among ranks ", absl::StrJoin(ranks, ", "), " failed",
+        why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+  }
+
+  c10::intrusive_ptr<c10d::Work> work;
+  /// Runs under InferenceMode after the transfer; returns the result.
+  std::function<at::Tensor()> complete;
+
+private:
+  Job &job;
+  std::vector<int64_t> ranks;
+  int64_t step, instruction;
+  std::optional<absl::Status> transfer;
+};
+
+class GlooCommunicator final : public Communicator {
+public:
+  GlooCommunicator(Job &job, std::vector<Group> groups)
+      : job(job), groups(std::move(groups)) {}
+
+  int64_t rank() const override { return job.rank(); }
+  int64_t worldSize() const override { return job.worldSize(); }
+
+  absl::StatusOr<std::unique_ptr<PendingCollective>>
+  start(KernelCall &call) override {
+    const Instruction &inst = *call.instruction;
+    const OpAttrs &a = inst.attrs;
+    if (a.group < 0 || size_t(a.group) >= groups.size())
+      return absl::InternalError("a collective without a process group");
+    Group &group = groups[a.group];
+    int64_t step = call.step ? call.step->globalStep : 0;
+    int64_t index = &inst - call.program->instructions.data();
+    job.setProgress(step, index);
+    auto pending = std::make_unique<GlooPending>(job, group.spec.members.ranks,
+                                                 step, index);
+    c10::InferenceMode guard;
+    try {
+      launch(inst, group, call, *pending);
+    } catch (const std::exception &e) {
+      return pending->failed(e);
+    }
+    return std::unique_ptr<PendingCollective>(std::move(pending));
+  }
+
+private:
+  /// The target of a collective that works in place: the planned operand,
+  /// else a contiguous copy of the input.
+  static at::Tensor writable(const at::Tensor &in, KernelCall &call) {
+    if (call.inPlace[0]) {
+      const at::Tensor &target = unwrap(*call.inPlace[0]);
+      if (target.is_contiguous())
+        return target;
+    }
+    return in.clone(at::MemoryFormat::Contiguous);
+  }
+
+  /// Reduces `blocks` ([n, ...]) over its first dimension.
+  static at::Tensor reduceBlocks(const at::Tensor &blocks,
+                                 CollectiveReduction r, int64_t n) {
+    switch (r) {
+    case CollectiveReduction::Sum:
+      return blocks.sum(0);
+    case CollectiveReduction::Average:
+      return divide(blocks.sum(0), n);
+    case CollectiveReduction::Max:
+      return std::get<0>(blocks.max(0));
+    case CollectiveReduction::Min:
+      return std::get<0>(blocks.min(0));
+    case CollectiveReduction::Product:
+      return blocks.prod(0);
+    }
+    return blocks.sum(0);
+  }
+
+  static at::Tensor divide(const at::Tensor &t, int64_t n) {
+    if (at::isFloatingType(t.scalar_type()))
+      return t.div_(double(n));
+    return t.div_(n, "trunc");
+  }
+
+  /// Starts the c10d operation of `inst` and says in `pending` what is
+  /// left to do after it. The tensors the lambdas hold keep the buffers
+  /// Gloo reads and writes alive until then.
+  void launch(const Instruction &inst, Group &group, KernelCall &call,
+              GlooPending &pending) {
+    const OpAttrs &a = inst.attrs;
+    const int64_t n = int64_t(group.spec.members.ranks.size());
+    at::Tensor in = unwrap(*call.operands[0]).contiguous();
+    c10d::ProcessGroupGloo &pg = *group.pg;
+    switch (inst.kind) {
+    case OpKind::AllReduce: {
+      std::vector<at::Tensor> tensors{writable(in, call)};
+      c10d::AllreduceOptions options;
+      switch (a.collectiveReduction) {
+      case CollectiveReduction::Sum:
+      case CollectiveReduction::Average:
+        options.reduceOp = c10d::ReduceOp::SUM;
+        break;
+      case CollectiveReduction::Max:
+        options.reduceOp = c10d::ReduceOp::MAX;
+        break;
+      case CollectiveReduction::Min:
+        options.reduceOp = c10d::ReduceOp::MIN;
+        break;
+      case CollectiveReduction::Product:
+        options.reduceOp = c10d::ReduceOp::PRODUCT;
+        break;
+      }
+      pending.work = pg.allreduce(tensors, options);
+      bool average = a.collectiveReduction == CollectiveReduction::Average;
+      pending.complete = [t = tensors[0], average, n] {
+        return average ? divide(t, n) : t;
+      };
+      return;
+    }
+    case OpKind::AllGather: {
+      // Gloo copies into these on its own threads, outside InferenceMode,
+      // which only normal tensors allow.
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      {
+        c10::InferenceMode normal(false);
+        for (int64_t i = 0; i < n; ++i)
+          outputs[0].push_back(at::empty(in.sizes(), in.options()));
+      }
+      std::vector<at::Tensor> inputs{in};
+      pending.work = pg.allgather(outputs, inputs);
+      pending.complete = [outputs, in, dim = a.dim] {
+        return at::cat(outputs[0], dim);
+      };
+      return;
+    }
+    case OpKind::ReduceScatter: {
+      // Block j of the scatter dimension goes to member j; member i then
+      // holds block i of every member and reduces them (at the wait).
+      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
+      at::Tensor received = at::empty_like(blocks);
+      std::vector<int64_t> counts;
+      pending.work = pg.alltoall_base(received, blocks, counts, counts);
+      std::vector<int64_t> shape{n, blocks.size(0) / n};
+      shape.insert(shape.end(), blocks.sizes().begin() + 1,
+                   blocks.sizes().end());
+      pending.complete = [blocks, received, shape, n, dim = a.dim,
+                          r = a.collectiveReduction] {
+        at::Tensor reduced = reduceBlocks(received.view(shape), r, n);
+        return reduced.movedim(0, dim).contiguous();
+      };
+      return;
+    }
+    case OpKind::AllToAll: {
+      // Block j along the split dimension goes to member j; what member i
+      // sends is concatenated along the concat dimension in member order.
+      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
+      at::Tensor received = at::empty_like(blocks);
+      std::vector<int64_t> counts;
+      pending.work = pg.alltoall_base(received, blocks, counts, counts);
+      pending.complete = [blocks, received, n, dim = a.dim,
+                          concatDim = a.concatDim] {
+        std::vector<at::Tensor> pieces;
+        for (const at::Tensor &piece : received.chunk(n, 0))
+          pieces.push_back(piece.movedim(0, dim));
+        return at::cat(pieces, concatDim);
+      };
+      return;
+    }
+    case OpKind::Broadcast: {
+      std::vector<at::Tensor> tensors{writable(in, call)};
+      c10d::BroadcastOptions options;
+      // The root is an in-group multi-index over `meshAxes`.
+      int64_t root = 0;
+      const std::vector<int64_t> &mesh = call.program->mesh->shape;
+      for (size_t k = 0; k < a.meshAxes.size(); ++k)
+        root = root * mesh[a.meshAxes[k]] + a.root[k];
+      options.rootRank = root;
+      pending.work = pg.broadcast(tensors, options);
+      pending.complete = [t = tensors[0]] { return t; };
+      return;
+    }
+    default:
+      throw std::invalid_argument(
+          absl::StrCat("'", opFullName(inst.kind), "' is not a collective"));
+    }
+  }
+
+  Job &job;
+  std::vector<Group> groups;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> makeCommunicator(Job &job,
+                                               std::vector<Group> groups) {
+  return std::make_unique<GlooCommunicator>(job, std::move(groups));
+}
+
+} // namespace merak::runtime::gloo

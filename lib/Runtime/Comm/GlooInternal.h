@@ -1,0 +1,57 @@
+//===- GlooInternal.h - what the Gloo translation units share ---*- C++ -*-===//
+//
+// Gloo through c10d is three translation units: GlooRendezvous.cpp (the
+// TCPStore every rank joins, the heartbeat, barriers, and the process
+// groups), GlooCollectives.cpp (the mesh collectives on the CPU backend's
+// tensors) and GlooPointToPoint.cpp (the pipeline's transfers). This
+// private header is what they share; it includes c10d.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_LIB_RUNTIME_COMM_GLOOINTERNAL_H
+#define MERAK_LIB_RUNTIME_COMM_GLOOINTERNAL_H
+
+#include "merak/Runtime/Comm/Distributed.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace merak::runtime::gloo {
+
+/// The job the collectives and the transfers belong to.
+class Job : public DistributedJob {
+public:
+  using DistributedJob::diagnose;
+  /// As `diagnose`, for a failure of the collective at (step,
+  /// instruction): a live peer is late when it has not started that one.
+  virtual std::string diagnose(const std::vector<int64_t> &ranks, int64_t step,
+                               int64_t instruction) = 0;
+};
+
+/// A process group of the program and the Gloo group that runs it.
+struct Group {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  ProcessGroupSpec spec;
+};
+
+/// The communicator of a program's `groups` (GlooCollectives.cpp).
+std::unique_ptr<Communicator> makeCommunicator(Job &job,
+                                               std::vector<Group> groups);
+/// Transfers between any two ranks over `pg`, a group of every rank
+/// (GlooPointToPoint.cpp).
+std::unique_ptr<PeerLink>
+makePeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg);
+
+/// A c10d or Gloo error in one line, without the C++ backtrace.
+std::string describe(const std::exception &e);
+/// `12 s`.
+std::string seconds(std::chrono::milliseconds ms);
+
+} // namespace merak::runtime::gloo
+
+#endif // MERAK_LIB_RUNTIME_COMM_GLOOINTERNAL_H
