@@ -61,6 +61,23 @@ def macro(name, doc, rows):
     return "\n".join(lines[:2] + body + [lines[-1]]) + "\n"
 
 
+def arity(records, r):
+    """(least operands, most operands or -1 when variadic, results)."""
+    least = most = 0
+    for (arg, _) in r["arguments"]["args"]:
+        supers = records[arg["def"]]["!superclasses"]
+        if "Attr" in supers:
+            continue
+        if "Variadic" in supers:
+            most = -1
+        elif "Optional" in supers:
+            most = most + 1 if most >= 0 else -1
+        else:
+            least += 1
+            most = most + 1 if most >= 0 else -1
+    return least, most, len(r["results"]["args"])
+
+
 def generate(records):
     ops = []
     for name in records["!instanceof"]["Merak_Op"]:
@@ -68,10 +85,11 @@ def generate(records):
         if r["runtimeInstruction"]:
             ops.append((location(r), name, r))
     ops.sort()
-    kinds, views, in_place = [], [], []
+    kinds, arities, views, in_place = [], [], [], []
     for _, name, r in ops:
         kind = camel(name)
         kinds.append('%s, "%s"' % (kind, r["opName"]))
+        arities.append("%s, %d, %d, %d" % ((kind,) + arity(records, r)))
         if r["runtimeViewOf"] >= 0:
             when = one_line(r["runtimeViewWhen"])
             views.append("%s, %d, %d, %s, %d" % (
@@ -85,6 +103,11 @@ def generate(records):
                     "// X(Name, \"mnemonic\"): every merak op merak-exec runs "
                     "as an instruction,\n// in the order MerakOps.td defines "
                     "them.", kinds)
+            + macro("MERAK_DIALECT_RUNTIME_ARITY",
+                    "// X(Name, least, most, results): how many operands "
+                    "(an absent optional one\n// counts, as `kNoValue`; most "
+                    "-1: variadic) and results an instruction has.",
+                    arities)
             + macro("MERAK_DIALECT_RUNTIME_VIEWS",
                     "// X(Name, result, operand, condition, always): the "
                     "result is a view of the\n// operand when the condition "

@@ -46,6 +46,39 @@ std::string opFullName(OpKind kind) {
                       opKindName(kind));
 }
 
+OpArity opArity(OpKind kind) {
+  switch (kind) {
+#define MERAK_ARITY(Name, Least, Most, Results)                                \
+  case OpKind::Name:                                                           \
+    return {Least, Most, Results};
+    MERAK_DIALECT_RUNTIME_ARITY(MERAK_ARITY)
+#undef MERAK_ARITY
+  case OpKind::Wait:
+    return {-1, -1, -1};
+  default: // the collectives
+    return {};
+  }
+}
+
+std::string arityError(const Instruction &inst) {
+  OpArity arity = opArity(inst.kind);
+  int64_t n = int64_t(inst.operands.size());
+  if (inst.kind == OpKind::Wait)
+    arity = {int64_t(inst.results.size()), int64_t(inst.results.size()),
+             int64_t(inst.results.size())};
+  int64_t least = arity.leastOperands, most = arity.mostOperands;
+  if (n < least || (most >= 0 && n > most))
+    return absl::StrCat(n, " operand", n == 1 ? "" : "s", ", the op takes ",
+                        least == most ? absl::StrCat(least)
+                        : most < 0    ? absl::StrCat("at least ", least)
+                                      : absl::StrCat(least, " to ", most));
+  if (int64_t(inst.results.size()) != arity.results)
+    return absl::StrCat(inst.results.size(), " result",
+                        inst.results.size() == 1 ? "" : "s", ", the op has ",
+                        arity.results);
+  return "";
+}
+
 const char *collectiveReductionName(CollectiveReduction r) {
   switch (r) {
   case CollectiveReduction::Sum:

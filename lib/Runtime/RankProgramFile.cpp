@@ -468,6 +468,8 @@ void checkProgram(const Program &p, const std::string &path) {
     const Instruction &inst = p.instructions[i];
     std::string where = absl::StrCat(element(member(path, "instructions"), i),
                                      " (", opFullName(inst.kind), ")");
+    if (std::string wrong = arityError(inst); !wrong.empty())
+      formatError(where, wrong);
     for (ValueId v : inst.operands) {
       valueId(v, where, true);
       if (v != kNoValue && !defined[v])

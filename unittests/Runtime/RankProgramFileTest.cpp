@@ -296,6 +296,24 @@ TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
             std::string::npos)
       << errorOf(reseal(bytes, bad));
 
+  // An instruction with fewer operands than its op takes (MerakOps.td's
+  // count) would make a kernel read past them.
+  bad = payload;
+  bad["step"]["instructions"][1]["operands"] = json::array({2});
+  EXPECT_NE(errorOf(reseal(bytes, bad))
+                .find("step.instructions[1] (merak.mul): 1 operand, the op "
+                      "takes 2"),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
+  bad = payload;
+  bad["step"]["instructions"][0]["results"] = json::array();
+  bad["step"]["instructions"][0]["storage"] = json::array();
+  EXPECT_NE(errorOf(reseal(bytes, bad))
+                .find("step.instructions[0] (merak.add): 0 results, the op "
+                      "has 1"),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
+
   bad = payload;
   bad["step"]["instructions"][0]["op"] = "merak.frobnicate";
   EXPECT_NE(errorOf(reseal(bytes, bad))

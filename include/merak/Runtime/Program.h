@@ -171,6 +171,21 @@ struct Instruction {
   int completes = -1;
 };
 
+/// How many operands and results an op takes: MerakOps.td's, an absent
+/// optional operand counting (as `kNoValue`); `mostOperands` -1 for a
+/// variadic op. A collective takes one of each; a wait, which has no op,
+/// says -1 everywhere (it takes its collective's results).
+struct OpArity {
+  int64_t leastOperands = 1, mostOperands = 1, results = 1;
+};
+OpArity opArity(OpKind kind);
+
+/// Empty when `inst` has as many operands and results as its op takes
+/// (MerakOps.td's, with an absent optional operand as `kNoValue`; a
+/// collective one of each, a wait one operand per result), else what is
+/// wrong, e.g. "2 operands, the op takes 3".
+std::string arityError(const Instruction &inst);
+
 enum class ArgumentRole : uint8_t {
   Param,        // merak.param = "name"
   Buffer,       // merak.buffer = "name"

@@ -787,15 +787,23 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
       ok = false;
       continue;
     }
-    for (ValueId v : inst.operands)
-      if (v == kNoValue &&
-          !isa<LinearOp, LayerNormOp, RmsNormOp, Conv2dOp, LayerNormBackwardOp>(
-              op)) {
-        op.emitError() << "operand defined outside the function body";
-        ok = false;
-      }
+    // Absent optional operands are `kNoValue`; any other is a value the
+    // function does not define.
+    OpArity arity = opArity(inst.kind);
+    int64_t absent = llvm::count(inst.operands, kNoValue);
+    if (absent >
+        std::max<int64_t>(0, arity.mostOperands - arity.leastOperands)) {
+      op.emitError() << "operand defined outside the function body";
+      ok = false;
+    }
     for (Value result : op.getResults())
       inst.results.push_back(define(result));
+    // The decoder and MerakOps.td agree on the op's operands and results.
+    if (std::string wrong = arityError(inst); !wrong.empty()) {
+      op.emitError() << "internal error: the rank program's '"
+                     << opFullName(inst.kind) << "' has " << wrong;
+      ok = false;
+    }
     inst.location = locationString(op.getLoc());
     if (isCollective(inst.kind) && failed(checkCollective(&op, inst, program)))
       ok = false;
