@@ -1,4 +1,4 @@
-//===- merak-exec.cpp - runs a merak training step -------------------------===//
+//===- merak-exec.cpp - runs a merak training step ------------------------===//
 //
 // Flags and wiring around the runtime's libraries: which rank this process
 // is (--nproc, torchrun, srun, mpirun), the programs (a rank-program file,
