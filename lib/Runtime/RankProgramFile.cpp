@@ -1024,28 +1024,6 @@ absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
   return programs;
 }
 
-absl::Status writeRankProgramFile(const RankPrograms &programs,
-                                  const std::string &path) {
-  absl::StatusOr<std::string> bytes = serializeRankPrograms(programs);
-  if (!bytes.ok())
-    return bytes.status();
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes->data(), std::streamsize(bytes->size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::UnavailableError("cannot write " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::UnavailableError("cannot write " + path);
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 absl::StatusOr<std::string> readBytes(const std::string &path) {
@@ -1060,13 +1038,6 @@ absl::StatusOr<std::string> readBytes(const std::string &path) {
 }
 
 } // namespace
-
-absl::StatusOr<RankPrograms> readRankProgramFile(const std::string &path) {
-  absl::StatusOr<std::string> bytes = readBytes(path);
-  if (!bytes.ok())
-    return bytes.status();
-  return parseRankPrograms(*bytes, path);
-}
 
 absl::StatusOr<std::unique_ptr<CompiledPlan>>
 openRankProgramFile(const std::string &path) {

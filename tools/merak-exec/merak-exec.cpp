@@ -261,10 +261,6 @@ private:
   std::optional<std::chrono::steady_clock::time_point> firstStepAt;
 };
 
-bool fileExists(const std::string &path) {
-  return ::access(path.c_str(), R_OK) == 0;
-}
-
 } // namespace
 
 /// Parses the flags into the globals above; `positional` gets the other
@@ -493,9 +489,9 @@ int main(int argc, char **argv) {
   if (!schedule.ok())
     return fail(schedule.status());
   std::string stateSource = !resumeFile.empty() ? resumeFile : initFile;
-  if (!stateSource.empty() && !fileExists(stateSource) &&
-      !fileExists(shardIndexPath(stateSource)))
-    return fail("cannot open " + stateSource);
+  if (!stateSource.empty())
+    if (absl::Status s = checkStateSource(stateSource); !s.ok())
+      return fail(s);
 
   absl::StatusOr<const BackendEntry *> device =
       findBackend(absl::GetFlag(FLAGS_device));

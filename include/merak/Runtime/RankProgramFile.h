@@ -42,11 +42,6 @@ struct RankPrograms {
   std::vector<PipelinePlan> pipeline;
   /// Where it was compiled from (the module's file name), for messages.
   std::string source;
-
-  bool pipelined() const { return !pipeline.empty(); }
-  int64_t pipelineRanks() const {
-    return pipeline.empty() ? 1 : int64_t(pipeline.size());
-  }
 };
 
 /// A compiled plan as a run starts from it: the step, and each pipeline
@@ -103,11 +98,6 @@ openRankProgramFile(const std::string &path);
 /// partly read.
 absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
                                                const std::string &name);
-
-/// Writes `programs` to `path` atomically (a temporary file renamed).
-absl::Status writeRankProgramFile(const RankPrograms &programs,
-                                  const std::string &path);
-absl::StatusOr<RankPrograms> readRankProgramFile(const std::string &path);
 
 /// CRC-32C (Castagnoli), the file's checksum.
 uint32_t crc32c(std::string_view bytes, uint32_t crc = 0);

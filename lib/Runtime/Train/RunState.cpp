@@ -45,6 +45,12 @@ std::string checkpointId() {
 
 } // namespace
 
+absl::Status checkStateSource(const std::string &path) {
+  if (!fileExists(path) && !fileExists(shardIndexPath(path)))
+    return absl::NotFoundError("cannot open " + path);
+  return absl::OkStatus();
+}
+
 bool isTorchScriptArchive(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
@@ -70,8 +76,8 @@ absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
       return s;
     return loaded;
   }
-  if (!fileExists(source) && !fileExists(shardIndexPath(source)))
-    return absl::NotFoundError("cannot open " + source);
+  if (absl::Status s = checkStateSource(source); !s.ok())
+    return s;
   // Every rank reads the global tensors and keeps its shard.
   bool resuming = !resumeFile.empty();
   std::unique_ptr<GlobalState> global;

@@ -45,6 +45,10 @@ absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
                                          const std::string &initFile,
                                          const std::string &resumeFile);
 
+/// An error unless `path` (weights or a checkpoint, one file or shards
+/// with an index) can be opened.
+absl::Status checkStateSource(const std::string &path);
+
 /// True when `path` starts as a zip archive (a TorchScript `.pt`).
 bool isTorchScriptArchive(const std::string &path);
 
