@@ -1,6 +1,6 @@
 //===- Importer.h - TorchScript to merak dialect ---------------*- C++ -*-===//
-#ifndef MERAK_FRONTEND_TORCHSCRIPT_IMPORTER_H
-#define MERAK_FRONTEND_TORCHSCRIPT_IMPORTER_H
+#ifndef MERAK_CONVERSION_TORCHSCRIPTTOMERAK_IMPORTER_H
+#define MERAK_CONVERSION_TORCHSCRIPTTOMERAK_IMPORTER_H
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -32,4 +32,4 @@ importTorchScript(llvm::StringRef bytes, mlir::MLIRContext *ctx,
 
 } // namespace merak
 
-#endif // MERAK_FRONTEND_TORCHSCRIPT_IMPORTER_H
+#endif // MERAK_CONVERSION_TORCHSCRIPTTOMERAK_IMPORTER_H
