@@ -68,17 +68,6 @@ int64_t resultElements(Operation *op) {
   return op->getNumResults() ? numElements(op->getResult(0).getType()) : 0;
 }
 
-/// FLOPs per output element of an elementwise op.
-double elementwiseFlops(Operation *op) {
-  return TypeSwitch<Operation *, double>(op)
-      .Case<ExpOp, LogOp, SinOp, CosOp, SqrtOp, RsqrtOp, ReciprocalOp, ErfOp,
-            TanhOp, SigmoidOp, PowOp>([](auto) { return 4.0; })
-      .Case<SiluOp>([](auto) { return 5.0; })
-      .Case<GeluOp>([](auto) { return 8.0; })
-      .Case<DropoutOp, DropoutMaskOp>([](auto) { return 2.0; })
-      .Default([](Operation *) { return 1.0; });
-}
-
 /// 2 * (elements of the output) * (multiply-adds per output element).
 double convolutionFlops(Type output, Type weight) {
   auto w = cast<RankedTensorType>(weight);
@@ -265,7 +254,7 @@ OpCost merak::estimateOp(Operation *op) {
           [&](AdamwUpdateOp) { cost.flops = 14.0 * double(out); })
       .Default([&](Operation *o) {
         // Elementwise ops and anything without a rule of its own.
-        cost.flops = elementwiseFlops(o) * double(out);
+        cost.flops = elementFlops(o) * double(out);
       });
   return cost;
 }

@@ -37,6 +37,10 @@ inline constexpr llvm::StringLiteral kRankAttr = "merak.rank";
 /// Phase of a stage function: forward, forward_keep, recompute,
 /// backward_input, backward_weight, optimizer.
 inline constexpr llvm::StringLiteral kPhaseAttr = "merak.phase";
+/// The values `merak.phase` takes.
+inline constexpr llvm::StringLiteral kPhaseNames[] = {
+    "forward",        "forward_keep",    "recompute",
+    "backward_input", "backward_weight", "optimizer"};
 /// On arguments and results: the identity of a value passed between stage
 /// functions of the same micro-batch.
 inline constexpr llvm::StringLiteral kValueAttr = "merak.value";

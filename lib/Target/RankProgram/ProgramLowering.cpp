@@ -138,6 +138,36 @@ ComparePredicate predicate(merak::ComparePredicate p) {
   return ComparePredicate::Eq;
 }
 
+// `decodeAttr(field, value)`: an ODS attribute's value into its `OpAttrs`
+// field. Only exact pairs are declared; any other pair is a compile error in
+// the generated decoder (a new attribute kind needs its overload here).
+template <typename F, typename V> void decodeAttr(F &, const V &) = delete;
+void decodeAttr(int64_t &field, uint64_t value) { field = int64_t(value); }
+void decodeAttr(double &field, const llvm::APFloat &value) {
+  field = f64(value);
+}
+void decodeAttr(bool &field, bool value) { field = value; }
+void decodeAttr(std::vector<int64_t> &field, ArrayRef<int64_t> value) {
+  field = vec(value);
+}
+void decodeAttr(bool &tanh, merak::GeluApproximation value) {
+  tanh = value == merak::GeluApproximation::tanh;
+}
+void decodeAttr(ComparePredicate &field, merak::ComparePredicate value) {
+  field = predicate(value);
+}
+void decodeAttr(LossReduction &field, merak::LossReduction value) {
+  field = reduction(value);
+}
+template <typename F, typename V>
+void decodeAttr(std::optional<F> &field, const std::optional<V> &value) {
+  if (!value)
+    return;
+  F decoded{};
+  decodeAttr(decoded, *value);
+  field = decoded;
+}
+
 CollectiveReduction collectiveReduction(mesh::ReductionKind r, bool &ok) {
   switch (r) {
   case mesh::ReductionKind::Sum:
@@ -161,11 +191,6 @@ template <typename Op> void collectiveAttrs(Op op, OpAttrs &a) {
     a.meshAxes.push_back(axis);
 }
 
-template <typename Op> void reductionAttrs(Op op, OpAttrs &a) {
-  a.dims = vec(op.getDims());
-  a.keepdim = op.getKeepdim();
-}
-
 /// Decodes `op` into `inst` (kind, attributes, operands in ODS order with
 /// absent optionals as kNoValue). Fails for ops without a kernel.
 class Decoder {
@@ -181,283 +206,19 @@ public:
       for (Value v : op->getOperands())
         inst.operands.push_back(id(v));
     };
-    auto optional = [&](Value v) {
+    // The merak ops: cases generated from MerakOps.td (each attribute to its
+    // `OpAttrs` field, operands in ODS order).
+    auto operand = [&](Value v) { inst.operands.push_back(id(v)); };
+    auto optionalOperand = [&](Value v) {
       inst.operands.push_back(v ? id(v) : kNoValue);
     };
+    auto attr = [](auto &field, const auto &value) {
+      decodeAttr(field, value);
+    };
     llvm::TypeSwitch<Operation *>(op)
-        .Case([&](NegOp) { kind(OpKind::Neg), plain(); })
-        .Case([&](AbsOp) { kind(OpKind::Abs), plain(); })
-        .Case([&](ExpOp) { kind(OpKind::Exp), plain(); })
-        .Case([&](LogOp) { kind(OpKind::Log), plain(); })
-        .Case([&](SinOp) { kind(OpKind::Sin), plain(); })
-        .Case([&](CosOp) { kind(OpKind::Cos), plain(); })
-        .Case([&](SqrtOp) { kind(OpKind::Sqrt), plain(); })
-        .Case([&](RsqrtOp) { kind(OpKind::Rsqrt), plain(); })
-        .Case([&](ReciprocalOp) { kind(OpKind::Reciprocal), plain(); })
-        .Case([&](ErfOp) { kind(OpKind::Erf), plain(); })
-        .Case([&](TanhOp) { kind(OpKind::Tanh), plain(); })
-        .Case([&](SigmoidOp) { kind(OpKind::Sigmoid), plain(); })
-        .Case([&](SiluOp) { kind(OpKind::Silu), plain(); })
-        .Case([&](ReluOp) { kind(OpKind::Relu), plain(); })
-        .Case([&](NotOp) { kind(OpKind::Not), plain(); })
-        .Case([&](GeluOp o) {
-          kind(OpKind::Gelu), plain();
-          a.tanhApproximation = o.getApproximate() == GeluApproximation::tanh;
-        })
-        .Case([&](ClampOp o) {
-          kind(OpKind::Clamp), plain();
-          if (auto v = o.getMin())
-            a.min = f64(*v);
-          if (auto v = o.getMax())
-            a.max = f64(*v);
-        })
-        .Case([&](CastOp) { kind(OpKind::Cast), plain(); })
-        .Case([&](DropoutOp o) {
-          kind(OpKind::Dropout), plain();
-          a.p = f64(o.getP());
-          a.training = o.getTraining();
-        })
-        .Case([&](TrilOp o) {
-          kind(OpKind::Tril), plain();
-          a.diagonal = int64_t(o.getDiagonal());
-        })
-        .Case([&](TriuOp o) {
-          kind(OpKind::Triu), plain();
-          a.diagonal = int64_t(o.getDiagonal());
-        })
-        .Case([&](AddOp) { kind(OpKind::Add), plain(); })
-        .Case([&](SubOp) { kind(OpKind::Sub), plain(); })
-        .Case([&](MulOp) { kind(OpKind::Mul), plain(); })
-        .Case([&](DivOp) { kind(OpKind::Div), plain(); })
-        .Case([&](PowOp) { kind(OpKind::Pow), plain(); })
-        .Case([&](RemainderOp) { kind(OpKind::Remainder), plain(); })
-        .Case([&](FloorDivideOp) { kind(OpKind::FloorDivide), plain(); })
-        .Case([&](MinimumOp) { kind(OpKind::Minimum), plain(); })
-        .Case([&](MaximumOp) { kind(OpKind::Maximum), plain(); })
-        .Case([&](AndOp) { kind(OpKind::And), plain(); })
-        .Case([&](OrOp) { kind(OpKind::Or), plain(); })
-        .Case([&](CompareOp o) {
-          kind(OpKind::Compare), plain();
-          a.predicate = predicate(o.getPredicate());
-        })
-        .Case([&](WhereOp) { kind(OpKind::Where), plain(); })
-        .Case([&](LinearOp o) {
-          kind(OpKind::Linear);
-          optional(o.getInput()), optional(o.getWeight()),
-              optional(o.getBias());
-        })
-        .Case([&](MatmulOp) { kind(OpKind::Matmul), plain(); })
-        .Case([&](SoftmaxOp o) {
-          kind(OpKind::Softmax), plain();
-          a.dim = int64_t(o.getDim());
-        })
-        .Case([&](LogSoftmaxOp o) {
-          kind(OpKind::LogSoftmax), plain();
-          a.dim = int64_t(o.getDim());
-        })
-        .Case([&](SoftmaxBackwardOp o) {
-          kind(OpKind::SoftmaxBackward), plain();
-          a.dim = int64_t(o.getDim());
-        })
-        .Case([&](MaskedAttentionOp o) {
-          kind(OpKind::MaskedAttention), plain();
-          a.scale = f64(o.getScale());
-          a.scaleDivides = o.getDivide();
-        })
-        .Case([&](MaskedAttentionBackwardOp o) {
-          kind(OpKind::MaskedAttentionBackward), plain();
-          a.scale = f64(o.getScale());
-          a.scaleDivides = o.getDivide();
-        })
-        .Case([&](LayerNormOp o) {
-          kind(OpKind::LayerNorm);
-          optional(o.getInput()), optional(o.getWeight()),
-              optional(o.getBias());
-          a.normalizedRank = int64_t(o.getNormalizedRank());
-          a.eps = f64(o.getEps());
-        })
-        .Case([&](RmsNormOp o) {
-          kind(OpKind::RmsNorm);
-          optional(o.getInput()), optional(o.getWeight());
-          a.normalizedRank = int64_t(o.getNormalizedRank());
-          a.eps = f64(o.getEps());
-        })
-        .Case([&](BatchNormOp o) {
-          kind(OpKind::BatchNorm), plain();
-          a.training = o.getTraining();
-          a.momentum = f64(o.getMomentum());
-          a.eps = f64(o.getEps());
-        })
-        .Case([&](EmbeddingOp o) {
-          kind(OpKind::Embedding), plain();
-          if (auto p = o.getPaddingIdx())
-            a.paddingIdx = int64_t(*p);
-        })
-        .Case([&](IndexOp o) {
-          kind(OpKind::Index), plain();
-          a.dim = int64_t(o.getDim());
-        })
-        .Case([&](ReshapeOp) { kind(OpKind::Reshape), plain(); })
-        .Case([&](PermuteOp o) {
-          kind(OpKind::Permute), plain();
-          a.permutation = vec(o.getPermutation());
-        })
-        .Case([&](SliceOp o) {
-          kind(OpKind::Slice), plain();
-          a.dim = int64_t(o.getDim());
-          a.start = int64_t(o.getStart());
-          a.end = int64_t(o.getEnd());
-          a.step = int64_t(o.getStep());
-        })
-        .Case([&](SelectOp o) {
-          kind(OpKind::Select), plain();
-          a.dim = int64_t(o.getDim());
-          a.index = int64_t(o.getIndex());
-        })
-        .Case([&](ConcatOp o) {
-          kind(OpKind::Concat), plain();
-          a.dim = int64_t(o.getDim());
-        })
-        .Case([&](ExpandOp) { kind(OpKind::Expand), plain(); })
-        .Case([&](PadOp o) {
-          kind(OpKind::Pad), plain();
-          a.low = vec(o.getLow());
-          a.high = vec(o.getHigh());
-          a.value = f64(o.getValue());
-        })
-        .Case([&](RollOp o) {
-          kind(OpKind::Roll), plain();
-          a.shifts = vec(o.getShifts());
-          a.dims = vec(o.getDims());
-        })
-        .Case([&](ReduceSumOp o) {
-          kind(OpKind::ReduceSum), plain();
-          reductionAttrs(o, a);
-        })
-        .Case([&](ReduceMeanOp o) {
-          kind(OpKind::ReduceMean), plain();
-          reductionAttrs(o, a);
-        })
-        .Case([&](ReduceMaxOp o) {
-          kind(OpKind::ReduceMax), plain();
-          reductionAttrs(o, a);
-        })
-        .Case([&](Conv2dOp o) {
-          kind(OpKind::Conv2d);
-          optional(o.getInput()), optional(o.getWeight()),
-              optional(o.getBias());
-          a.stride = vec(o.getStride());
-          a.padding = vec(o.getPadding());
-          a.dilation = vec(o.getDilation());
-          a.groups = int64_t(o.getGroups());
-        })
-        .Case([&](MaxPool2dOp o) {
-          kind(OpKind::MaxPool2d), plain();
-          a.kernel = vec(o.getKernel());
-          a.stride = vec(o.getStride());
-          a.padding = vec(o.getPadding());
-          a.dilation = vec(o.getDilation());
-          a.ceilMode = o.getCeilMode();
-        })
-        .Case([&](AvgPool2dOp o) {
-          kind(OpKind::AvgPool2d), plain();
-          a.kernel = vec(o.getKernel());
-          a.stride = vec(o.getStride());
-          a.padding = vec(o.getPadding());
-          a.ceilMode = o.getCeilMode();
-          a.countIncludePad = o.getCountIncludePad();
-        })
-        .Case([&](AdaptiveAvgPool2dOp o) {
-          kind(OpKind::AdaptiveAvgPool2d), plain();
-          a.outputSize = vec(o.getOutputSize());
-        })
-        .Case([&](CrossEntropyOp o) {
-          kind(OpKind::CrossEntropy), plain();
-          a.ignoreIndex = int64_t(o.getIgnoreIndex());
-          a.reduction = reduction(o.getReduction());
-          a.labelSmoothing = f64(o.getLabelSmoothing());
-        })
-        .Case([&](GeluBackwardOp o) {
-          kind(OpKind::GeluBackward), plain();
-          a.tanhApproximation = o.getApproximate() == GeluApproximation::tanh;
-        })
-        .Case([&](LayerNormBackwardOp o) {
-          kind(OpKind::LayerNormBackward);
-          optional(o.getGrad()), optional(o.getInput()),
-              optional(o.getWeight()), optional(o.getBias());
-          a.normalizedRank = int64_t(o.getNormalizedRank());
-          a.eps = f64(o.getEps());
-        })
-        .Case([&](BatchNormBackwardOp o) {
-          kind(OpKind::BatchNormBackward), plain();
-          a.training = o.getTraining();
-          a.eps = f64(o.getEps());
-        })
-        .Case([&](IndexBackwardOp o) {
-          kind(OpKind::IndexBackward), plain();
-          a.dim = int64_t(o.getDim());
-          a.dimSize = int64_t(o.getDimSize());
-          if (auto p = o.getPaddingIdx())
-            a.paddingIdx = int64_t(*p);
-        })
-        .Case([&](SliceBackwardOp o) {
-          kind(OpKind::SliceBackward), plain();
-          a.dim = int64_t(o.getDim());
-          a.start = int64_t(o.getStart());
-          a.end = int64_t(o.getEnd());
-          a.step = int64_t(o.getStep());
-          a.dimSize = int64_t(o.getDimSize());
-        })
-        .Case([&](Conv2dBackwardOp o) {
-          kind(OpKind::Conv2dBackward), plain();
-          a.stride = vec(o.getStride());
-          a.padding = vec(o.getPadding());
-          a.dilation = vec(o.getDilation());
-          a.groups = int64_t(o.getGroups());
-        })
-        .Case([&](MaxPool2dBackwardOp o) {
-          kind(OpKind::MaxPool2dBackward), plain();
-          a.kernel = vec(o.getKernel());
-          a.stride = vec(o.getStride());
-          a.padding = vec(o.getPadding());
-          a.dilation = vec(o.getDilation());
-          a.ceilMode = o.getCeilMode();
-        })
-        .Case([&](AvgPool2dBackwardOp o) {
-          kind(OpKind::AvgPool2dBackward), plain();
-          a.kernel = vec(o.getKernel());
-          a.stride = vec(o.getStride());
-          a.padding = vec(o.getPadding());
-          a.ceilMode = o.getCeilMode();
-          a.countIncludePad = o.getCountIncludePad();
-        })
-        .Case([&](AdaptiveAvgPool2dBackwardOp) {
-          kind(OpKind::AdaptiveAvgPool2dBackward), plain();
-        })
-        .Case([&](CrossEntropyBackwardOp o) {
-          kind(OpKind::CrossEntropyBackward), plain();
-          a.ignoreIndex = int64_t(o.getIgnoreIndex());
-          a.reduction = reduction(o.getReduction());
-          a.labelSmoothing = f64(o.getLabelSmoothing());
-        })
-        .Case([&](DropoutMaskOp o) {
-          kind(OpKind::DropoutMask), plain();
-          a.p = f64(o.getP());
-        })
-        .Case([&](SgdUpdateOp o) {
-          kind(OpKind::SgdUpdate), plain();
-          a.momentum = f64(o.getMomentum());
-          a.dampening = f64(o.getDampening());
-          a.nesterov = o.getNesterov();
-          a.weightDecay = f64(o.getWeightDecay());
-        })
-        .Case([&](AdamwUpdateOp o) {
-          kind(OpKind::AdamwUpdate), plain();
-          a.beta1 = f64(o.getBeta1());
-          a.beta2 = f64(o.getBeta2());
-          a.eps = f64(o.getEps());
-          a.weightDecay = f64(o.getWeightDecay());
-        })
+#define GET_MERAK_OP_DECODERS
+#include "merak/Dialect/Merak/IR/MerakOpFacts.inc"
+        // The mesh dialect's collectives.
         .Case([&](mesh::AllReduceOp o) {
           kind(OpKind::AllReduce), plain(), collectiveAttrs(o, a);
           a.collectiveReduction = collectiveReduction(o.getReduction(), known);

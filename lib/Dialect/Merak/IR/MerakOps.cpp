@@ -887,6 +887,30 @@ MERAK_INFER(CrossEntropyOp) {
 #include "merak/Dialect/Merak/IR/MerakOps.cpp.inc"
 
 //===----------------------------------------------------------------------===//
+// Facts declared with the ops (MerakOpFacts.inc, from MerakOps.td)
+//===----------------------------------------------------------------------===//
+
+#include "merak/Dialect/Merak/IR/MerakOpFacts.inc"
+
+bool merak::isLinearIn(Operation *op, unsigned operand) {
+#define MERAK_LINEAR(Op, ...)                                                  \
+  if (isa<Op>(op))                                                             \
+    return llvm::is_contained({__VA_ARGS__}, operand);
+  MERAK_OP_LINEAR_IN(MERAK_LINEAR)
+#undef MERAK_LINEAR
+  return false;
+}
+
+double merak::elementFlops(Operation *op) {
+#define MERAK_FLOPS(Op, flops)                                                 \
+  if (isa<Op>(op))                                                             \
+    return flops;
+  MERAK_OP_ELEMENT_FLOPS(MERAK_FLOPS)
+#undef MERAK_FLOPS
+  return 1.0;
+}
+
+//===----------------------------------------------------------------------===//
 // Backward ops
 //===----------------------------------------------------------------------===//
 

@@ -311,20 +311,20 @@ struct DeferGradReductionsPass
     };
     auto sameOnGroup = [&](Value v) { return (variation.of(v) & a) == 0; };
 
-    if (isa<ReshapeOp, PermuteOp, SliceOp, ReduceSumOp, NegOp>(user))
-      return commute();
-    if (auto index = dyn_cast<IndexBackwardOp>(user))
-      return index->getOperand(0) == r.getResult() &&
-                     sameOnGroup(index->getOperand(1))
-                 ? commute()
-                 : nullptr;
-    if (isa<MulOp, DivOp>(user)) {
-      Value other = user->getOperand(0) == r.getResult() ? user->getOperand(1)
-                                                         : user->getOperand(0);
-      if (other == r.getResult() || !sameOnGroup(other) ||
-          (isa<DivOp>(user) && user->getOperand(1) == r.getResult()))
-        return nullptr;
-      return commute();
+    // Which ops are linear in which operand is declared with the op
+    // (`linearIn` in MerakOps.td).
+    if (user->getNumResults() == 1) {
+      bool linear = true, seen = false;
+      for (OpOperand &use : user->getOpOperands()) {
+        if (use.get() == r.getResult()) {
+          linear &= !seen && isLinearIn(user, use.getOperandNumber());
+          seen = true;
+        } else {
+          linear &= sameOnGroup(use.get());
+        }
+      }
+      if (seen && linear)
+        return commute();
     }
     if (auto slice = dyn_cast<AllSliceOp>(user)) {
       if (slice.getMesh() != r.getMesh())

@@ -35,6 +35,15 @@ namespace merak {
 bool broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs,
                      llvm::SmallVectorImpl<int64_t> &result,
                      int64_t *badDim = nullptr);
+
+/// Whether `op` is linear in its operand `operand` when the others are held
+/// fixed (`linearIn` in MerakOps.td): then a sum over ranks pending on that
+/// operand may be taken after the op instead.
+bool isLinearIn(mlir::Operation *op, unsigned operand);
+
+/// Floating-point operations per result element of an op with no cost rule
+/// of its own (`elementFlops` in MerakOps.td; 1 for ops of other dialects).
+double elementFlops(mlir::Operation *op);
 } // namespace merak
 
 #endif // MERAK_DIALECT_MERAK_IR_MERAKOPS_H

@@ -28,6 +28,11 @@ def Merak_Dialect : Dialect {
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasConstantMaterializer = 1;
+  // The `merak.*` attributes of the training step's contract (roles,
+  // results, stages, the schedule) are checked by MerakAttrVerifier.cpp.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -89,11 +94,14 @@ def Merak_LossReductionAttr
 // Op classes
 //===----------------------------------------------------------------------===//
 
-// What the runtime needs to know of an op beyond its kernel is declared
-// here, with the op: utils/gen-runtime-ops.py turns these fields into
-// include/merak/Runtime/RuntimeOps.inc (the runtime has no MLIR), and
-// test/Dialect/Merak/IR/runtime-ops.test fails when the two differ
-// (docs/dialect.md, "Adding an op").
+// What the runtime and the passes need to know of an op beyond its shape
+// rule, gradient, sharding rule and kernel is declared here, with the op.
+// utils/gen-runtime-ops.py turns the `runtime*` fields into
+// include/merak/Runtime/RuntimeOps.inc (the runtime has no MLIR;
+// test/Dialect/Merak/IR/runtime-ops.test fails when the two differ) and
+// all of them into the build's MerakOpFacts.inc, which the rank-program
+// lowering, the cost model and the passes include (docs/dialect.md,
+// "Adding an op").
 class Merak_Op<string mnemonic, list<Trait> traits = []>
     : Op<Merak_Dialect, mnemonic, traits> {
   // Whether merak-exec runs the op as an instruction (a constant is data).
@@ -107,6 +115,18 @@ class Merak_Op<string mnemonic, list<Trait> traits = []>
   // [result, operand] pairs the kernel may write the result into, when the
   // operand dies there (the planner decides).
   list<list<int>> runtimeInPlace = [];
+  // How the op's attributes reach the runtime's `OpAttrs`: each attribute
+  // `snake_name` goes to the field `snakeName`, except as listed here:
+  // "attr=field" names another field, "attr=" none (the runtime reads it
+  // from the result type).
+  list<string> runtimeAttrFields = [];
+  // Operands in which the op is linear when the others are held fixed:
+  // f(.., x + y, ..) = f(.., x, ..) + f(.., y, ..). A pending sum over ranks
+  // may then be taken after the op instead of before it.
+  list<int> linearIn = [];
+  // Floating-point operations per result element, for the cost model of an
+  // op that has no rule of its own in lib/Analysis/CostModel.cpp.
+  int elementFlops = 1;
 }
 
 // An op whose result types follow from its operands and attributes. The
@@ -178,19 +198,43 @@ def Merak_ConstantOp : Merak_Op<"constant",
 // Elementwise unary
 //===----------------------------------------------------------------------===//
 
-def Merak_NegOp : Merak_UnaryOp<"neg", "negation">;
+def Merak_NegOp : Merak_UnaryOp<"neg", "negation"> {
+  let linearIn = [0];
+}
 def Merak_AbsOp : Merak_UnaryOp<"abs", "absolute value">;
-def Merak_ExpOp : Merak_FloatUnaryOp<"exp", "exponential">;
-def Merak_LogOp : Merak_FloatUnaryOp<"log", "natural logarithm">;
-def Merak_SinOp : Merak_FloatUnaryOp<"sin", "sine">;
-def Merak_CosOp : Merak_FloatUnaryOp<"cos", "cosine">;
-def Merak_SqrtOp : Merak_FloatUnaryOp<"sqrt", "square root">;
-def Merak_RsqrtOp : Merak_FloatUnaryOp<"rsqrt", "reciprocal square root">;
-def Merak_ReciprocalOp : Merak_FloatUnaryOp<"reciprocal", "1 / x">;
-def Merak_ErfOp : Merak_FloatUnaryOp<"erf", "error function">;
-def Merak_TanhOp : Merak_FloatUnaryOp<"tanh", "hyperbolic tangent">;
-def Merak_SigmoidOp : Merak_FloatUnaryOp<"sigmoid", "logistic sigmoid">;
-def Merak_SiluOp : Merak_FloatUnaryOp<"silu", "x * sigmoid(x)">;
+def Merak_ExpOp : Merak_FloatUnaryOp<"exp", "exponential"> {
+  let elementFlops = 4;
+}
+def Merak_LogOp : Merak_FloatUnaryOp<"log", "natural logarithm"> {
+  let elementFlops = 4;
+}
+def Merak_SinOp : Merak_FloatUnaryOp<"sin", "sine"> {
+  let elementFlops = 4;
+}
+def Merak_CosOp : Merak_FloatUnaryOp<"cos", "cosine"> {
+  let elementFlops = 4;
+}
+def Merak_SqrtOp : Merak_FloatUnaryOp<"sqrt", "square root"> {
+  let elementFlops = 4;
+}
+def Merak_RsqrtOp : Merak_FloatUnaryOp<"rsqrt", "reciprocal square root"> {
+  let elementFlops = 4;
+}
+def Merak_ReciprocalOp : Merak_FloatUnaryOp<"reciprocal", "1 / x"> {
+  let elementFlops = 4;
+}
+def Merak_ErfOp : Merak_FloatUnaryOp<"erf", "error function"> {
+  let elementFlops = 4;
+}
+def Merak_TanhOp : Merak_FloatUnaryOp<"tanh", "hyperbolic tangent"> {
+  let elementFlops = 4;
+}
+def Merak_SigmoidOp : Merak_FloatUnaryOp<"sigmoid", "logistic sigmoid"> {
+  let elementFlops = 4;
+}
+def Merak_SiluOp : Merak_FloatUnaryOp<"silu", "x * sigmoid(x)"> {
+  let elementFlops = 5;
+}
 def Merak_ReluOp : Merak_UnaryOp<"relu", "max(x, 0)">;
 def Merak_NotOp : Merak_UnaryOp<"not", "logical not of a boolean tensor"> {
   let arguments = (ins Merak_BoolTensor:$input);
@@ -200,6 +244,8 @@ def Merak_NotOp : Merak_UnaryOp<"not", "logical not of a boolean tensor"> {
 def Merak_GeluOp : Merak_InferOp<"gelu", [SameOperandsAndResultType]> {
   let summary = "Gaussian error linear unit";
   let runtimeInPlace = [[0, 0]];
+  let runtimeAttrFields = ["approximate=tanhApproximation"];
+  let elementFlops = 8;
   let description = [{
     `approximate = none` is x * Phi(x) with the exact normal CDF;
     `approximate = tanh` is PyTorch's tanh approximation.
@@ -243,6 +289,7 @@ def Merak_DropoutOp : Merak_InferOp<"dropout", [SameOperandsAndResultType,
   let runtimeViewOf = 0;
   let runtimeViewWhen = [{ !inst.attrs.training || inst.attrs.p == 0 }];
   let runtimeInPlace = [[0, 0]];
+  let elementFlops = 2;
   let arguments = (ins Merak_FloatTensor:$input, F64Attr:$p, BoolAttr:$training);
   let results = (outs Merak_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -271,9 +318,15 @@ def Merak_TriuOp : Merak_InferOp<"triu", [SameOperandsAndResultType]> {
 
 def Merak_AddOp : Merak_BinaryOp<"add", "addition", [Commutative]>;
 def Merak_SubOp : Merak_BinaryOp<"sub", "subtraction">;
-def Merak_MulOp : Merak_BinaryOp<"mul", "multiplication", [Commutative]>;
-def Merak_DivOp : Merak_BinaryOp<"div", "true division">;
-def Merak_PowOp : Merak_BinaryOp<"pow", "power">;
+def Merak_MulOp : Merak_BinaryOp<"mul", "multiplication", [Commutative]> {
+  let linearIn = [0, 1];
+}
+def Merak_DivOp : Merak_BinaryOp<"div", "true division"> {
+  let linearIn = [0];
+}
+def Merak_PowOp : Merak_BinaryOp<"pow", "power"> {
+  let elementFlops = 4;
+}
 def Merak_RemainderOp : Merak_BinaryOp<"remainder",
     "remainder with the sign of the divisor (Python `%`)">;
 def Merak_FloorDivideOp : Merak_BinaryOp<"floor_divide",
@@ -342,6 +395,7 @@ def Merak_MaskedAttentionOp : Merak_Op<"masked_attention",
     [Pure, AllTypesMatch<["query", "key"]>,
      DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "scaled dot-product attention with a mask";
+  let runtimeAttrFields = ["divide=scaleDivides"];
   let description = [{
     `probs = softmax(masked(scaled(query @ key^T)))` over the last
     dimension, and `result = probs @ value`: what a model's masked
@@ -475,6 +529,8 @@ def Merak_IndexOp : Merak_InferOp<"index"> {
 def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
   let summary = "same elements, new shape (view, flatten, squeeze, unsqueeze)";
   let runtimeViewOf = 0;
+  let runtimeAttrFields = ["shape="];
+  let linearIn = [0];
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Merak_Tensor:$result);
   let hasFolder = 1;
@@ -496,6 +552,7 @@ def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
 def Merak_PermuteOp : Merak_InferOp<"permute"> {
   let summary = "dimension permutation (transpose, permute, .T)";
   let runtimeViewOf = 0;
+  let linearIn = [0];
   let description = [{ Result dimension `i` is input dimension `permutation[i]`. }];
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$permutation);
   let results = (outs Merak_Tensor:$result);
@@ -505,6 +562,7 @@ def Merak_PermuteOp : Merak_InferOp<"permute"> {
 def Merak_SliceOp : Merak_InferOp<"slice"> {
   let summary = "elements start, start + step, ... < end along `dim`";
   let runtimeViewOf = 0;
+  let linearIn = [0];
   let description = [{
     Bounds are normalized: `0 <= start <= end <= size`, `step >= 1`.
   }];
@@ -529,6 +587,7 @@ def Merak_ConcatOp : Merak_InferOp<"concat"> {
 def Merak_ExpandOp : Merak_InferOp<"expand"> {
   let summary = "broadcast to `shape` (expand, expand_as, broadcast_to)";
   let runtimeViewOf = 0;
+  let runtimeAttrFields = ["shape="];
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Merak_Tensor:$result);
 }
@@ -564,7 +623,9 @@ class Merak_ReduceOp<string mnemonic, string doc> : Merak_InferOp<mnemonic> {
   let results = (outs Merak_Tensor:$result);
 }
 
-def Merak_ReduceSumOp : Merak_ReduceOp<"reduce_sum", "sum over dimensions">;
+def Merak_ReduceSumOp : Merak_ReduceOp<"reduce_sum", "sum over dimensions"> {
+  let linearIn = [0];
+}
 def Merak_ReduceMeanOp : Merak_ReduceOp<"reduce_mean", "mean over dimensions">;
 def Merak_ReduceMaxOp : Merak_ReduceOp<"reduce_max", "maximum over dimensions">;
 
@@ -641,6 +702,7 @@ def Merak_GeluBackwardOp : Merak_BackwardOp<"gelu_backward",
     [AllTypesMatch<["grad", "input", "result"]>]> {
   let summary = "gradient of gelu with respect to its input";
   let runtimeInPlace = [[0, 0]];
+  let runtimeAttrFields = ["approximate=tanhApproximation"];
   let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input,
       DefaultValuedAttr<Merak_GeluApproximationAttr,
                         "::merak::GeluApproximation::none">:$approximate);
@@ -666,6 +728,7 @@ def Merak_MaskedAttentionBackwardOp
          AllTypesMatch<["value", "grad_value"]>,
          AllTypesMatch<["grad", "value"]>]> {
   let summary = "gradients of masked_attention: query, key and value";
+  let runtimeAttrFields = ["divide=scaleDivides"];
   let description = [{
     From `probs` (the forward's second result): `grad_value = probs^T @
     grad`, `s = scaled(softmax_backward(grad @ value^T, probs))` (by
@@ -720,6 +783,7 @@ def Merak_BatchNormBackwardOp : Merak_BackwardOp<"batch_norm_backward",
 
 def Merak_IndexBackwardOp : Merak_BackwardOp<"index_backward"> {
   let summary = "scatter-add of `grad` back to the rows picked by `indices`";
+  let linearIn = [0];
   let description = [{
     Gradient of `merak.index` (and of `merak.embedding`, which is `index`
     along dimension 0 of the weight): the result has the indexed tensor's
@@ -804,6 +868,7 @@ def Merak_DropoutMaskOp : Merak_Op<"dropout_mask",
      MemoryEffects<[MemRead<DefaultResource>, MemWrite<DefaultResource>]>,
      DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "random keep mask of dropout, scaled by 1 / (1 - p)";
+  let elementFlops = 2;
   let description = [{
     Each element is `1 / (1 - p)` with probability `1 - p` and `0`
     otherwise, drawn from the run's random generator (so it is not pure:
