@@ -1,0 +1,218 @@
+//===- CpuBackend.cpp - the CPU backend: every merak op on ATen -----------===//
+//
+// The `Backend` that runs each instruction by its kind's kernel in the
+// kernel table (the family files register them; see CpuKernels.h for their
+// numerics), with ATen's CPU allocations counted and a program's results
+// placed in its arena.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Allocator.h"
+#include "CpuKernels.h"
+#include "merak/Runtime/Random.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+namespace merak::runtime::cpu {
+
+void KernelTable::add(OpKind kind, Kernel kernel) {
+  Kernel &slot = kernels[size_t(kind)];
+  if (slot)
+    throw std::logic_error(absl::StrCat(
+        "the CPU backend registers two kernels for ", opFullName(kind)));
+  slot = kernel;
+}
+
+const KernelTable &kernelTable() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    registerElementwiseKernels(t);
+    registerLinearAlgebraKernels(t);
+    registerAttentionKernels(t);
+    registerNormalizationKernels(t);
+    registerShapeKernels(t);
+    registerReductionKernels(t);
+    registerConvolutionKernels(t);
+    registerLossKernels(t);
+    registerOptimizerKernels(t);
+    return t;
+  }();
+  return table;
+}
+
+namespace {
+
+/// The first line of an ATen error, without its C++ backtrace.
+std::string firstLine(const std::string &text) {
+  return text.substr(0, text.find('\n'));
+}
+
+class CpuBackend final : public Backend {
+public:
+  explicit CpuBackend(const CpuBackendOptions &options) : arena(options.arena) {
+    if (options.threads > 0)
+      at::set_num_threads(options.threads);
+    configureGemms(options.gemm, options.oneThreadPool);
+    generator = at::make_generator<at::CPUGeneratorImpl>(0);
+  }
+
+  std::string name() const override { return "cpu"; }
+  // Collectives and waits have no kernel: the executor runs them through
+  // a communicator.
+  bool supports(OpKind kind) const override {
+    return kernelTable().find(kind) != nullptr;
+  }
+
+  absl::StatusOr<TensorHandle> upload(const HostTensor &host) override {
+    c10::InferenceMode guard;
+    at::Tensor t = at::empty(host.type.shape, optionsFor(host.type.dtype));
+    if (host.byteSize() > 0)
+      std::memcpy(t.data_ptr(), host.data, host.byteSize());
+    return TensorHandle(std::make_shared<CpuTensor>(std::move(t)));
+  }
+
+  absl::StatusOr<HostTensor> download(const DeviceTensor &tensor,
+                                      const TensorType &type) override {
+    c10::InferenceMode guard;
+    at::Tensor t = unwrap(tensor).contiguous();
+    HostTensor host = HostTensor::allocate(type);
+    if (size_t(t.nbytes()) != host.byteSize())
+      return absl::InternalError(absl::StrCat("download: tensor has ",
+                                              t.nbytes(), " bytes, expected ",
+                                              type.str()));
+    if (host.byteSize() > 0)
+      std::memcpy(host.mutableBytes(), t.data_ptr(), host.byteSize());
+    return host;
+  }
+
+  absl::StatusOr<TensorHandle> zeros(const TensorType &type) override {
+    c10::InferenceMode guard;
+    return TensorHandle(std::make_shared<CpuTensor>(
+        at::zeros(type.shape, optionsFor(type.dtype))));
+  }
+
+  absl::StatusOr<TensorHandle> convert(const DeviceTensor &tensor,
+                                       DType to) override {
+    c10::InferenceMode guard;
+    return TensorHandle(
+        std::make_shared<CpuTensor>(unwrap(tensor).to(toAten(to))));
+  }
+
+  absl::StatusOr<TensorHandle> allocateArena(int64_t bytes) override {
+    if (!arena)
+      return TensorHandle();
+    c10::InferenceMode guard;
+    return TensorHandle(
+        std::make_shared<CpuTensor>(at::empty({bytes}, at::kByte)));
+  }
+
+  absl::Status accumulate(DeviceTensor &into,
+                          const DeviceTensor &addend) override {
+    c10::InferenceMode guard;
+    try {
+      const_cast<at::Tensor &>(unwrap(into)).add_(unwrap(addend));
+    } catch (const std::exception &e) {
+      return absl::InternalError(std::string("accumulate: ") + e.what());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status scale(DeviceTensor &tensor, double factor) override {
+    c10::InferenceMode guard;
+    try {
+      const_cast<at::Tensor &>(unwrap(tensor)).mul_(factor);
+    } catch (const std::exception &e) {
+      return absl::InternalError(std::string("scale: ") + e.what());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status beginStep(const StepContext &step) override {
+    generator = at::make_generator<at::CPUGeneratorImpl>(
+        stepSeed(step.seed, step.globalStep, RandomStream::Dropout));
+    return absl::OkStatus();
+  }
+
+  absl::Status execute(KernelCall &call) override {
+    c10::InferenceMode guard;
+    const Instruction &inst = *call.instruction;
+    Kernel kernel = kernelTable().find(inst.kind);
+    if (!kernel)
+      return absl::UnimplementedError(absl::StrCat(
+          "the 'cpu' backend has no kernel for ", opFullName(inst.kind),
+          isCollective(inst.kind) || inst.kind == OpKind::Wait
+              ? " (the executor runs it through a communicator)"
+              : ""));
+    Ctx c{call, inst, inst.attrs, *call.program, generator, {}};
+    c.out.resize(inst.results.size());
+    try {
+      {
+        ArenaScope slots(call, inst);
+        kernel(c);
+      }
+    } catch (const c10::Error &e) {
+      return absl::InvalidArgumentError(firstLine(e.what_without_backtrace()));
+    } catch (const std::exception &e) {
+      return absl::InvalidArgumentError(firstLine(e.what()));
+    }
+    call.results.resize(inst.results.size());
+    for (size_t r = 0; r < inst.results.size(); ++r) {
+      at::Tensor &t = c.out[r];
+      const TensorType &type = c.resultType(r);
+      if (!t.defined())
+        return absl::InternalError(
+            absl::StrCat("the CPU kernel produced no result #", r));
+      std::optional<DType> dtype = fromAten(t.scalar_type());
+      if (!dtype || *dtype != type.dtype ||
+          !std::equal(t.sizes().begin(), t.sizes().end(), type.shape.begin(),
+                      type.shape.end()))
+        return absl::InternalError(absl::StrCat("the CPU kernel produced ",
+                                                toString(t), " for result #", r,
+                                                ", expected ", type.str()));
+      // The plan assumes a fresh result owns its storage; an ATen shortcut
+      // that returns an operand (or a view of one) would break in-place reuse.
+      if (inst.storage[r].kind == ResultStorage::Kind::Fresh)
+        for (DeviceTensor *operand : call.operands)
+          if (operand && t.is_alias_of(unwrap(*operand))) {
+            t = t.clone();
+            break;
+          }
+      call.results[r] = std::make_shared<CpuTensor>(std::move(t));
+    }
+    return absl::OkStatus();
+  }
+
+  MemoryStats memoryStats() const override { return allocationStats(); }
+
+  void resetPeak() override { resetAllocationPeak(); }
+
+private:
+  static std::string toString(const at::Tensor &t) {
+    std::string s;
+    for (int64_t d : t.sizes())
+      s += std::to_string(d) + "x";
+    std::optional<DType> dtype = fromAten(t.scalar_type());
+    return s + (dtype ? dtypeName(*dtype) : c10::toString(t.scalar_type()));
+  }
+
+  at::Generator generator;
+  bool arena;
+};
+
+} // namespace
+} // namespace merak::runtime::cpu
+
+namespace merak::runtime {
+
+std::unique_ptr<Backend> createCpuBackend(const CpuBackendOptions &options) {
+  cpu::installCountingAllocator();
+  return std::make_unique<cpu::CpuBackend>(options);
+}
+
+} // namespace merak::runtime
