@@ -1,5 +1,4 @@
-//===- AtenDTypes.h - runtime element types <-> ATen scalar types -*- C++
-//-*-===//
+//===- AtenDTypes.h - runtime dtypes <-> ATen scalar types ------*- C++ -*-===//
 //
 // Internal to the runtime's LibTorch translation units (the CPU kernels and
 // the TorchScript loader).

@@ -1,5 +1,4 @@
-//===- Convolution.cpp - convolution and pooling
-//----------------------------===//
+//===- Convolution.cpp - convolution and pooling --------------------------===//
 //
 // Two-dimensional convolution, max, average and adaptive pooling.
 //

@@ -1,5 +1,4 @@
-//===- Elementwise.cpp - elementwise aten ops
-//-------------------------------===//
+//===- Elementwise.cpp - elementwise aten ops -----------------------------===//
 //
 // Elementwise arithmetic, comparisons and activations, with PyTorch's
 // broadcasting and type promotion.

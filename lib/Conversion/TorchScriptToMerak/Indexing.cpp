@@ -1,5 +1,4 @@
-//===- Indexing.cpp - embedding and indexing
-//--------------------------------===//
+//===- Indexing.cpp - embedding and indexing ------------------------------===//
 //
 // Embedding lookups and index_select-style gathers.
 //

@@ -1,5 +1,4 @@
-//===- LinearAlgebra.cpp - matmul, linear, addmm
-//----------------------------===//
+//===- LinearAlgebra.cpp - matmul, linear, addmm --------------------------===//
 //
 // Matrix products: matmul and its batched and vector forms, linear, addmm.
 //

@@ -1,5 +1,4 @@
-//===- Normalization.cpp - softmax and normalization
-//------------------------===//
+//===- Normalization.cpp - softmax and normalization ----------------------===//
 //
 // Softmax, log-softmax, layer, RMS and batch normalization, attention.
 //

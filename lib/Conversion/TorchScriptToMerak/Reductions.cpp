@@ -1,5 +1,4 @@
-//===- Reductions.cpp - reductions
-//------------------------------------------===//
+//===- Reductions.cpp - reductions ----------------------------------------===//
 //
 // Reductions over dimensions: sum, mean, max, with keepdim and dtype.
 //

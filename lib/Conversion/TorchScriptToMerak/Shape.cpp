@@ -1,5 +1,4 @@
-//===- Shape.cpp - views, slices, concatenation
-//-----------------------------===//
+//===- Shape.cpp - views, slices, concatenation ---------------------------===//
 //
 // Shape manipulation: views, permutations, slices, concatenation,
 // splits, expansion, padding, rolls, and selection by mask.

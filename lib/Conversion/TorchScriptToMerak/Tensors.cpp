@@ -1,5 +1,4 @@
-//===- Tensors.cpp - tensor plumbing
-//----------------------------------------===//
+//===- Tensors.cpp - tensor plumbing --------------------------------------===//
 //
 // Identities (layout, autograd and device plumbing), casts, tensors whose
 // values follow from shapes alone, and facts of a tensor's static type.
