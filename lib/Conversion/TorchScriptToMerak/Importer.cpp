@@ -107,6 +107,16 @@ FailureOr<RankedTensorType> parseTensorSpec(MLIRContext *ctx, StringRef spec) {
   return RankedTensorType::get(shape, elem);
 }
 
+/// Whether a tensor of `type` has a byte size an int64 holds (the runtime
+/// counts bytes in int64).
+bool byteSizeFits(RankedTensorType type) {
+  int64_t bytes = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+  for (int64_t d : type.getShape())
+    if (__builtin_mul_overflow(bytes, d, &bytes))
+      return false;
+  return true;
+}
+
 std::string baseName(const std::string &debugName) {
   // TorchScript names inputs `idx.1`; the user wrote `idx`.
   static const std::regex suffix("\\.[0-9]+$");
@@ -202,7 +212,7 @@ LogicalResult Importer::resolveInputTypes(SmallVectorImpl<Type> &types,
           spec += std::to_string(d) + "x";
         spec += e.at("dtype").get<std::string>();
         auto t = parseTensorSpec(ctx, spec);
-        if (failed(t)) {
+        if (failed(t) || !byteSizeFits(*t)) {
           emitError(fileLoc)
               << "merak/inputs.json: bad input spec '" << spec << "'";
           return failure();
@@ -215,6 +225,7 @@ LogicalResult Importer::resolveInputTypes(SmallVectorImpl<Type> &types,
       return failure();
     }
   }
+  std::vector<std::string> given;
   for (const std::string &spec : options.inputShapes) {
     auto [name, shape] = StringRef(spec).split('=');
     auto t = parseTensorSpec(ctx, shape.trim());
@@ -224,7 +235,14 @@ LogicalResult Importer::resolveInputTypes(SmallVectorImpl<Type> &types,
                             "idx=2x16xi64";
       return failure();
     }
+    if (!byteSizeFits(*t)) {
+      emitError(fileLoc) << "--merak-input-shapes entry '" << spec
+                         << "': a tensor of that shape has more bytes than "
+                            "a 64-bit size holds";
+      return failure();
+    }
     known[name.trim().str()] = *t;
+    given.push_back(name.trim().str());
   }
   std::vector<std::string> missing;
   for (size_t i = 1; i < graph->inputs().size(); ++i) {
@@ -244,6 +262,14 @@ LogicalResult Importer::resolveInputTypes(SmallVectorImpl<Type> &types,
     }
     types.push_back(it->second);
   }
+  for (const std::string &name : given)
+    if (!llvm::is_contained(names, name)) {
+      emitError(fileLoc) << "--merak-input-shapes names '" << name
+                         << "', which is not an input of the model (its "
+                            "inputs: "
+                         << llvm::join(names, ", ") << ")";
+      return failure();
+    }
   if (!missing.empty()) {
     emitError(fileLoc) << "no shape for model input(s) "
                        << llvm::join(missing, ", ")
@@ -260,6 +286,24 @@ LogicalResult Importer::resolveInputTypes(SmallVectorImpl<Type> &types,
 //===----------------------------------------------------------------------===//
 
 Location Importer::locOf(jit::Node *n) {
+  // LibTorch reads a node's source range from the archive's debug
+  // information (code/**/*.debug_pkl) when first asked; a damaged entry
+  // throws there. The archive then names the location, with one warning.
+  try {
+    return sourceLocOf(n);
+  } catch (const std::exception &e) {
+    if (!debugInfoUnreadable) {
+      debugInfoUnreadable = true;
+      emitWarning(FileLineColLoc::get(ctx, options.archiveName, 0, 0))
+          << "the archive's debug information is unreadable ("
+          << firstLine(e.what())
+          << "); locations name the archive instead of Python lines";
+    }
+    return FileLineColLoc::get(ctx, options.archiveName, 0, 0);
+  }
+}
+
+Location Importer::sourceLocOf(jit::Node *n) {
   jit::SourceRange range = n->sourceRange();
   if (range.source())
     if (auto original = range.findSourceRangeThatGenerated())
@@ -274,7 +318,7 @@ Location Importer::locOf(jit::Node *n) {
   // one `file(line): function` per line. The user's frame is the first one
   // outside PyTorch's own package.
   std::string text = range.source()->text_str().str();
-  static const std::regex frame("^(.*)\\(([0-9]+)\\): [^ ]+$");
+  static const std::regex frame("^(.*)\\(([0-9]{1,9})\\): [^ ]+$");
   std::optional<Location> first, user;
   std::istringstream lines(text);
   std::string line;
@@ -409,8 +453,49 @@ FailureOr<int64_t> Importer::dimArg(jit::Node *n, size_t i, int64_t rank) {
   return v;
 }
 
+/// Whether `t`'s storage holds every element it addresses: a tensor saved
+/// from the meta device loads with no data, and a damaged archive can give
+/// a storage shorter than its tensor.
+static bool hasValues(const at::Tensor &t) {
+  if (t.is_meta())
+    return false;
+  if (t.numel() == 0)
+    return true;
+  if (!t.has_storage() || !t.storage().data_ptr().get())
+    return false;
+  int64_t last = t.storage_offset();
+  if (last < 0)
+    return false;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t extent;
+    if (t.stride(d) < 0 ||
+        __builtin_mul_overflow(t.size(d) - 1, t.stride(d), &extent) ||
+        __builtin_add_overflow(last, extent, &last))
+      return false;
+  }
+  int64_t bytes;
+  return !__builtin_mul_overflow(last + 1, int64_t(t.element_size()), &bytes) &&
+         bytes <= int64_t(t.storage().nbytes());
+}
+
 Value Importer::constantTensor(const at::Tensor &t0, Location loc) {
-  at::Tensor t = t0.detach().contiguous().cpu();
+  if (!hasValues(t0)) {
+    // A tensor captured by the trace on the meta device has a shape and
+    // no values.
+    emitError(loc) << "a constant tensor of shape " << c10::str(t0.sizes())
+                   << " has no values in the archive (traced on the meta "
+                      "device?); compute it in forward() from shapes, or "
+                      "trace on the CPU";
+    return {};
+  }
+  at::Tensor t;
+  try {
+    t = t0.detach().contiguous().cpu();
+  } catch (const std::exception &e) {
+    emitError(loc) << "reading a constant tensor failed: "
+                   << firstLine(e.what());
+    return {};
+  }
   auto elem = elementTypeOf(ctx, t.scalar_type());
   if (failed(elem)) {
     emitError(loc) << "constant tensor of unsupported dtype "
@@ -770,8 +855,16 @@ LogicalResult Importer::evaluate(jit::Node *n) {
   try {
     jit::Operation op = n->getOperation();
     jit::Stack stack;
-    for (jit::Value *v : n->inputs())
-      stack.push_back(slot(v).iv);
+    // A model traced on the meta device (shapes only) names that device
+    // in its factory calls; constants fold on the CPU, where they have
+    // values.
+    for (jit::Value *v : n->inputs()) {
+      const c10::IValue &iv = slot(v).iv;
+      if (iv.isDevice() && iv.toDevice().is_meta())
+        stack.push_back(c10::IValue(c10::Device(c10::kCPU)));
+      else
+        stack.push_back(iv);
+    }
     op(stack);
     if (stack.size() != n->outputs().size()) {
       error(n) << "constant evaluation returned " << stack.size()
@@ -1116,7 +1209,20 @@ importTorchScript(llvm::StringRef bytes, mlir::MLIRContext *ctx,
                   const TorchScriptImportOptions &options) {
   ctx->loadDialect<MerakDialect, mlir::func::FuncDialect>();
   torchscript::Importer importer(ctx, options);
-  return importer.run(bytes);
+  // Every LibTorch call the importer makes on its own is guarded where it
+  // is made; this is the net for the rest (a damaged archive can throw from
+  // deep inside LibTorch), so that no input aborts the process.
+  try {
+    return importer.run(bytes);
+  } catch (const std::exception &e) {
+    mlir::emitError(mlir::FileLineColLoc::get(ctx, options.archiveName, 0, 0))
+        << "reading the TorchScript archive failed inside LibTorch: "
+        << torchscript::firstLine(e.what());
+  } catch (...) {
+    mlir::emitError(mlir::FileLineColLoc::get(ctx, options.archiveName, 0, 0))
+        << "reading the TorchScript archive failed inside LibTorch";
+  }
+  return nullptr;
 }
 
 } // namespace merak

@@ -115,8 +115,10 @@ private:
   LogicalResult evaluate(jit::Node *n);
   LogicalResult getAttr(jit::Node *n);
 
-  // Locations.
+  // Locations: the user's Python line of a node, else the archive.
   Location locOf(jit::Node *n);
+  Location sourceLocOf(jit::Node *n);
+  bool debugInfoUnreadable = false;
 
   // Access to inputs.
   Slot &slot(jit::Value *v) { return slots[v]; }

@@ -63,14 +63,14 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     if (lossResult >= 0) {
       if ((unsigned)lossResult >= type.getNumResults()) {
         emitError(func.getLoc(), "loss-result=")
-            << lossResult << " but @" << funcName << " has "
+            << int64_t(lossResult) << " but @" << funcName << " has "
             << type.getNumResults() << " results";
         return failure();
       }
       auto t = dyn_cast<RankedTensorType>(type.getResult(lossResult));
       if (!t || t.getRank() != 0 || !isa<FloatType>(t.getElementType())) {
         emitError(func.getLoc(), "result ")
-            << lossResult << " (" << type.getResult(lossResult)
+            << int64_t(lossResult) << " (" << type.getResult(lossResult)
             << ") is not a rank-0 floating loss";
         return failure();
       }

@@ -34,7 +34,7 @@ struct GradAccumulationPass
     ModuleOp module = getOperation();
     if (microbatches < 1) {
       emitError(module.getLoc(), "microbatches must be >= 1, got ")
-          << microbatches;
+          << int64_t(microbatches);
       return signalPassFailure();
     }
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);

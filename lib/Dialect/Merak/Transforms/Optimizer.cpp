@@ -14,6 +14,9 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 
+#include <cmath>
+#include <sstream>
+
 namespace merak {
 #define GEN_PASS_DEF_OPTIMIZER
 #include "merak/Dialect/Merak/Transforms/Passes.h.inc"
@@ -51,13 +54,38 @@ struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
       emitError(func.getLoc(), "already has an optimizer");
       return signalPassFailure();
     }
-    if (lr <= 0.0 || momentum < 0.0 || eps <= 0.0 || beta1 < 0.0 ||
-        beta1 >= 1.0 || beta2 < 0.0 || beta2 >= 1.0 || clipGradNorm < 0.0) {
-      emitError(func.getLoc(),
-                "invalid optimizer options: need lr > 0, momentum >= 0, "
-                "0 <= beta < 1, eps > 0, clip-grad-norm >= 0");
-      return signalPassFailure();
-    }
+    // Each option as PyTorch's optimizers accept it; NaN and infinities
+    // never (a comparison with NaN is false, so each test is positive).
+    struct Check {
+      const char *name;
+      double value;
+      bool ok;
+      const char *need;
+    };
+    auto finite = [](double v) { return std::isfinite(v); };
+    const Check checks[] = {
+        {"lr", lr, finite(lr) && lr > 0.0, "a finite number > 0"},
+        {"momentum", momentum, finite(momentum) && momentum >= 0.0,
+         "a finite number >= 0"},
+        {"dampening", dampening, finite(dampening) && dampening >= 0.0,
+         "a finite number >= 0"},
+        {"weight-decay", weightDecay,
+         finite(weightDecay) && (weightDecay >= 0.0 || weightDecay == -1.0),
+         "a finite number >= 0"},
+        {"beta1", beta1, beta1 >= 0.0 && beta1 < 1.0, "in [0, 1)"},
+        {"beta2", beta2, beta2 >= 0.0 && beta2 < 1.0, "in [0, 1)"},
+        {"eps", eps, finite(eps) && eps > 0.0, "a finite number > 0"},
+        {"clip-grad-norm", clipGradNorm,
+         finite(clipGradNorm) && clipGradNorm >= 0.0,
+         "a finite number >= 0 (0: off)"}};
+    for (const Check &c : checks)
+      if (!c.ok) {
+        std::ostringstream value;
+        value << c.value;
+        emitError(func.getLoc(), "invalid optimizer option ")
+            << c.name << "=" << value.str() << ": need " << c.need;
+        return signalPassFailure();
+      }
     if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
       emitError(func.getLoc(),
                 "nesterov momentum requires momentum > 0 and zero "

@@ -168,22 +168,39 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
   }
 };
 
-/// A failed pipeline build is not an error to every driver; make it one.
-[[noreturn]] void fail(const llvm::Twine &message) {
-  llvm::report_fatal_error("merak-parallelize: " + message,
-                           /*gen_crash_diag=*/false);
+/// Reports a bad pipeline option as an error at the module when the
+/// pipeline runs: a located diagnostic and a failed run, like any pass's.
+struct OptionErrorPass
+    : public PassWrapper<OptionErrorPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(OptionErrorPass)
+  explicit OptionErrorPass(std::string message) : message(std::move(message)) {}
+  StringRef getName() const final { return "OptionError"; }
+  void runOnOperation() final {
+    emitError(getOperation().getLoc()) << message;
+    signalPassFailure();
+  }
+  std::string message;
+};
+
+/// Replaces the pipeline by the error: nothing else runs.
+LogicalResult fail(OpPassManager &pm, const llvm::Twine &message) {
+  pm.clear();
+  pm.addPass(std::make_unique<OptionErrorPass>(
+      ("--merak-parallelize: " + message).str()));
+  return success();
 }
 
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {
   if (o.sp != "none" && o.sp != "megatron" && o.sp != "ulysses")
-    fail("sp must be none, megatron or ulysses, got '" + o.sp + "'");
+    return fail(pm, "sp must be none, megatron or ulysses, got '" + o.sp + "'");
   bool pipelined = o.pipelined();
   if (pipelined && o.zero == 3)
-    fail("zero=3 cannot be combined with pipeline parallelism: every stage "
-         "would gather its parameters before every use in every "
-         "micro-batch (DeepSpeed refuses ZeRO-3 with pipelines too); use "
-         "zero=1 or zero=2");
+    return fail(
+        pm, "zero=3 cannot be combined with pipeline parallelism: every stage "
+            "would gather its parameters before every use in every "
+            "micro-batch (DeepSpeed refuses ZeRO-3 with pipelines too); use "
+            "zero=1 or zero=2");
   if (o.tp > 1) {
     merak::SplitFusedProjectionsOptions split;
     split.tp = o.tp;

@@ -2,6 +2,8 @@
 // results (loss, gradients, buffer updates), the forward-op references and
 // the dropout mask rewrite.
 // RUN: merak-opt %s -split-input-file --merak-autodiff -verify-diagnostics | FileCheck %s
+// RUN: not merak-opt %s -split-input-file --merak-autodiff="loss-result=99" 2>&1 | FileCheck %s --check-prefix=LOSSIDX
+// LOSSIDX: error: loss-result=99 but @forward has {{[0-9]+}} results
 
 // CHECK-LABEL: func.func @forward
 // CHECK-LABEL: func.func @train_step

@@ -3,6 +3,8 @@
 // averaged, buffer updates chain from one micro-batch to the next.
 // RUN: merak-opt %s -split-input-file --merak-autodiff --merak-grad-accumulation="microbatches=2" -verify-diagnostics | FileCheck %s
 // RUN: merak-opt %s -split-input-file --merak-train="optimizer=sgd lr=0.1 microbatches=2" -verify-diagnostics | FileCheck %s --check-prefix=TRAIN
+// RUN: not merak-opt %s -split-input-file --merak-train="optimizer=sgd lr=0.1 microbatches=0" 2>&1 | FileCheck %s --check-prefix=ZERO
+// ZERO: error: microbatches must be >= 1, got 0
 
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: (%[[W:.*]]: tensor<3xf32> {merak.param = "w"}, %[[R:.*]]: tensor<3xf32> {merak.buffer = "r"}, %[[X:.*]]: tensor<4x3xf32> {merak.input = "x"})

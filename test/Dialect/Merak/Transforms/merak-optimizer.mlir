@@ -6,6 +6,10 @@
 // RUN: merak-opt %s -split-input-file --merak-optimizer="optimizer=adamw lr=3e-4 weight-decay=0.1 clip-grad-norm=1.0" | FileCheck %s --check-prefix=ADAMW
 // RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=lion" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=sgd nesterov=true" 2>&1 | FileCheck %s --check-prefix=NESTEROV
+// RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=sgd lr=nan" 2>&1 | FileCheck %s --check-prefix=LRNAN
+// RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=adamw lr=inf" 2>&1 | FileCheck %s --check-prefix=LRINF
+// RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=adamw lr=1e-3 beta2=nan" 2>&1 | FileCheck %s --check-prefix=BETANAN
+// RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=sgd lr=-1" 2>&1 | FileCheck %s --check-prefix=LRNEG
 
 // SGD-LABEL: func.func @train_step
 // SGD-SAME: (%[[W:.*]]: tensor<4xf32> {merak.param = "w"}, %[[X:.*]]: tensor<4xf32> {merak.input = "x"}, %[[BUF:.*]]: tensor<4xf32> {merak.opt_state = "w/momentum_buffer"}, %[[LR:.*]]: tensor<f32> {merak.lr}, %[[STEP:.*]]: tensor<i64> {merak.step})
@@ -36,6 +40,10 @@
 
 // BAD: error: unknown optimizer 'lion': expected sgd or adamw
 // NESTEROV: error: nesterov momentum requires momentum > 0 and zero dampening (as in PyTorch)
+// LRNAN: error: invalid optimizer option lr=nan: need a finite number > 0
+// LRINF: error: invalid optimizer option lr=inf: need a finite number > 0
+// BETANAN: error: invalid optimizer option beta2=nan: need in [0, 1)
+// LRNEG: error: invalid optimizer option lr=-1: need a finite number > 0
 func.func @train_step(%w: tensor<4xf32> {merak.param = "w"}, %x: tensor<4xf32> {merak.input = "x"})
     -> (tensor<f32> {merak.loss}, tensor<4xf32> {merak.grad = "w"}) {
   %0 = merak.mul %w, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

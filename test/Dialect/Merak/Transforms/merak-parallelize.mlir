@@ -45,7 +45,8 @@
 // ZERO2: %[[P:.*]], %{{.*}}, %{{.*}} = merak.adamw_update %{{.*}}, %[[G]], %{{.*}} : (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>
 // ZERO2: mesh.all_gather %[[P]] on @mesh mesh_axes = [0] gather_axis = 0 : tensor<4x4xf32> -> tensor<8x4xf32>
 
-// SP: merak-parallelize: sp must be none, megatron or ulysses, got 'context'
+// SP: tiny-transformer.mlir:{{[0-9]+}}:{{[0-9]+}}: error: --merak-parallelize: sp must be none, megatron or ulysses, got 'context'
+// SP-NOT: LLVM ERROR
 
 // tp=2: the vocabulary-parallel embedding's table gradient is scattered
 // into the rank's 4 rows only (tokens outside them masked, the others
