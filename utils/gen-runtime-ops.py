@@ -188,7 +188,7 @@ def decoder_case(records, name, r):
 def generate_facts(records):
     ops = sorted((location(records[n]), n, records[n])
                  for n in records["!instanceof"]["Merak_Op"])
-    decoders, linear, flops = [], [], []
+    decoders, linear, flops, precision = [], [], [], []
     for _, name, r in ops:
         cls = camel(name) + "Op"
         if r["runtimeInstruction"]:
@@ -198,6 +198,12 @@ def generate_facts(records):
                 str(i) for i in r["linearIn"])))
         if r["elementFlops"] != 1:
             flops.append("%s, %d" % (cls, r["elementFlops"]))
+        policy = r["precision"]
+        if policy not in ("compute", "fp32", "promote"):
+            sys.exit("gen-runtime-ops: %s: precision '%s' is not compute, "
+                     "fp32 or promote" % (name, policy))
+        if policy != "promote":
+            precision.append("%s, %s" % (cls, policy.capitalize()))
     text = FACTS_HEADER
     text += ("\n// Cases of a TypeSwitch over `Operation *` that fill `inst` (an"
              "\n// Instruction) through `operand(Value)`, `optionalOperand(Value)`"
@@ -207,6 +213,10 @@ def generate_facts(records):
     text += macro("MERAK_OP_LINEAR_IN",
                   "// X(Op, operand...): the op is linear in each listed "
                   "operand, the others\n// held fixed (`linearIn`).", linear)
+    text += macro("MERAK_OP_PRECISION",
+                  "// X(Op, Compute|Fp32): the type the op computes in under "
+                  "mixed precision\n// where not `promote` (`precision`).",
+                  precision)
     text += macro("MERAK_OP_ELEMENT_FLOPS",
                   "// X(Op, flops): FLOPs per result element where not 1 "
                   "(`elementFlops`).", flops)

@@ -2,7 +2,7 @@
 
 Usage:
     python3 compare_losses.py A.jsonl B.jsonl [--rtol 1e-4] [--atol 1e-6]
-                              [--steps N]
+                              [--steps N] [--gap C.jsonl [--gap-factor F]]
 
 Each line of a log is {"step": i, "loss": x, ...}, steps consecutive (a
 log resumed from a checkpoint may start after 1); a null loss stands for a
@@ -11,6 +11,10 @@ B is the reference: step i passes when |A_i - B_i| <= max(rtol * |B_i|,
 atol). The absolute floor lets a loss that has fallen to about 0 pass.
 Prints a table and exits 1 naming the first failing step (a NaN always
 fails), or when the logs hold different steps; 2 when a log cannot be read.
+With --gap, the tolerance is not given but measured: rtol is F (default 2)
+times the largest relative difference of log C from B over the steps (for
+example C: PyTorch under autocast, B: PyTorch in float32, A: the program
+under test in mixed precision).
 """
 
 import argparse
@@ -127,6 +131,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int,
                         help="compare only the first N steps (both logs "
                         "must hold at least N)")
+    parser.add_argument("--gap", metavar="C",
+                        help="set rtol from log C's largest relative "
+                        "difference from B")
+    parser.add_argument("--gap-factor", type=float, default=2.0, metavar="F",
+                        help="rtol = F * that difference (default 2)")
     args = parser.parse_args(argv)
     if args.rtol < 0 or args.atol < 0:
         parser.error("--rtol and --atol must not be negative")
@@ -137,6 +146,23 @@ def main(argv=None):
     except LogError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
+    if args.gap:
+        try:
+            rows_c = read_log(args.gap)
+        except LogError as e:
+            print("error: %s" % e, file=sys.stderr)
+            return 2
+        reference = dict(rows_b)
+        gaps = [relative_diff(c, reference[step]) for step, c in rows_c
+                if step in reference]
+        if not gaps or any(math.isnan(g) for g in gaps):
+            print("error: %s and %s share no finite steps" % (args.gap,
+                                                               args.b),
+                  file=sys.stderr)
+            return 2
+        args.rtol = args.gap_factor * max(gaps)
+        print("gap of %s from %s: %.3e; rtol %.3e"
+              % (args.gap, args.b, max(gaps), args.rtol))
     failure = compare(rows_a, rows_b, args.rtol, args.atol, args.steps)
     if failure:
         print("FAIL: %s (%s vs %s)" % (failure, args.a, args.b),

@@ -120,9 +120,13 @@ def run(args):
                              "batch" % args.microbatches)
         total = 0.0
         for part in parts:
-            outputs = module(*part)
+            if args.autocast:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    outputs = module(*part)
+            else:
+                outputs = module(*part)
             loss = pick_loss(outputs)
-            if step == 0:
+            if step == 0 and not args.autocast:
                 warn_on_casts(outputs, dtype)
             (loss / args.microbatches).backward()
             total += loss.item()
@@ -177,6 +181,9 @@ def main(argv=None):
                         help="torch.set_num_threads (default 1)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                         help="run the model and optimizer in this type")
+    parser.add_argument("--autocast", choices=["bfloat16"], default=None,
+                        help="run the forward under torch.autocast on the "
+                             "CPU in this type (float32 weights)")
     parser.add_argument("--microbatches", type=int, default=1, metavar="M",
                         help="split each step's batch into M micro-batches "
                         "and accumulate their gradients (default 1)")

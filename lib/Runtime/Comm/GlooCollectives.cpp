@@ -120,6 +120,23 @@ private:
     return in.clone(at::MemoryFormat::Contiguous);
   }
 
+  /// Gloo moves float, double, half and 8-, 32- and 64-bit integers. A
+  /// bfloat16 or boolean tensor travels as the type of its width, its bytes
+  /// unchanged; reductions of them run in float32 and uint8.
+  static at::ScalarType wireType(at::ScalarType t) {
+    switch (t) {
+    case at::kBFloat16:
+      return at::kHalf;
+    case at::kBool:
+      return at::kByte;
+    default:
+      return t;
+    }
+  }
+  static at::ScalarType reduceType(at::ScalarType t) {
+    return t == at::kBFloat16 ? at::kFloat : wireType(t);
+  }
+
   /// Reduces `blocks` ([n, ...]) over its first dimension.
   static at::Tensor reduceBlocks(const at::Tensor &blocks,
                                  CollectiveReduction r, int64_t n) {
@@ -155,7 +172,10 @@ private:
     c10d::ProcessGroupGloo &pg = *group.pg;
     switch (inst.kind) {
     case OpKind::AllReduce: {
-      std::vector<at::Tensor> tensors{writable(in, call)};
+      const at::ScalarType type = in.scalar_type();
+      std::vector<at::Tensor> tensors{
+          reduceType(type) == type ? writable(in, call)
+                                   : in.to(reduceType(type)).contiguous()};
       c10d::AllreduceOptions options;
       switch (a.collectiveReduction) {
       case CollectiveReduction::Sum:
@@ -174,31 +194,36 @@ private:
       }
       pending.work = pg.allreduce(tensors, options);
       bool average = a.collectiveReduction == CollectiveReduction::Average;
-      pending.complete = [t = tensors[0], average, n] {
-        return average ? divide(t, n) : t;
+      pending.complete = [t = tensors[0], average, n, type] {
+        at::Tensor reduced = average ? divide(t, n) : t;
+        return reduced.scalar_type() == type ? reduced : reduced.to(type);
       };
       return;
     }
     case OpKind::AllGather: {
       // Gloo copies into these on its own threads, outside InferenceMode,
       // which only normal tensors allow.
+      const at::ScalarType type = in.scalar_type();
+      at::Tensor sent = in.view(wireType(type));
       std::vector<std::vector<at::Tensor>> outputs(1);
       {
         c10::InferenceMode normal(false);
         for (int64_t i = 0; i < n; ++i)
-          outputs[0].push_back(at::empty(in.sizes(), in.options()));
+          outputs[0].push_back(at::empty(sent.sizes(), sent.options()));
       }
-      std::vector<at::Tensor> inputs{in};
+      std::vector<at::Tensor> inputs{sent};
       pending.work = pg.allgather(outputs, inputs);
-      pending.complete = [outputs, in, dim = a.dim] {
-        return at::cat(outputs[0], dim);
+      pending.complete = [outputs, sent, dim = a.dim, type] {
+        return at::cat(outputs[0], dim).view(type);
       };
       return;
     }
     case OpKind::ReduceScatter: {
       // Block j of the scatter dimension goes to member j; member i then
       // holds block i of every member and reduces them (at the wait).
-      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
+      const at::ScalarType type = in.scalar_type();
+      at::Tensor blocks =
+          in.movedim(a.dim, 0).contiguous().view(wireType(type));
       at::Tensor received = at::empty_like(blocks);
       std::vector<int64_t> counts;
       pending.work = pg.alltoall_base(received, blocks, counts, counts);
@@ -206,8 +231,9 @@ private:
       shape.insert(shape.end(), blocks.sizes().begin() + 1,
                    blocks.sizes().end());
       pending.complete = [blocks, received, shape, n, dim = a.dim,
-                          r = a.collectiveReduction] {
-        at::Tensor reduced = reduceBlocks(received.view(shape), r, n);
+                          r = a.collectiveReduction, type] {
+        at::Tensor reduced =
+            reduceBlocks(received.view(type).view(shape), r, n);
         return reduced.movedim(0, dim).contiguous();
       };
       return;
@@ -215,21 +241,25 @@ private:
     case OpKind::AllToAll: {
       // Block j along the split dimension goes to member j; what member i
       // sends is concatenated along the concat dimension in member order.
-      at::Tensor blocks = in.movedim(a.dim, 0).contiguous();
+      const at::ScalarType type = in.scalar_type();
+      at::Tensor blocks =
+          in.movedim(a.dim, 0).contiguous().view(wireType(type));
       at::Tensor received = at::empty_like(blocks);
       std::vector<int64_t> counts;
       pending.work = pg.alltoall_base(received, blocks, counts, counts);
       pending.complete = [blocks, received, n, dim = a.dim,
-                          concatDim = a.concatDim] {
+                          concatDim = a.concatDim, type] {
         std::vector<at::Tensor> pieces;
-        for (const at::Tensor &piece : received.chunk(n, 0))
+        for (const at::Tensor &piece : received.view(type).chunk(n, 0))
           pieces.push_back(piece.movedim(0, dim));
         return at::cat(pieces, concatDim);
       };
       return;
     }
     case OpKind::Broadcast: {
-      std::vector<at::Tensor> tensors{writable(in, call)};
+      at::Tensor target = writable(in, call);
+      std::vector<at::Tensor> tensors{
+          target.view(wireType(target.scalar_type()))};
       c10d::BroadcastOptions options;
       // The root is an in-group multi-index over `meshAxes`.
       int64_t root = 0;
@@ -238,7 +268,7 @@ private:
         root = root * mesh[a.meshAxes[k]] + a.root[k];
       options.rootRank = root;
       pending.work = pg.broadcast(tensors, options);
-      pending.complete = [t = tensors[0]] { return t; };
+      pending.complete = [t = target, sent = tensors[0]] { return t; };
       return;
     }
     default:

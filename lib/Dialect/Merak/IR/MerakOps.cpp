@@ -901,6 +901,15 @@ bool merak::isLinearIn(Operation *op, unsigned operand) {
   return false;
 }
 
+PrecisionPolicy merak::precisionPolicy(Operation *op) {
+#define MERAK_PRECISION(Op, policy)                                            \
+  if (isa<Op>(op))                                                             \
+    return PrecisionPolicy::policy;
+  MERAK_OP_PRECISION(MERAK_PRECISION)
+#undef MERAK_PRECISION
+  return PrecisionPolicy::Promote;
+}
+
 double merak::elementFlops(Operation *op) {
 #define MERAK_FLOPS(Op, flops)                                                 \
   if (isa<Op>(op))                                                             \

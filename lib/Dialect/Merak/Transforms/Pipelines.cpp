@@ -51,12 +51,40 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       *this, "loss-result",
       llvm::cl::desc("index of the loss among the forward's results"),
       llvm::cl::init(-1)};
+  Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("compute type of the forward's matrix products: fp32, "
+                     "or bf16 / fp16 with float32 master weights "
+                     "(--merak-mixed-precision)"),
+      llvm::cl::init("fp32")};
   Option<bool> fuseAttention{
       *this, "fuse-attention",
       llvm::cl::desc("fuse masked attention into "
                      "merak.masked_attention (--merak-fuse-attention)"),
       llvm::cl::init(true)};
 };
+
+/// Reports a bad pipeline option as an error at the module when the
+/// pipeline runs: a located diagnostic and a failed run, like any pass's.
+struct OptionErrorPass
+    : public PassWrapper<OptionErrorPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(OptionErrorPass)
+  explicit OptionErrorPass(std::string message) : message(std::move(message)) {}
+  StringRef getName() const final { return "OptionError"; }
+  void runOnOperation() final {
+    emitError(getOperation().getLoc()) << message;
+    signalPassFailure();
+  }
+  std::string message;
+};
+
+/// Replaces the pipeline by the error: nothing else runs.
+LogicalResult fail(OpPassManager &pm, const llvm::Twine &message) {
+  pm.clear();
+  pm.addPass(std::make_unique<OptionErrorPass>(
+      ("--merak-parallelize: " + message).str()));
+  return success();
+}
 
 /// Records the options @train_step was derived with on the module.
 struct RecordTrainOptionsPass
@@ -78,6 +106,20 @@ void buildTrainPipelineFromOptions(OpPassManager &pm,
   pm.addPass(createCSEPass());
   if (o.fuseAttention)
     pm.addPass(merak::createFuseAttention());
+  if (o.precision != "fp32" && o.precision != "bf16") {
+    pm.clear();
+    pm.addPass(std::make_unique<OptionErrorPass>(
+        "--merak-train: precision must be fp32 or bf16, got '" + o.precision +
+        "' (fp16 needs loss scaling, which --merak-train "
+        "does not do yet)"));
+    return;
+  }
+  if (o.precision != "fp32") {
+    merak::MixedPrecisionOptions mp;
+    mp.compute = o.precision;
+    pm.addPass(merak::createMixedPrecision(mp));
+    pm.addPass(createCanonicalizerPass());
+  }
   merak::AutodiffOptions ad;
   ad.lossResult = o.lossResult;
   pm.addPass(merak::createAutodiff(ad));
@@ -167,28 +209,6 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
            schedule != "1f1b";
   }
 };
-
-/// Reports a bad pipeline option as an error at the module when the
-/// pipeline runs: a located diagnostic and a failed run, like any pass's.
-struct OptionErrorPass
-    : public PassWrapper<OptionErrorPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(OptionErrorPass)
-  explicit OptionErrorPass(std::string message) : message(std::move(message)) {}
-  StringRef getName() const final { return "OptionError"; }
-  void runOnOperation() final {
-    emitError(getOperation().getLoc()) << message;
-    signalPassFailure();
-  }
-  std::string message;
-};
-
-/// Replaces the pipeline by the error: nothing else runs.
-LogicalResult fail(OpPassManager &pm, const llvm::Twine &message) {
-  pm.clear();
-  pm.addPass(std::make_unique<OptionErrorPass>(
-      ("--merak-parallelize: " + message).str()));
-  return success();
-}
 
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {

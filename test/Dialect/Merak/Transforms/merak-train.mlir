@@ -2,6 +2,11 @@
 // on a small MLP; @forward stays for evaluation.
 // RUN: merak-opt %s --merak-train="optimizer=adamw lr=3e-4 weight-decay=0.1" | FileCheck %s
 // RUN: merak-opt %s --merak-train="optimizer=sgd lr=0.1 momentum=0.9 nesterov=true" | FileCheck %s --check-prefix=SGD
+// RUN: merak-opt %s --merak-train="optimizer=adamw lr=3e-4 precision=bf16" | FileCheck %s --check-prefix=BF16
+// RUN: not merak-opt %s --merak-train="precision=fp16" 2>&1 | FileCheck %s --check-prefix=FP16
+// BF16: merak.linear {{.*}}bf16
+// BF16: func.func @train_step
+// FP16: error: --merak-train: precision must be fp32 or bf16, got 'fp16'
 
 // CHECK-LABEL: func.func @forward
 // CHECK-LABEL: func.func @train_step

@@ -44,6 +44,15 @@ bool isLinearIn(mlir::Operation *op, unsigned operand);
 /// Floating-point operations per result element of an op with no cost rule
 /// of its own (`elementFlops` in MerakOps.td; 1 for ops of other dialects).
 double elementFlops(mlir::Operation *op);
+
+/// The element type an op computes in under mixed precision (`precision` in
+/// MerakOps.td).
+enum class PrecisionPolicy {
+  Compute, // the low-precision compute type (matrix products)
+  Fp32,    // float32 (norms, softmax, sums, losses)
+  Promote, // the widest floating type of its tensor operands
+};
+PrecisionPolicy precisionPolicy(mlir::Operation *op);
 } // namespace merak
 
 #endif // MERAK_DIALECT_MERAK_IR_MERAKOPS_H

@@ -127,6 +127,11 @@ class Merak_Op<string mnemonic, list<Trait> traits = []>
   // Floating-point operations per result element, for the cost model of an
   // op that has no rule of its own in lib/Analysis/CostModel.cpp.
   int elementFlops = 1;
+  // The element type the op computes in under --merak-mixed-precision:
+  // "compute" (the low-precision compute type: matrix products), "fp32"
+  // (norms, softmax, sums, losses), or "promote" (the widest floating type
+  // of its tensor operands; a one-element constant follows the others).
+  string precision = "promote";
 }
 
 // An op whose result types follow from its operands and attributes. The
@@ -368,6 +373,7 @@ def Merak_WhereOp : Merak_InferOp<"where"> {
 //===----------------------------------------------------------------------===//
 
 def Merak_LinearOp : Merak_InferOp<"linear"> {
+  let precision = "compute";
   let summary = "y = x W^T + b";
   let description = [{
     `input` is `[..., K]`, `weight` is `[N, K]` (PyTorch layout), the
@@ -381,6 +387,7 @@ def Merak_LinearOp : Merak_InferOp<"linear"> {
 }
 
 def Merak_MatmulOp : Merak_InferOp<"matmul"> {
+  let precision = "compute";
   let summary = "batched matrix product with broadcast batch dimensions";
   let description = [{
     Both operands have rank >= 2: `[..., M, K] x [..., K, N] -> [..., M, N]`
@@ -394,6 +401,7 @@ def Merak_MatmulOp : Merak_InferOp<"matmul"> {
 def Merak_MaskedAttentionOp : Merak_Op<"masked_attention",
     [Pure, AllTypesMatch<["query", "key"]>,
      DeclareOpInterfaceMethods<GradientOpInterface>]> {
+  let precision = "compute";
   let summary = "scaled dot-product attention with a mask";
   let runtimeAttrFields = ["divide=scaleDivides"];
   let description = [{
@@ -434,6 +442,7 @@ def Merak_MaskedAttentionOp : Merak_Op<"masked_attention",
 //===----------------------------------------------------------------------===//
 
 def Merak_SoftmaxOp : Merak_InferOp<"softmax", [SameOperandsAndResultType]> {
+  let precision = "fp32";
   let summary = "softmax along `dim`";
   let arguments = (ins Merak_FloatTensor:$input, I64Attr:$dim);
   let results = (outs Merak_FloatTensor:$result);
@@ -442,6 +451,7 @@ def Merak_SoftmaxOp : Merak_InferOp<"softmax", [SameOperandsAndResultType]> {
 }
 
 def Merak_LogSoftmaxOp : Merak_InferOp<"log_softmax", [SameOperandsAndResultType]> {
+  let precision = "fp32";
   let summary = "log of softmax along `dim`";
   let arguments = (ins Merak_FloatTensor:$input, I64Attr:$dim);
   let results = (outs Merak_FloatTensor:$result);
@@ -450,6 +460,7 @@ def Merak_LogSoftmaxOp : Merak_InferOp<"log_softmax", [SameOperandsAndResultType
 }
 
 def Merak_LayerNormOp : Merak_InferOp<"layer_norm", [AttrSizedOperandSegments]> {
+  let precision = "fp32";
   let summary = "layer normalization over the last `normalized_rank` dims";
   let description = [{
     Normalizes over the trailing `normalized_rank` dimensions with biased
@@ -465,6 +476,7 @@ def Merak_LayerNormOp : Merak_InferOp<"layer_norm", [AttrSizedOperandSegments]> 
 }
 
 def Merak_RmsNormOp : Merak_InferOp<"rms_norm"> {
+  let precision = "fp32";
   let summary = "root-mean-square normalization over the last `normalized_rank` dims";
   let description = [{
     `x / sqrt(mean(x^2) + eps) * weight`. A model that writes RMSNorm with
@@ -479,6 +491,7 @@ def Merak_RmsNormOp : Merak_InferOp<"rms_norm"> {
 }
 
 def Merak_BatchNormOp : Merak_InferOp<"batch_norm"> {
+  let precision = "fp32";
   let summary = "batch normalization over all dimensions but the channel (1)";
   let description = [{
     With `training = true` it normalizes with the batch statistics and
@@ -625,8 +638,11 @@ class Merak_ReduceOp<string mnemonic, string doc> : Merak_InferOp<mnemonic> {
 
 def Merak_ReduceSumOp : Merak_ReduceOp<"reduce_sum", "sum over dimensions"> {
   let linearIn = [0];
+  let precision = "fp32";
 }
-def Merak_ReduceMeanOp : Merak_ReduceOp<"reduce_mean", "mean over dimensions">;
+def Merak_ReduceMeanOp : Merak_ReduceOp<"reduce_mean", "mean over dimensions"> {
+  let precision = "fp32";
+}
 def Merak_ReduceMaxOp : Merak_ReduceOp<"reduce_max", "maximum over dimensions">;
 
 //===----------------------------------------------------------------------===//
@@ -634,6 +650,7 @@ def Merak_ReduceMaxOp : Merak_ReduceOp<"reduce_max", "maximum over dimensions">;
 //===----------------------------------------------------------------------===//
 
 def Merak_Conv2dOp : Merak_InferOp<"conv2d"> {
+  let precision = "compute";
   let summary = "2-D convolution, NCHW input, OIHW weight";
   let arguments = (ins Merak_FloatTensor:$input, Merak_FloatTensor:$weight,
                    Optional<Merak_FloatTensor>:$bias,
@@ -673,6 +690,7 @@ def Merak_AdaptiveAvgPool2dOp : Merak_InferOp<"adaptive_avg_pool2d"> {
 //===----------------------------------------------------------------------===//
 
 def Merak_CrossEntropyOp : Merak_InferOp<"cross_entropy"> {
+  let precision = "fp32";
   let summary = "softmax cross-entropy of logits `[N, C]` and class targets `[N]`";
   let description = [{
     Targets equal to `ignore_index` contribute nothing; `mean` divides by the

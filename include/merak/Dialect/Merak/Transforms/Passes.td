@@ -58,6 +58,32 @@ def Autodiff : Pass<"merak-autodiff", "mlir::ModuleOp"> {
   ];
 }
 
+def MixedPrecision : Pass<"merak-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "Compute the forward in bfloat16 or float16 with float32 "
+                "master weights";
+  let description = [{
+    Runs on the forward program, before `--merak-autodiff` (`--merak-train`
+    runs it with `precision=bf16`). Parameters, buffers and inputs keep
+    their types, so the optimizer updates float32 master weights and
+    checkpoints hold float32. Each op computes in the type its
+    `precision` field in MerakOps.td names: the matrix products (linear,
+    matmul, masked attention, convolution) cast their floating operands to
+    the compute type; norms, softmax, sums, means and losses cast theirs to
+    float32; every other op takes the widest floating type of its tensor
+    operands, a one-element constant following the others (as a Python
+    number does in PyTorch). Results return in their original types. The
+    gradient follows the casts: each cast's gradient casts back, so every
+    parameter's gradient is float32. `compute=fp32` leaves the program
+    unchanged.
+  }];
+  let options = [
+    Option<"funcName", "func", "std::string", /*default=*/"\"forward\"",
+           "Name of the forward function">,
+    Option<"compute", "compute", "std::string", /*default=*/"\"bf16\"",
+           "The compute type of matrix products: bf16, fp16 or fp32">
+  ];
+}
+
 def GradAccumulation : Pass<"merak-grad-accumulation", "mlir::ModuleOp"> {
   let summary = "Accumulate gradients over micro-batches inside the "
                 "training step";
