@@ -9,9 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <dirent.h>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace merak::runtime {
@@ -115,7 +118,12 @@ public:
     for (const SavedBlock &saved : entry.blocks)
       if (saved.block == block)
         return files[saved.file].tensors.at(tensor);
-    HostTensor out = HostTensor::allocate({entry.type.dtype, block.sizes});
+    absl::StatusOr<HostTensor> allocated = HostTensor::tryAllocate(
+        {entry.type.dtype, block.sizes},
+        absl::StrCat("a block of '", tensor, "' from ", label));
+    if (!allocated.ok())
+      return allocated.status();
+    HostTensor out = *std::move(allocated);
     int64_t covered = 0;
     for (const SavedBlock &saved : entry.blocks) {
       std::optional<TensorBlock> common = intersect(saved.block, block);
@@ -187,12 +195,18 @@ public:
           return bad(absl::StrCat("tensor '", name, "' has an unknown dtype"));
         entry.type = {*dtype, t.at("shape").get<std::vector<int64_t>>()};
         entry.blockShape = entry.type.shape;
+        if (absl::StatusOr<int64_t> bytes = checkedByteSize(entry.type);
+            !bytes.ok())
+          return bad(absl::StrCat("tensor '", name,
+                                  "': shape: ", bytes.status().message()));
         if (t.contains("stored_shape")) {
           entry.type.shape = t.at("stored_shape").get<std::vector<int64_t>>();
+          if (absl::StatusOr<int64_t> bytes = checkedByteSize(entry.type);
+              !bytes.ok())
+            return bad(absl::StrCat("tensor '", name, "': stored_shape: ",
+                                    bytes.status().message()));
           if (TensorType{*dtype, entry.blockShape}.numElements() !=
-                  entry.type.numElements() ||
-              std::any_of(entry.type.shape.begin(), entry.type.shape.end(),
-                          [](int64_t d) { return d < 0; }))
+              entry.type.numElements())
             return bad(absl::StrCat("tensor '", name,
                                     "': stored_shape and shape have "
                                     "different element counts"));
@@ -213,10 +227,23 @@ public:
             return bad(absl::StrCat("'", name, "' in ",
                                     b.at("file").get<std::string>(),
                                     " is not the block the index lists"));
-          if (saved.block.offsets.size() != entry.blockShape.size())
+          if (saved.block.offsets.size() != entry.blockShape.size() ||
+              saved.block.sizes.size() != entry.blockShape.size())
             return bad(absl::StrCat("a block of '", name,
                                     "' has the wrong "
                                     "rank"));
+          for (size_t d = 0; d < saved.block.offsets.size(); ++d) {
+            int64_t offset = saved.block.offsets[d];
+            int64_t size = saved.block.sizes[d];
+            if (offset < 0 || size < 0 || offset > entry.blockShape[d] - size)
+              return bad(absl::StrCat(
+                  "a block of '", name, "' in ",
+                  b.at("file").get<std::string>(), " (offsets [",
+                  absl::StrJoin(saved.block.offsets, ", "), "], shape [",
+                  absl::StrJoin(saved.block.sizes, ", "),
+                  "]) lies outside the tensor's shape [",
+                  absl::StrJoin(entry.blockShape, ", "), "]"));
+          }
           entry.blocks.push_back(std::move(saved));
         }
         result->entries[name] = std::move(entry);
@@ -328,6 +355,12 @@ shardState(const Program &program, GlobalState &state) {
             "as ",
             TensorType{global->dtype, arg->storedShape}.str(), " (viewed as ",
             TensorType{local.dtype, view}.str(), ")"));
+      if (TensorType{local.dtype, view}.numElements() != global->numElements())
+        return absl::InvalidArgumentError(
+            absl::StrCat(argumentRoleNoun(arg->role), " '", arg->name,
+                         "' is stored as ", global->str(), " but viewed as ",
+                         TensorType{local.dtype, view}.str(),
+                         ", which has another element count"));
       absl::StatusOr<HostTensor> whole =
           state.read(arg->name, {std::vector<int64_t>(global->shape.size(), 0),
                                  global->shape});
@@ -493,34 +526,113 @@ writeCheckpointIndex(const std::string &path, const Program &program,
                                            {{text.data(), text.size()}});
       !s.ok())
     return s;
-  // The new index is in place: the previous save's files are garbage.
+  // The new index is in place: the previous save's files are garbage, and
+  // so is what interrupted saves left.
   for (const std::string &file : previous)
     if (std::find(files.begin(), files.end(), baseName(file)) == files.end())
       std::remove(file.c_str());
+  std::vector<std::string> keep;
+  for (const json &f : files)
+    keep.push_back(directoryOf(path) + f.get<std::string>());
+  removeStaleTemporaries(path, keep);
   return absl::OkStatus();
+}
+
+namespace {
+
+bool allOf(const std::string &s, int (*pred)(int)) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
+    return pred((unsigned char)c) != 0;
+  });
+}
+
+/// The save id in `name` when it is the name of a shard file of a sharded
+/// save to `path` (`<base>.<id>.rank<R>`, the id hexadecimal), else "".
+std::string shardFileId(const std::string &path, const std::string &name) {
+  const std::string prefix = baseName(path) + ".";
+  if (name.compare(0, prefix.size(), prefix) != 0)
+    return "";
+  std::string rest = name.substr(prefix.size());
+  size_t rank = rest.find(".rank");
+  if (rank == std::string::npos)
+    return "";
+  std::string id = rest.substr(0, rank);
+  if (!allOf(id, isxdigit) || !allOf(rest.substr(rank + 5), isdigit))
+    return "";
+  return id;
+}
+
+/// The regular files in the directory of `path`, by name.
+std::vector<std::string> filesBeside(const std::string &path) {
+  std::vector<std::string> names;
+  std::string dir = directoryOf(path);
+  DIR *d = ::opendir(dir.empty() ? "." : dir.c_str());
+  if (!d)
+    return names;
+  while (const dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    struct stat st;
+    if (::lstat((dir + name).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      names.push_back(std::move(name));
+  }
+  ::closedir(d);
+  return names;
+}
+
+} // namespace
+
+void removeStaleTemporaries(const std::string &path,
+                            const std::vector<std::string> &keep) {
+  const std::string dir = directoryOf(path);
+  for (const std::string &name : filesBeside(path)) {
+    bool temporary =
+        isAtomicWriteTemporary(path, name) ||
+        isAtomicWriteTemporary(shardIndexPath(path), name) ||
+        (name.size() > 8 && name[0] == '.' &&
+         isAtomicWriteTemporary(dir + name.substr(1, name.size() - 8), name) &&
+         !shardFileId(path, name.substr(1, name.size() - 8)).empty());
+    if (temporary) {
+      std::remove((dir + name).c_str());
+      continue;
+    }
+    // A shard file of a save that never committed its index: only one that
+    // says it is ours, of the save its name gives.
+    std::string id = shardFileId(path, name);
+    if (id.empty() ||
+        std::find(keep.begin(), keep.end(), dir + name) != keep.end())
+      continue;
+    absl::StatusOr<SafetensorsFile> file = readSafetensors(dir + name);
+    if (!file.ok())
+      continue;
+    auto format = file->metadata.find("format");
+    auto saved = file->metadata.find("checkpoint_id");
+    if (format != file->metadata.end() && format->second == kCheckpointFormat &&
+        saved != file->metadata.end() && saved->second == id)
+      std::remove((dir + name).c_str());
+  }
 }
 
 void removeStaleCheckpoint(const std::string &path, bool sharded) {
   std::string stale = sharded ? path : shardIndexPath(path);
-  if (!exists(stale))
-    return;
   if (!sharded) {
-    std::vector<std::string> files = indexedFiles(stale);
-    std::remove(stale.c_str());
-    for (const std::string &file : files)
-      std::remove(file.c_str());
+    if (exists(stale)) {
+      std::vector<std::string> files = indexedFiles(stale);
+      std::remove(stale.c_str());
+      for (const std::string &file : files)
+        std::remove(file.c_str());
+    }
+    removeStaleTemporaries(path, {});
     return;
   }
-  if (sharded) {
+  if (exists(stale)) {
     // Only a checkpoint of ours: never a file someone else put there.
     absl::StatusOr<SafetensorsFile> file = readSafetensors(path);
-    if (!file.ok())
-      return;
-    auto format = file->metadata.find("format");
-    if (format == file->metadata.end() || format->second != kCheckpointFormat)
-      return;
+    if (file.ok()) {
+      auto format = file->metadata.find("format");
+      if (format != file->metadata.end() && format->second == kCheckpointFormat)
+        std::remove(stale.c_str());
+    }
   }
-  std::remove(stale.c_str());
 }
 
 } // namespace merak::runtime

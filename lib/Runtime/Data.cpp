@@ -86,7 +86,11 @@ public:
     const std::vector<int64_t> &starts = *drawn;
     std::vector<HostTensor> result;
     for (size_t k = 0; k < inputs.size(); ++k) {
-      HostTensor t = HostTensor::allocate(inputs[k].type);
+      absl::StatusOr<HostTensor> allocated = HostTensor::tryAllocate(
+          inputs[k].type, absl::StrCat("input '", inputs[k].name, "'"));
+      if (!allocated.ok())
+        return allocated.status();
+      HostTensor t = *std::move(allocated);
       int64_t shift = k == 0 ? 0 : 1;
       for (int64_t b = 0; b < batchSize; ++b)
         for (int64_t j = 0; j < seqLen; ++j) {
@@ -139,7 +143,13 @@ public:
     std::vector<TensorType> types;
     for (const InputSpec &in : inputs)
       types.push_back(in.type);
-    return randomTensors(stepSeed(seed, step, RandomStream::Data), types);
+    absl::StatusOr<std::vector<HostTensor>> drawn =
+        randomTensors(stepSeed(seed, step, RandomStream::Data), types);
+    if (!drawn.ok())
+      return absl::Status(drawn.status().code(),
+                          absl::StrCat("synthetic data for step ", step, ": ",
+                                       drawn.status().message()));
+    return drawn;
   }
 
   std::string describe() const override { return "synthetic data"; }
@@ -215,7 +225,14 @@ openTokenFile(const std::string &path, TokenDType dtype,
     return absl::NotFoundError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   struct stat st;
-  fstat(fd, &st);
+  bool statted = fstat(fd, &st) == 0;
+  if (!statted || !S_ISREG(st.st_mode)) {
+    std::string why =
+        statted ? "not a regular file" : std::string(std::strerror(errno));
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", path, ": ", why));
+  }
   auto map = std::make_shared<MappedTokens>();
   map->size = size_t(st.st_size);
   if (map->size > 0) {

@@ -390,6 +390,8 @@ void readType(const json &j, const std::string &path, TensorType &out) {
     if (out.shape[d] < 0)
       formatError(element(path, 1),
                   absl::StrCat("negative dimension ", out.shape[d]));
+  if (absl::StatusOr<int64_t> bytes = checkedByteSize(out); !bytes.ok())
+    formatError(element(path, 1), std::string(bytes.status().message()));
 }
 
 void readSharding(const json &j, const std::string &path, Sharding &out) {
@@ -454,6 +456,12 @@ void checkProgram(const Program &p, const std::string &path) {
     define(a.value, where);
     if (a.updatedBy < -1 || a.updatedBy >= int64_t(p.results.size()))
       formatError(where, "updating result out of range");
+    if (!a.storedShape.empty())
+      if (absl::StatusOr<int64_t> bytes =
+              checkedByteSize({p.values[a.value].type.dtype, a.storedShape});
+          !bytes.ok())
+        formatError(member(where, "stored_shape"),
+                    std::string(bytes.status().message()));
   }
   for (size_t i = 0; i < p.constants.size(); ++i) {
     const ProgramConstant &c = p.constants[i];
@@ -483,13 +491,22 @@ void checkProgram(const Program &p, const std::string &path) {
     }
     if (!inst.storage.empty() && inst.storage.size() != inst.results.size())
       formatError(where, "storage entries do not match the results");
-    for (const ResultStorage &s : inst.storage) {
+    for (size_t r = 0; r < inst.storage.size(); ++r) {
+      const ResultStorage &s = inst.storage[r];
       if (s.kind != ResultStorage::Kind::Fresh &&
           (s.operand < 0 || s.operand >= int(inst.operands.size()) ||
            inst.operands[s.operand] == kNoValue))
         formatError(where, "storage names an operand out of range");
-      if (s.arenaOffset < -1 || s.arenaOffset > p.arenaBytes)
-        formatError(where, "arena offset out of range");
+      // The result's bytes must lie inside the arena.
+      if (s.arenaOffset < -1 ||
+          (s.arenaOffset >= 0 &&
+           s.arenaOffset >
+               p.arenaBytes - p.values[inst.results[r]].type.byteSize()))
+        formatError(where,
+                    absl::StrCat("arena offset ", s.arenaOffset,
+                                 " out of range for a result of ",
+                                 p.values[inst.results[r]].type.byteSize(),
+                                 " bytes in an arena of ", p.arenaBytes));
     }
     for (ValueId v : inst.release)
       valueId(v, where, false);
@@ -527,9 +544,14 @@ void checkProgram(const Program &p, const std::string &path) {
   if (p.arenaBytes < 0 || p.plannedPeakBytes < 0)
     formatError(path, "negative memory plan");
   if (p.mesh) {
-    for (int64_t n : p.mesh->shape)
+    std::optional<int64_t> size = 1;
+    for (int64_t n : p.mesh->shape) {
       if (n < 1)
         formatError(member(path, "mesh"), "mesh dimension below 1");
+      size = size ? checkedMul(*size, n) : std::nullopt;
+    }
+    if (!size)
+      formatError(member(path, "mesh"), "the mesh's size overflows");
     auto checkSharding = [&](const Sharding &s, const TensorType &type,
                              const std::string &where) {
       if (absl::Status st = verifySharding(s, type.shape.size(), p.mesh->shape);

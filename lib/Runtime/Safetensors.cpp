@@ -7,9 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <limits>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <tuple>
@@ -132,11 +134,17 @@ absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
     if (shapeIt == entry.end() || !shapeIt->is_array())
       return fail(path, absl::StrCat("tensor '", name, "' has no shape"));
     for (const auto &d : *shapeIt) {
-      if (!d.is_number_unsigned())
-        return fail(path,
-                    absl::StrCat("tensor '", name, "' has an invalid shape"));
+      if (!d.is_number_unsigned() ||
+          d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+        return fail(path, absl::StrCat("tensor '", name,
+                                       "' has an invalid shape: ", d.dump(),
+                                       " is not a dimension"));
       type.shape.push_back(d.get<int64_t>());
     }
+    absl::StatusOr<int64_t> byteSize = checkedByteSize(type);
+    if (!byteSize.ok())
+      return fail(path, absl::StrCat("tensor '", name,
+                                     "': ", byteSize.status().message()));
     if (offsetsIt == entry.end() || !offsetsIt->is_array() ||
         offsetsIt->size() != 2 || !(*offsetsIt)[0].is_number_unsigned() ||
         !(*offsetsIt)[1].is_number_unsigned())
@@ -144,11 +152,11 @@ absl::StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
                   absl::StrCat("tensor '", name, "' has invalid data_offsets"));
     uint64_t begin = (*offsetsIt)[0].get<uint64_t>();
     uint64_t end = (*offsetsIt)[1].get<uint64_t>();
-    if (begin > end || uint64_t(type.byteSize()) != end - begin)
-      return fail(path, absl::StrCat("tensor '", name, "' is ", type.str(),
-                                     ", ", type.byteSize(),
-                                     " bytes, but its data_offsets span ",
-                                     end >= begin ? end - begin : 0));
+    if (begin > end || uint64_t(*byteSize) != end - begin)
+      return fail(path,
+                  absl::StrCat("tensor '", name, "' is ", type.str(), ", ",
+                               *byteSize, " bytes, but its data_offsets span ",
+                               end >= begin ? end - begin : 0));
     if (end > dataSize)
       return fail(path,
                   absl::StrCat("truncated: tensor '", name, "' ends at byte ",
@@ -212,16 +220,77 @@ writeSafetensors(const std::string &path,
   return writeFileAtomically(path, pieces);
 }
 
+namespace {
+
+/// `path`'s directory (`.` for a bare name) and base name.
+std::pair<std::string, std::string> splitPath(const std::string &path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos)
+    return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+/// The mkstemp template of `writeFileAtomically(path)`'s temporary.
+std::string temporaryTemplate(const std::string &path) {
+  auto [dir, base] = splitPath(path);
+  return absl::StrCat(dir, "/.", base, ".XXXXXX");
+}
+
+} // namespace
+
+bool isAtomicWriteTemporary(const std::string &path, const std::string &name) {
+  const std::string base = splitPath(path).second;
+  const size_t prefix = base.size() + 2; // '.' base '.'
+  if (base.empty() || name.size() != prefix + 6 || name[0] != '.' ||
+      name.compare(1, base.size(), base) != 0 || name[prefix - 1] != '.')
+    return false;
+  return std::all_of(name.begin() + prefix, name.end(),
+                     [](char c) { return std::isalnum((unsigned char)c); });
+}
+
+absl::Status checkWritable(const std::string &path, bool appends) {
+  if (path.empty() || path.back() == '/')
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a file name"));
+  auto [dir, base] = splitPath(path);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0)
+    return absl::NotFoundError(
+        absl::StrCat("cannot write ", path, ": its directory ", dir,
+                     " does not exist (", errnoText(), ")"));
+  if (!S_ISDIR(st.st_mode))
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", path, ": ", dir, " is not a directory"));
+  bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode))
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", path, ": it is a directory"));
+  if (exists && appends) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0)
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write ", path, ": ", errnoText()));
+    ::close(fd);
+    return absl::OkStatus();
+  }
+  std::string tmpl = temporaryTemplate(path);
+  std::vector<char> probe(tmpl.begin(), tmpl.end());
+  probe.push_back('\0');
+  int fd = mkstemp(probe.data());
+  if (fd < 0)
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", path, ": cannot create a file in ", dir,
+                     ": ", errnoText()));
+  ::close(fd);
+  ::unlink(probe.data());
+  return absl::OkStatus();
+}
+
 absl::Status writeFileAtomically(
     const std::string &path,
     const std::vector<std::pair<const void *, size_t>> &pieces) {
-  std::string dir = ".";
-  std::string base = path;
-  if (size_t slash = path.rfind('/'); slash != std::string::npos) {
-    dir = slash == 0 ? "/" : path.substr(0, slash);
-    base = path.substr(slash + 1);
-  }
-  std::string tmpl = absl::StrCat(dir, "/.", base, ".XXXXXX");
+  std::string dir = splitPath(path).first;
+  std::string tmpl = temporaryTemplate(path);
   std::vector<char> tmpName(tmpl.begin(), tmpl.end());
   tmpName.push_back('\0');
   int fd = mkstemp(tmpName.data());

@@ -2,7 +2,12 @@
 
 #include "merak/Runtime/Tensor.h"
 
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
 #include <cstring>
+#include <limits>
+#include <new>
 #include <sstream>
 
 namespace merak::runtime {
@@ -81,11 +86,52 @@ std::optional<DType> parseSafetensorsDType(const std::string &name) {
   return std::nullopt;
 }
 
+std::optional<int64_t> checkedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
+
 int64_t TensorType::numElements() const {
   int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n))
+      return std::numeric_limits<int64_t>::max();
+  }
   return n;
+}
+
+int64_t TensorType::byteSize() const {
+  int64_t bytes;
+  if (__builtin_mul_overflow(numElements(), int64_t(dtypeSize(dtype)), &bytes))
+    return std::numeric_limits<int64_t>::max();
+  return bytes;
+}
+
+absl::StatusOr<int64_t> checkedByteSize(const TensorType &type) {
+  for (size_t d = 0; d < type.shape.size(); ++d)
+    if (type.shape[d] < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dimension ", d, " of its shape is negative (", type.shape[d], ")"));
+  std::optional<int64_t> bytes = int64_t(dtypeSize(type.dtype));
+  for (int64_t d : type.shape)
+    bytes = bytes ? checkedMul(*bytes, d) : std::nullopt;
+  // A zero dimension makes an empty tensor whatever the others are.
+  if (std::find(type.shape.begin(), type.shape.end(), 0) != type.shape.end())
+    return 0;
+  if (!bytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("its shape ", type.str(),
+                     " has more bytes than a 64-bit size can count"));
+  return *bytes;
 }
 
 std::string TensorType::str() const {
@@ -94,6 +140,21 @@ std::string TensorType::str() const {
     os << d << 'x';
   os << dtypeName(dtype);
   return os.str();
+}
+
+absl::StatusOr<HostTensor> HostTensor::tryAllocate(TensorType type,
+                                                   const std::string &what) {
+  absl::StatusOr<int64_t> bytes = checkedByteSize(type);
+  if (!bytes.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", bytes.status().message()));
+  try {
+    return allocate(type);
+  } catch (const std::bad_alloc &) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", *bytes, " bytes for ", what, " (",
+                     type.str(), "): out of memory"));
+  }
 }
 
 HostTensor HostTensor::allocate(TensorType type) {

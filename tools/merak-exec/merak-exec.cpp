@@ -16,6 +16,7 @@
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/RankProgramFile.h"
 #include "merak/Runtime/Registry.h"
+#include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/Train/RunOptions.h"
 #include "merak/Runtime/Train/RunState.h"
 #include "merak/Runtime/Train/StepRunner.h"
@@ -33,10 +34,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sys/sysinfo.h>
 #include <thread>
 #include <unistd.h>
 
@@ -263,6 +266,14 @@ private:
 
 } // namespace
 
+/// The machine's memory and swap in bytes, or 0 when unknown.
+static int64_t machineMemoryBytes() {
+  struct sysinfo info;
+  if (sysinfo(&info) != 0)
+    return 0;
+  return int64_t(info.totalram + info.totalswap) * int64_t(info.mem_unit);
+}
+
 /// Parses the flags into the globals above; `positional` gets the other
 /// arguments. Flag names may be spelt with dashes (`--log-jsonl`), as the
 /// help shows them, or with underscores. Returns an exit status when the
@@ -348,8 +359,17 @@ int main(int argc, char **argv) {
   bool launchedByNproc = std::getenv("MERAK_NPROC_CHILD") != nullptr;
   bool launching = nprocFlag.has_value() && !launchedByNproc;
   const int nproc = nprocFlag.value_or(0);
-  if (launching && nproc < 1)
-    return fail("--nproc must be at least 1");
+  if (nprocFlag && nproc < 1)
+    return fail(absl::StrCat("--nproc must be at least 1, not ", nproc));
+  if (std::optional<int> threads = absl::GetFlag(FLAGS_threads);
+      threads && *threads < 1)
+    return fail(absl::StrCat("--threads must be at least 1, not ", *threads));
+  if (seqLen < 0)
+    return fail(absl::StrCat(
+        "--seq-len must be at least 0 (0: the program's), not ", seqLen));
+  if (batchSize < 0)
+    return fail(absl::StrCat(
+        "--batch must be at least 0 (0: the program's), not ", batchSize));
   LaunchEnvironment env;
   if (!launching) {
     absl::StatusOr<std::optional<LaunchEnvironment>> found =
@@ -363,8 +383,11 @@ int main(int argc, char **argv) {
   if (env.worldSize > 1)
     rankPrefix = "rank " + std::to_string(env.rank) + ": ";
   const bool reporter = env.rank == 0; // prints steps, logs, notes
-  if (commTimeout <= 0)
-    return fail("--comm-timeout must be positive");
+  // Converted to milliseconds below: finite, and at most about 30 years.
+  if (!(std::isfinite(commTimeout) && commTimeout > 0 && commTimeout <= 1e9))
+    return fail(absl::StrCat("--comm-timeout must be a number of seconds above "
+                             "0 and at most 1e9, not ",
+                             commTimeout));
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
 
   // The compiled programs: read from a rank-program file, or lowered here
@@ -459,8 +482,8 @@ int main(int argc, char **argv) {
     double fraction, probability = 1;
     int n = std::sscanf(pipelineDelay.c_str(), "%lld:%lf:%lf", &stage,
                         &fraction, &probability);
-    if (n < 2 || stage < 0 || fraction < 0 || probability < 0 ||
-        probability > 1)
+    if (n < 2 || stage < 0 || !std::isfinite(fraction) || fraction < 0 ||
+        !(probability >= 0 && probability <= 1))
       return fail("--pipeline-delay must be STAGE:FRACTION[:PROBABILITY], "
                   "not '" +
                   pipelineDelay + "'");
@@ -474,10 +497,10 @@ int main(int argc, char **argv) {
 
   // Options that depend on the program.
   if (steps < 1)
-    return fail("--steps must be at least 1");
+    return fail(absl::StrCat("--steps must be at least 1, not ", steps));
   const uint64_t seed = seedFlag.value_or(0);
   if (seed >= (uint64_t(1) << 31))
-    return fail("--seed must be below 2^31");
+    return fail(absl::StrCat("--seed must be below 2^31, not ", seed));
   if (!initFile.empty() && !resumeFile.empty())
     return fail("give --init or --resume, not both (a checkpoint holds the "
                 "weights)");
@@ -492,6 +515,27 @@ int main(int argc, char **argv) {
   if (!stateSource.empty())
     if (absl::Status s = checkStateSource(stateSource); !s.ok())
       return fail(s);
+  // Outputs: a path that cannot be written stops the run now, not after
+  // its last step. Every rank writes its shard beside --save; rank 0 the
+  // trace and the log.
+  auto checkOutput = [&](const char *flag, const std::string &path,
+                         bool appends) {
+    absl::Status s = checkWritable(path, appends);
+    return s.ok()
+               ? s
+               : absl::Status(s.code(), absl::StrCat(flag, ": ", s.message()));
+  };
+  if (!saveFile.empty())
+    if (absl::Status s = checkOutput("--save", saveFile, false); !s.ok())
+      return fail(s);
+  if (!traceFile.empty() && reporter)
+    if (absl::Status s = checkOutput("--trace", traceFile, false); !s.ok())
+      return fail(s);
+  if (!logJsonl.empty() && reporter)
+    if (absl::Status s = checkOutput("--log-jsonl", logJsonl, true); !s.ok())
+      return fail(s);
+  if (absl::Status s = checkMemoryPlan(program, machineMemoryBytes()); !s.ok())
+    return fail(s);
 
   absl::StatusOr<const BackendEntry *> device =
       findBackend(absl::GetFlag(FLAGS_device));

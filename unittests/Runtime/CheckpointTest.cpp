@@ -303,4 +303,85 @@ TEST_F(CheckpointTest, SavingInOneLayoutRemovesTheOther) {
   EXPECT_TRUE(openCheckpoint(path).ok());
 }
 
+TEST_F(CheckpointTest, SavesRemoveWhatKilledSavesLeft) {
+  std::string path = saveSharded("0123456789abcdef");
+  auto touch = [&](const std::string &name, const std::string &text = "") {
+    std::ofstream(dir + "/" + name) << text;
+  };
+  auto present = [&](const std::string &name) {
+    return ::access((dir + "/" + name).c_str(), F_OK) == 0;
+  };
+  // A killed single-file save, a killed sharded save (temporaries, and
+  // rank 1's complete file of a save whose index never came), and files
+  // that only look like theirs.
+  touch(".ckpt.safetensors.Ab12Cd");
+  touch(".ckpt.safetensors.index.json.Qw34Er");
+  touch(".ckpt.safetensors.fedcba9876543210.rank0.Xy12Zz");
+  absl::StatusOr<SafetensorsFile> rank1 =
+      readSafetensors(shardFilePath(path, "0123456789abcdef", 1));
+  ASSERT_TRUE(rank1.ok());
+  std::map<std::string, std::string> meta = rank1->metadata;
+  meta["checkpoint_id"] = "fedcba9876543210";
+  ASSERT_TRUE(writeSafetensors(shardFilePath(path, "fedcba9876543210", 1),
+                               rank1->tensors, meta)
+                  .ok());
+  ASSERT_TRUE(writeSafetensors(shardFilePath(path, "00000000000000cc", 1),
+                               rank1->tensors, rank1->metadata)
+                  .ok());
+  touch("ckpt.safetensors.0000000000000aaa.rank3", "not a checkpoint");
+  touch(".ckpt.safetensors.notmine");
+  touch(".other.safetensors.Ab12Cd");
+
+  saveSharded("1111111111111111");
+  EXPECT_FALSE(present(".ckpt.safetensors.Ab12Cd"));
+  EXPECT_FALSE(present(".ckpt.safetensors.index.json.Qw34Er"));
+  EXPECT_FALSE(present(".ckpt.safetensors.fedcba9876543210.rank0.Xy12Zz"));
+  EXPECT_FALSE(present("ckpt.safetensors.fedcba9876543210.rank1"));
+  EXPECT_TRUE(present("ckpt.safetensors.00000000000000cc.rank1"));
+  EXPECT_TRUE(present("ckpt.safetensors.0000000000000aaa.rank3"));
+  EXPECT_TRUE(present(".ckpt.safetensors.notmine"));
+  EXPECT_TRUE(present(".other.safetensors.Ab12Cd"));
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_TRUE(
+        present("ckpt.safetensors.1111111111111111.rank" + std::to_string(r)));
+  EXPECT_TRUE(openCheckpoint(path).ok());
+
+  // A single-file save removes the sharded layout's temporaries too.
+  touch(".ckpt.safetensors.1111111111111111.rank2.Po09Iu");
+  ASSERT_TRUE(
+      writeSafetensors(path, global, {{"format", kCheckpointFormat}}).ok());
+  removeStaleCheckpoint(path, /*sharded=*/false);
+  EXPECT_FALSE(present(".ckpt.safetensors.1111111111111111.rank2.Po09Iu"));
+  EXPECT_TRUE(present(".ckpt.safetensors.notmine"));
+}
+
+TEST_F(CheckpointTest, IndexShapesAndBlocksAreChecked) {
+  std::string path = saveSharded();
+  std::string index = shardIndexPath(path);
+  std::ifstream in(index);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  auto openWith = [&](const std::string &from, const std::string &to) {
+    std::string edited = text;
+    size_t at = edited.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    edited.replace(at, from.size(), to);
+    std::ofstream(index) << edited;
+    absl::StatusOr<std::unique_ptr<GlobalState>> opened = openCheckpoint(path);
+    return opened.ok() ? std::string() : std::string(opened.status().message());
+  };
+  EXPECT_NE(openWith(R"("shape":[4,6])", R"("shape":[4611686018427387904,6])")
+                .find("tensor 'a': shape: its shape "
+                      "4611686018427387904x6xf32 has more bytes than a "
+                      "64-bit size can count"),
+            std::string::npos);
+  EXPECT_NE(openWith(R"("shape":[4,6])", R"("shape":[-4,6])")
+                .find("tensor 'a': shape: dimension 0 of its shape is "
+                      "negative (-4)"),
+            std::string::npos);
+  EXPECT_NE(openWith(R"("offsets":[2,3])", R"("offsets":[3,3])")
+                .find("lies outside the tensor's shape [4, 6]"),
+            std::string::npos);
+}
+
 } // namespace

@@ -11,6 +11,7 @@
 #include "merak/Runtime/CPU/CpuBackend.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/Random.h"
+#include "merak/Runtime/TorchIO.h"
 
 #include "gtest/gtest.h"
 
@@ -1222,6 +1223,42 @@ TEST_F(CpuKernelsTest, MemoryStatsCountLiveTensors) {
   EXPECT_GE(during.peakBytes, during.liveBytes);
   t.reset();
   EXPECT_LE(backend->memoryStats().liveBytes, before.liveBytes);
+}
+
+TEST(CpuBackendTest, FailedAllocationsAreErrorsNamingTheBytes) {
+  std::unique_ptr<Backend> backend = blasBackend(1);
+  // 2^62 bytes: more than any machine holds.
+  const int64_t huge = int64_t(1) << 62;
+  absl::StatusOr<TensorHandle> arena = backend->allocateArena(huge);
+  ASSERT_FALSE(arena.ok());
+  EXPECT_EQ(arena.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(arena.status().message().find(
+                "cannot allocate 4611686018427387904 bytes for the program's "
+                "arena (its planned temporaries)"),
+            std::string::npos)
+      << arena.status();
+
+  absl::StatusOr<TensorHandle> zeros =
+      backend->zeros({DType::F32, {int64_t(1) << 30, int64_t(1) << 30}});
+  ASSERT_FALSE(zeros.ok());
+  EXPECT_NE(zeros.status().message().find(
+                "cannot allocate 4611686018427387904 bytes for a "
+                "1073741824x1073741824xf32 tensor"),
+            std::string::npos)
+      << zeros.status();
+
+  // Synthetic data of such a shape (a step built for huge inputs).
+  absl::StatusOr<std::vector<HostTensor>> drawn =
+      randomTensors(0, {{DType::I64, {99999999999, 1 << 20}}});
+  ASSERT_FALSE(drawn.ok());
+  EXPECT_NE(drawn.status().message().find(
+                "cannot allocate 838860799991611392 bytes for a random "
+                "99999999999x1048576xi64 tensor"),
+            std::string::npos)
+      << drawn.status();
+
+  // The backend still works afterwards.
+  EXPECT_TRUE(backend->zeros({DType::F32, {2, 2}}).ok());
 }
 
 } // namespace

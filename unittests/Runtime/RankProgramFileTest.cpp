@@ -373,6 +373,47 @@ TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
       std::string::npos);
 }
 
+TEST(RankProgramFileTest, SizesThatOverflowOrLeaveTheArenaAreRefused) {
+  std::string bytes = bytesOf(samplePrograms());
+  json payload = payloadOf(bytes);
+
+  // 2^62 x 4 f32 elements: more bytes than 64 bits count.
+  json bad = payload;
+  bad["step"]["values"][3][1] = json::array({int64_t(1) << 62, 4});
+  EXPECT_NE(errorOf(reseal(bytes, bad))
+                .find("step.values[3][1]: its shape "
+                      "4611686018427387904x4xf32 has more bytes than a "
+                      "64-bit size can count"),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
+
+  bad = payload;
+  bad["step"]["arguments"][0]["stored_shape"] =
+      json::array({int64_t(1) << 40, int64_t(1) << 40});
+  EXPECT_NE(errorOf(reseal(bytes, bad))
+                .find("step.arguments[0].stored_shape: its shape"),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
+
+  // A result placed in the arena must fit in it: add's 4x6xf32 result at
+  // offset 8 of a 64-byte arena would end at byte 104.
+  bad = payload;
+  bad["step"]["arena_bytes"] = 64;
+  bad["step"]["planned_peak_bytes"] = 1000;
+  bad["step"]["instructions"][0]["storage"][0][2] = 8;
+  EXPECT_NE(errorOf(reseal(bytes, bad))
+                .find("step.instructions[0] (merak.add): arena offset "),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
+
+  bad = payload;
+  bad["step"]["mesh"]["shape"] =
+      json::array({int64_t(1) << 40, int64_t(1) << 40});
+  EXPECT_NE(errorOf(reseal(bytes, bad)).find("the mesh's size overflows"),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
+}
+
 TEST(RankProgramFileTest, OpenedPlansDecodeEachPipelineRankOnDemand) {
   std::string bytes = bytesOf(samplePrograms());
   json payload = payloadOf(bytes);

@@ -200,4 +200,94 @@ TEST(SafetensorsTest, MalformedHeadersAreRejected) {
   }
 }
 
+TEST(SafetensorsTest, SizesThatOverflowAreRejected) {
+  TempDir dir;
+  struct Case {
+    std::string header, data, expected;
+  } cases[] = {
+      // 2^60 x 2 x 16 f32: 2^67 bytes, 0 in 64 bits, which [0, 0] matches.
+      {R"({"x":{"dtype":"F32","shape":[1152921504606846976,2,16],)"
+       R"("data_offsets":[0,0]}})",
+       "",
+       "bad.safetensors: tensor 'x': its shape 1152921504606846976x2x16xf32 "
+       "has more bytes than a 64-bit size can count"},
+      // The element count itself overflows.
+      {R"({"x":{"dtype":"BOOL","shape":[4294967296,4294967296],)"
+       R"("data_offsets":[0,0]}})",
+       "", "has more bytes than a 64-bit size can count"},
+      // A dimension beyond int64.
+      {R"({"x":{"dtype":"F32","shape":[9223372036854775808],)"
+       R"("data_offsets":[0,0]}})",
+       "",
+       "tensor 'x' has an invalid shape: 9223372036854775808 is not a "
+       "dimension"},
+      {R"({"x":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})",
+       std::string(4, '\0'), "1.5 is not a dimension"},
+      // Offsets past the data.
+      {R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+       std::string(8, '\0'), "truncated: tensor 'x' ends at byte 16"},
+  };
+  for (const Case &c : cases) {
+    std::string path = dir.path + "/bad.safetensors";
+    writeRaw(path, withLength(c.header, c.header.size()) + c.data);
+    absl::StatusOr<SafetensorsFile> read = readSafetensors(path);
+    ASSERT_FALSE(read.ok()) << c.header;
+    EXPECT_NE(read.status().message().find(c.expected), std::string::npos)
+        << c.header << " -> " << read.status();
+  }
+  // An empty tensor with a huge other dimension holds no bytes: valid.
+  std::string empty = R"({"x":{"dtype":"F32","shape":[0,9223372036854775807],)"
+                      R"("data_offsets":[0,0]}})";
+  std::string path = dir.path + "/empty.safetensors";
+  writeRaw(path, withLength(empty, empty.size()));
+  EXPECT_TRUE(readSafetensors(path).ok());
+}
+
+TEST(SafetensorsTest, TemporariesAreKnownByTheWritersNames) {
+  const std::string target = "dir/ckpt.safetensors";
+  EXPECT_TRUE(isAtomicWriteTemporary(target, ".ckpt.safetensors.Ab12Cd"));
+  EXPECT_TRUE(isAtomicWriteTemporary("ckpt", ".ckpt.zzzzzz"));
+  EXPECT_FALSE(isAtomicWriteTemporary(target, ".ckpt.safetensors.Ab12C"));
+  EXPECT_FALSE(isAtomicWriteTemporary(target, ".ckpt.safetensors.Ab12Cd7"));
+  EXPECT_FALSE(isAtomicWriteTemporary(target, ".ckpt.safetensors.Ab-2Cd"));
+  EXPECT_FALSE(isAtomicWriteTemporary(target, ".ckpt.safetensors.Ab12Cd.tmp"));
+  EXPECT_FALSE(isAtomicWriteTemporary(target, "ckpt.safetensors.Ab12Cd"));
+  EXPECT_FALSE(isAtomicWriteTemporary(target, ".other.safetensors.Ab12Cd"));
+  EXPECT_FALSE(isAtomicWriteTemporary(target, ".ckpt.safetensors"));
+}
+
+TEST(SafetensorsTest, CheckWritableProbesAndLeavesNothing) {
+  TempDir dir;
+  EXPECT_TRUE(checkWritable(dir.path + "/ckpt.safetensors", false).ok());
+  EXPECT_TRUE(dir.files().empty());
+
+  absl::Status missing = checkWritable(dir.path + "/none/ckpt", false);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("none/ckpt: its directory " + dir.path +
+                                   "/none does not exist"),
+            std::string::npos)
+      << missing;
+
+  absl::Status directory = checkWritable(dir.path, false);
+  EXPECT_NE(directory.message().find("it is a directory"), std::string::npos)
+      << directory;
+  absl::Status slash = checkWritable(dir.path + "/", false);
+  EXPECT_NE(slash.message().find("is not a file name"), std::string::npos)
+      << slash;
+
+  // A log opened for appending: an existing file stays as it is.
+  std::string log = dir.path + "/log.jsonl";
+  writeRaw(log, "{\"step\":1}\n");
+  ASSERT_TRUE(checkWritable(log, true).ok());
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "{\"step\":1}\n");
+  absl::Status underFile = checkWritable(log + "/x", true);
+  EXPECT_NE(underFile.message().find("log.jsonl is not a directory"),
+            std::string::npos)
+      << underFile;
+  EXPECT_EQ(dir.files().size(), 1u);
+}
+
 } // namespace

@@ -106,7 +106,8 @@ writeCheckpointShard(const std::string &path, const Program &program,
 /// mesh (rank 0 does this once every rank's file is in place). The blocks
 /// follow from the shardings, so no other rank's data is needed. The
 /// rename of the index commits the save: a crash before it leaves the
-/// previous checkpoint whole. Then the previous save's shard files go.
+/// previous checkpoint whole. Then the previous save's shard files go, and
+/// what interrupted saves left (`removeStaleTemporaries`).
 absl::Status
 writeCheckpointIndex(const std::string &path, const Program &program,
                      const std::map<std::string, std::string> &metadata,
@@ -115,7 +116,20 @@ writeCheckpointIndex(const std::string &path, const Program &program,
 /// Removes what an earlier save to `path` in the other layout left, so
 /// `openCheckpoint(path)` finds the newest: the single file after a sharded
 /// save, the index and its shard files after a single-file save.
+/// After a single-file save, also removes what interrupted saves to `path`
+/// left (`removeStaleTemporaries`; after a sharded save, the index writer
+/// does).
 void removeStaleCheckpoint(const std::string &path, bool sharded);
+
+/// Removes, beside `path`, what saves to `path` killed before they finished
+/// left: the temporary files of `writeFileAtomically` for the single file,
+/// the index and each shard file (`.<name>.XXXXXX`), and the shard files of
+/// a sharded save whose index was never written (named
+/// `<name>.<id>.rank<R>` and holding a checkpoint of that id) unless
+/// `keep` (with their directory) lists them. Called once a save is
+/// complete, when no write to `path` is in flight.
+void removeStaleTemporaries(const std::string &path,
+                            const std::vector<std::string> &keep);
 
 } // namespace merak::runtime
 

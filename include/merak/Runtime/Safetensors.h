@@ -45,6 +45,20 @@ absl::Status
 writeFileAtomically(const std::string &path,
                     const std::vector<std::pair<const void *, size_t>> &pieces);
 
+/// Whether `name`, a file in the directory of `path`, is a temporary file
+/// of `writeFileAtomically(path)`: `.<base name>.XXXXXX`, the last six
+/// characters letters and digits (as mkstemp makes them). A write killed
+/// before its rename leaves one behind.
+bool isAtomicWriteTemporary(const std::string &path, const std::string &name);
+
+/// Checks, before anything runs, that `path` can be written: it is not a
+/// directory, and its directory exists and takes a new file (one is
+/// created beside it, named as `writeFileAtomically` names its temporary,
+/// and removed). With `appends` (a log opened for appending), an existing
+/// `path` must open for writing; it is neither truncated nor changed.
+/// The error names `path` and says what is wrong.
+absl::Status checkWritable(const std::string &path, bool appends);
+
 } // namespace merak::runtime
 
 #endif // MERAK_RUNTIME_SAFETENSORS_H

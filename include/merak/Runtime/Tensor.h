@@ -37,8 +37,11 @@ struct TensorType {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
 
+  /// The element count and size in bytes. Both saturate at INT64_MAX
+  /// instead of overflowing; a shape read from a file or an option is
+  /// checked with `checkedByteSize` first.
   int64_t numElements() const;
-  int64_t byteSize() const { return numElements() * dtypeSize(dtype); }
+  int64_t byteSize() const;
   /// MLIR-like spelling, `2x3xf32` (`f32` for rank 0).
   std::string str() const;
   bool operator==(const TensorType &other) const {
@@ -46,6 +49,16 @@ struct TensorType {
   }
   bool operator!=(const TensorType &other) const { return !(*this == other); }
 };
+
+/// The size in bytes of `type`, or an error saying what is wrong with its
+/// shape: a negative dimension, or an element count or byte size that does
+/// not fit in 64 bits. For shapes that come from files and options.
+absl::StatusOr<int64_t> checkedByteSize(const TensorType &type);
+
+/// `a * b` for non-negative sizes, or nullopt when it overflows int64.
+std::optional<int64_t> checkedMul(int64_t a, int64_t b);
+/// `a + b` for non-negative sizes, or nullopt when it overflows int64.
+std::optional<int64_t> checkedAdd(int64_t a, int64_t b);
 
 /// Contiguous row-major little-endian bytes in host memory. Copies share the
 /// bytes; `owner` keeps them alive (an allocation or a mapped file).
@@ -56,6 +69,10 @@ struct HostTensor {
 
   /// A zero-filled tensor that owns its bytes.
   static HostTensor allocate(TensorType type);
+  /// `allocate`, or a ResourceExhausted error naming the bytes requested
+  /// and `what` they are for when the memory is not there.
+  static absl::StatusOr<HostTensor> tryAllocate(TensorType type,
+                                                const std::string &what);
   /// A rank-0 tensor holding `value` converted to `dtype`.
   static HostTensor scalar(DType dtype, double value);
 

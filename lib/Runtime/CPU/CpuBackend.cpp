@@ -70,46 +70,66 @@ public:
   }
 
   absl::StatusOr<TensorHandle> upload(const HostTensor &host) override {
-    c10::InferenceMode guard;
-    at::Tensor t = at::empty(host.type.shape, optionsFor(host.type.dtype));
-    if (host.byteSize() > 0)
-      std::memcpy(t.data_ptr(), host.data, host.byteSize());
-    return TensorHandle(std::make_shared<CpuTensor>(std::move(t)));
+    return guarded<TensorHandle>(
+        [&] {
+          at::Tensor t =
+              at::empty(host.type.shape, optionsFor(host.type.dtype));
+          if (host.byteSize() > 0)
+            std::memcpy(t.data_ptr(), host.data, host.byteSize());
+          return TensorHandle(std::make_shared<CpuTensor>(std::move(t)));
+        },
+        host.type.byteSize(), absl::StrCat("a ", host.type.str(), " tensor"));
   }
 
   absl::StatusOr<HostTensor> download(const DeviceTensor &tensor,
                                       const TensorType &type) override {
-    c10::InferenceMode guard;
-    at::Tensor t = unwrap(tensor).contiguous();
-    HostTensor host = HostTensor::allocate(type);
-    if (size_t(t.nbytes()) != host.byteSize())
-      return absl::InternalError(absl::StrCat("download: tensor has ",
-                                              t.nbytes(), " bytes, expected ",
-                                              type.str()));
-    if (host.byteSize() > 0)
-      std::memcpy(host.mutableBytes(), t.data_ptr(), host.byteSize());
-    return host;
+    absl::StatusOr<HostTensor> host =
+        HostTensor::tryAllocate(type, "a tensor read back from the backend");
+    if (!host.ok())
+      return host.status();
+    return guarded<HostTensor>(
+        [&]() -> absl::StatusOr<HostTensor> {
+          at::Tensor t = unwrap(tensor).contiguous();
+          if (size_t(t.nbytes()) != host->byteSize())
+            return absl::InternalError(
+                absl::StrCat("download: tensor has ", t.nbytes(),
+                             " bytes, expected ", type.str()));
+          if (host->byteSize() > 0)
+            std::memcpy(host->mutableBytes(), t.data_ptr(), host->byteSize());
+          return *host;
+        },
+        type.byteSize(), absl::StrCat("a ", type.str(), " tensor"));
   }
 
   absl::StatusOr<TensorHandle> zeros(const TensorType &type) override {
-    c10::InferenceMode guard;
-    return TensorHandle(std::make_shared<CpuTensor>(
-        at::zeros(type.shape, optionsFor(type.dtype))));
+    return guarded<TensorHandle>(
+        [&] {
+          return TensorHandle(std::make_shared<CpuTensor>(
+              at::zeros(type.shape, optionsFor(type.dtype))));
+        },
+        type.byteSize(), absl::StrCat("a ", type.str(), " tensor"));
   }
 
   absl::StatusOr<TensorHandle> convert(const DeviceTensor &tensor,
                                        DType to) override {
-    c10::InferenceMode guard;
-    return TensorHandle(
-        std::make_shared<CpuTensor>(unwrap(tensor).to(toAten(to))));
+    const at::Tensor &from = unwrap(tensor);
+    return guarded<TensorHandle>(
+        [&] {
+          return TensorHandle(std::make_shared<CpuTensor>(from.to(toAten(to))));
+        },
+        from.numel() * int64_t(dtypeSize(to)),
+        absl::StrCat("a tensor converted to ", dtypeName(to)));
   }
 
   absl::StatusOr<TensorHandle> allocateArena(int64_t bytes) override {
     if (!arena)
       return TensorHandle();
-    c10::InferenceMode guard;
-    return TensorHandle(
-        std::make_shared<CpuTensor>(at::empty({bytes}, at::kByte)));
+    return guarded<TensorHandle>(
+        [&] {
+          return TensorHandle(
+              std::make_shared<CpuTensor>(at::empty({bytes}, at::kByte)));
+        },
+        bytes, "the program's arena (its planned temporaries)");
   }
 
   absl::Status accumulate(DeviceTensor &into,
@@ -193,6 +213,30 @@ public:
   void resetPeak() override { resetAllocationPeak(); }
 
 private:
+  /// Runs `make` (which allocates `bytes` for `what`) and turns ATen's
+  /// errors and a failed allocation into a Status.
+  template <typename T, typename F>
+  static absl::StatusOr<T> guarded(F make, int64_t bytes,
+                                   const std::string &what) {
+    c10::InferenceMode guard;
+    auto outOfMemory = [&](const std::string &detail) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot allocate ", bytes, " bytes for ", what, ": ", detail));
+    };
+    try {
+      return make();
+    } catch (const std::bad_alloc &) {
+      return outOfMemory("out of memory");
+    } catch (const c10::Error &e) {
+      std::string text = firstLine(e.what_without_backtrace());
+      if (text.find("allocate") != std::string::npos)
+        return outOfMemory(text);
+      return absl::InternalError(absl::StrCat(what, ": ", text));
+    } catch (const std::exception &e) {
+      return absl::InternalError(absl::StrCat(what, ": ", firstLine(e.what())));
+    }
+  }
+
   static std::string toString(const at::Tensor &t) {
     std::string s;
     for (int64_t d : t.sizes())

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include <cmath>
+
 namespace merak::runtime {
 
 absl::StatusOr<std::unique_ptr<BatchSource>>
@@ -47,18 +49,38 @@ learningRateSchedule(const ScheduleOptions &options, const Program &step) {
   else if (options.kind != "constant")
     return absl::InvalidArgumentError(absl::StrCat(
         "--lr-schedule must be constant or cosine, not '", options.kind, "'"));
+  // A learning rate that is not a positive number trains nothing useful
+  // (0), ascends (negative) or fills the weights with NaN.
+  if (options.lr && !(std::isfinite(*options.lr) && *options.lr > 0))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lr must be a finite number above 0, not ", *options.lr));
+  if (!(std::isfinite(options.minLr) && options.minLr >= 0))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min-lr must be a finite number of at least 0, not ", options.minLr));
+  if (options.warmupSteps < 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--warmup-steps must be at least 0, not ", options.warmupSteps));
+  if (options.decaySteps < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--decay-steps must be at least 0 (0: --steps), not ",
+                     options.decaySteps));
   schedule.warmupSteps = options.warmupSteps;
   schedule.min = options.minLr;
   schedule.decaySteps =
       options.decaySteps > 0 ? options.decaySteps : options.steps;
   if (const Argument *lr = step.findArgument(ArgumentRole::LearningRate)) {
-    if (options.lr)
+    if (options.lr) {
       schedule.base = *options.lr;
-    else if (lr->defaultLearningRate)
+    } else if (lr->defaultLearningRate) {
       schedule.base = *lr->defaultLearningRate;
-    else
+      if (!(std::isfinite(schedule.base) && schedule.base > 0))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the learning rate @", step.function, " records (merak.lr) is ",
+            schedule.base, ", not a finite number above 0: pass --lr"));
+    } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "@", step.function, " takes a learning rate (merak.lr): pass --lr"));
+    }
   }
   return schedule;
 }
@@ -102,6 +124,17 @@ absl::Status checkProcessCount(const CompiledPlan &plan, bool launching,
                             launcher, "), but the program's mesh ",
                             meshText.empty() ? "(none)" : meshText, " has ",
                             processes, " processes"));
+}
+
+absl::Status checkMemoryPlan(const Program &step, int64_t availableBytes) {
+  if (availableBytes <= 0 || step.plannedPeakBytes <= availableBytes)
+    return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "@", step.function, " plans a peak of ", step.plannedPeakBytes,
+      " bytes (", step.plannedPeakBytes / 1e9, " GB) per rank, more than the ",
+      availableBytes, " bytes (", availableBytes / 1e9,
+      " GB) of memory and swap this machine has; build the step with "
+      "smaller input shapes or over more ranks"));
 }
 
 absl::StatusOr<std::string> listRankZero(CompiledPlan &plan,

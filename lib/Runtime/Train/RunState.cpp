@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -23,17 +24,29 @@ bool fileExists(const std::string &path) {
   return ::access(path.c_str(), R_OK) == 0;
 }
 
-std::optional<int64_t>
+/// The largest step count a checkpoint may record (steps stay exact as
+/// doubles in the logs, and the next step does not overflow).
+constexpr int64_t kMaxCheckpointStep = int64_t(1) << 53;
+
+/// The integer field `key` of a checkpoint's metadata, which must lie in
+/// [min, max] (spelled `range` in the error); nullopt when absent.
+absl::StatusOr<std::optional<int64_t>>
 metadataInt(const std::map<std::string, std::string> &metadata,
-            const std::string &key) {
+            const std::string &key, int64_t min, int64_t max,
+            const std::string &range, const std::string &source) {
   auto it = metadata.find(key);
   if (it == metadata.end())
     return std::nullopt;
-  try {
-    return std::stoll(it->second);
-  } catch (...) {
-    return std::nullopt;
-  }
+  const std::string &text = it->second;
+  int64_t value = 0;
+  auto [end, error] =
+      std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() ||
+      end != text.data() + text.size() || value < min || value > max)
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": checkpoint field '", key, "' is '", text,
+                     "', not an integer ", range));
+  return value;
 }
 
 std::string checkpointId() {
@@ -102,6 +115,11 @@ absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
                      "(use --init to load its weights)");
     }
   }
+  // The counters first: a bad field stops the run before any state loads.
+  absl::StatusOr<LoadedState> counters =
+      checkpointCounters(global->metadata(), global->name());
+  if (!counters.ok())
+    return counters.status();
   absl::StatusOr<std::map<std::string, HostTensor>> shards =
       shardState(step, *global);
   if (!shards.ok())
@@ -110,12 +128,32 @@ absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
                                         /*requireOptimizerState=*/resuming);
       !s.ok())
     return s;
-  const std::map<std::string, std::string> &metadata = global->metadata();
-  loaded.doneSteps = metadataInt(metadata, "step").value_or(0);
-  loaded.doneUpdates =
-      metadataInt(metadata, "optimizer_step").value_or(loaded.doneSteps);
-  if (std::optional<int64_t> saved = metadataInt(metadata, "seed"))
-    loaded.seed = uint64_t(*saved);
+  return *counters;
+}
+
+absl::StatusOr<LoadedState>
+checkpointCounters(const std::map<std::string, std::string> &metadata,
+                   const std::string &source) {
+  LoadedState loaded;
+  absl::StatusOr<std::optional<int64_t>> step = metadataInt(
+      metadata, "step", 0, kMaxCheckpointStep, "from 0 to 2^53", source);
+  if (!step.ok())
+    return step.status();
+  loaded.doneSteps = step->value_or(0);
+  absl::StatusOr<std::optional<int64_t>> updates = metadataInt(
+      metadata, "optimizer_step", 0, loaded.doneSteps,
+      absl::StrCat("from 0 to the checkpoint's step (", loaded.doneSteps, ")"),
+      source);
+  if (!updates.ok())
+    return updates.status();
+  loaded.doneUpdates = updates->value_or(loaded.doneSteps);
+  absl::StatusOr<std::optional<int64_t>> seed =
+      metadataInt(metadata, "seed", 0, (int64_t(1) << 31) - 1,
+                  "from 0 to 2^31 - 1", source);
+  if (!seed.ok())
+    return seed.status();
+  if (*seed)
+    loaded.seed = uint64_t(**seed);
   return loaded;
 }
 

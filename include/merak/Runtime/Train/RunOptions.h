@@ -53,7 +53,8 @@ struct ScheduleOptions {
 
 /// The learning-rate schedule of a run of `step`. The peak is `--lr`, else
 /// what the IR records; a step that takes a learning rate without either
-/// is an error.
+/// is an error, and so is a peak that is not finite and above 0, a
+/// negative or non-finite `--min-lr`, and negative step counts.
 absl::StatusOr<LearningRateSchedule>
 learningRateSchedule(const ScheduleOptions &options, const Program &step);
 
@@ -64,6 +65,12 @@ learningRateSchedule(const ScheduleOptions &options, const Program &step);
 absl::Status checkProcessCount(const CompiledPlan &plan, bool launching,
                                int64_t nproc, int64_t worldSize,
                                const std::string &launcher);
+
+/// An error when the memory plan of `step` (its planned peak) exceeds
+/// `availableBytes`, all the memory and swap of the machine, so that a step
+/// built for shapes far beyond the machine stops before allocating. A
+/// non-positive `availableBytes` (unknown) checks nothing.
+absl::Status checkMemoryPlan(const Program &step, int64_t availableBytes);
 
 /// Rank 0's programs as `--print-program` lists them: the step bound to
 /// rank 0, or for a pipeline rank 0's task list and its stage programs.

@@ -45,6 +45,14 @@ absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
                                          const std::string &initFile,
                                          const std::string &resumeFile);
 
+/// The counters of a checkpoint's metadata (read from `source`): `step`
+/// (0 to 2^53), `optimizer_step` (0 to `step`) and `seed` (0 to 2^31 - 1),
+/// each optional and a decimal integer. An error names `source` and the
+/// field.
+absl::StatusOr<LoadedState>
+checkpointCounters(const std::map<std::string, std::string> &metadata,
+                   const std::string &source);
+
 /// An error unless `path` (weights or a checkpoint, one file or shards
 /// with an index) can be opened.
 absl::Status checkStateSource(const std::string &path);
