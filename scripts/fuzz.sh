@@ -58,7 +58,7 @@ for t in "${targets[@]}"; do
     outcome=ok
   else
     failed=1
-    what=$(grep -o -m1 'ERROR: [A-Za-z]*Sanitizer: [a-z-]*\|ERROR: libFuzzer: [a-z-]*\|runtime error: .*' "$log" || true)
+    what=$(grep -o -m1 'ERROR: [A-Za-z]*Sanitizer: [a-z-]*\|ERROR: libFuzzer: [a-z -]*\|runtime error: .*' "$log" || true)
     outcome="FAILED (exit $rc${what:+: $what}); input: $(ls "$artifacts" | head -1)"
     tail -40 "$log" >&2
   fi
