@@ -15,6 +15,7 @@
 #include "merak/Runtime/Safetensors.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -32,6 +33,10 @@ void writeShards() {
   if (!mkdtemp(tmpl))
     std::abort();
   scratchDir = tmpl;
+  std::atexit([] {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratchDir, ignored);
+  });
   std::map<std::string, std::string> meta = {{"checkpoint_id", "s"},
                                              {"step", "1"}};
   static const float w[6] = {1, 2, 3, 4, 5, 6};

@@ -10,7 +10,9 @@ out="$root/fuzz/corpus"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-rm -rf "$out"
+# Inputs that once crashed a target (regression-*) stay.
+mkdir -p "$out"
+find "$out" -type f ! -name 'regression-*' -delete
 mkdir -p "$out"/{fuzz-safetensors,fuzz-rank-program,fuzz-tokens,fuzz-mlir,fuzz-torchscript}
 
 # A TorchScript module (nn.Linear(4, 1)), two batches and a checkpoint of
