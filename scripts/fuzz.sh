@@ -59,7 +59,7 @@ for t in "${targets[@]}"; do
   else
     failed=1
     what=$(grep -o -m1 'ERROR: [A-Za-z]*Sanitizer: [a-z-]*\|ERROR: libFuzzer: [a-z -]*\|runtime error: .*' "$log" || true)
-    outcome="FAILED (exit $rc${what:+: $what}); input: $(ls "$artifacts" | head -1)"
+    outcome="FAILED (exit $rc${what:+: $what}); input: $(ls -t "$artifacts" | head -1)"
     tail -40 "$log" >&2
   fi
   summary+=("$(printf '%-18s %10s execs %8s exec/s  %-18s %5s new  %s' \
