@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that Merak's build, tests and demo need.
-# Idempotent: does nothing when everything is present.
+# Idempotent: does nothing when everything is present. With --fuzz, also
+# clang 19 and its runtimes (libFuzzer, the sanitizers, OpenMP) for the
+# fuzz targets (scripts/fuzz.sh).
 set -euo pipefail
 
 PACKAGES=(
@@ -11,6 +13,9 @@ PACKAGES=(
   libsleef-dev
   libgtest-dev libbenchmark-dev
 )
+if [ "${1:-}" = "--fuzz" ]; then
+  PACKAGES+=(clang-19 libclang-rt-19-dev libomp-19-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -941,6 +941,10 @@ public:
       return fileError(name, absl::StrCat("malformed payload at byte ",
                                           kRankProgramHeaderBytes + e.byte,
                                           ": ", e.what()));
+    } catch (const json::exception &e) {
+      // An array or string announcing more elements than can be held
+      // throws out_of_range, not parse_error.
+      return fileError(name, absl::StrCat("malformed payload: ", e.what()));
     }
     try {
       read(field(payload, "payload", "source"), "payload.source",

@@ -128,19 +128,27 @@ std::string bytesOf(const RankPrograms &programs) {
   return bytes.ok() ? *bytes : std::string();
 }
 
-/// `bytes` with its payload replaced by `payload` and the header's size and
-/// checksums made to match: a well-formed file with that content.
-std::string reseal(const std::string &bytes, const json &payload) {
-  std::vector<uint8_t> cbor = json::to_cbor(payload);
+/// `bytes` with its payload replaced by the bytes `cbor` and the header's
+/// size and checksums made to match.
+std::string resealBytes(const std::string &bytes, std::string_view cbor) {
   std::string out = bytes.substr(0, kRankProgramHeaderBytes);
   uint64_t size = cbor.size();
   std::memcpy(&out[16], &size, 8);
-  out.append(cbor.begin(), cbor.end());
+  out.append(cbor);
   uint32_t payloadCrc = crc32c(std::string_view(out).substr(32));
   std::memcpy(&out[24], &payloadCrc, 4);
   uint32_t headerCrc = crc32c(std::string_view(out).substr(0, 28));
   std::memcpy(&out[28], &headerCrc, 4);
   return out;
+}
+
+/// `bytes` with its payload replaced by `payload`: a well-formed file with
+/// that content.
+std::string reseal(const std::string &bytes, const json &payload) {
+  std::vector<uint8_t> cbor = json::to_cbor(payload);
+  return resealBytes(
+      bytes, std::string_view(reinterpret_cast<const char *>(cbor.data()),
+                              cbor.size()));
 }
 
 json payloadOf(const std::string &bytes) {
@@ -455,17 +463,26 @@ TEST(RankProgramFileTest, OpenedPlansDecodeEachPipelineRankOnDemand) {
 
 TEST(RankProgramFileTest, MalformedCborIsRefusedWithItsOffset) {
   std::string bytes = bytesOf(samplePrograms());
-  std::string cbor = "\xa1\x61"; // a map whose key string is cut short
-  std::string file = bytes.substr(0, kRankProgramHeaderBytes) + cbor;
-  uint64_t size = cbor.size();
-  std::memcpy(&file[16], &size, 8);
-  uint32_t payloadCrc = crc32c(cbor);
-  std::memcpy(&file[24], &payloadCrc, 4);
-  uint32_t headerCrc = crc32c(std::string_view(file).substr(0, 28));
-  std::memcpy(&file[28], &headerCrc, 4);
+  // A map whose key string is cut short.
+  std::string file = resealBytes(bytes, "\xa1\x61");
   EXPECT_NE(errorOf(file).find("malformed payload at byte 3"),
             std::string::npos)
       << errorOf(file);
+}
+
+TEST(RankProgramFileTest, ImpossibleCborSizesAreRefused) {
+  // An array announcing 2^63 elements, more than a vector can hold: the
+  // decoder throws out_of_range rather than a parse error (found by
+  // fuzz-rank-program).
+  std::string bytes = bytesOf(samplePrograms());
+  std::string file = resealBytes(
+      bytes, std::string_view("\x81\x9b\x80\x00\x00\x00\x00\x00\x00\x00", 10));
+  EXPECT_NE(errorOf(file).find("plan.mrp: malformed payload"),
+            std::string::npos)
+      << errorOf(file);
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> plan =
+      openRankPrograms(file, "plan.mrp");
+  EXPECT_FALSE(plan.ok());
 }
 
 } // namespace
