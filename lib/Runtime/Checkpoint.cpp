@@ -175,7 +175,15 @@ public:
       std::string dir = directoryOf(indexPath);
       std::map<std::string, size_t> fileIndex;
       for (const json &f : index.at("files")) {
-        std::string path = dir + f.get<std::string>();
+        // A save writes its shards beside the index; an index naming
+        // another directory is not one of ours.
+        std::string name = f.get<std::string>();
+        if (name.empty() || name.find('/') != std::string::npos ||
+            name == "." || name == "..")
+          return absl::InvalidArgumentError(
+              absl::StrCat(indexPath, ": shard file '", name,
+                           "' is not a file name beside the index"));
+        std::string path = dir + name;
         absl::StatusOr<SafetensorsFile> file = readSafetensors(path);
         if (!file.ok())
           return file.status();

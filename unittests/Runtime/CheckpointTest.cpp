@@ -382,6 +382,14 @@ TEST_F(CheckpointTest, IndexShapesAndBlocksAreChecked) {
   EXPECT_NE(openWith(R"("offsets":[2,3])", R"("offsets":[3,3])")
                 .find("lies outside the tensor's shape [4, 6]"),
             std::string::npos);
+  // Shards are files beside the index, never a path the index names.
+  size_t files = text.find(R"("files")");
+  ASSERT_NE(files, std::string::npos);
+  size_t name = text.find('"', text.find('[', files)) + 1;
+  std::string shard = text.substr(name, text.find('"', name) - name);
+  EXPECT_NE(openWith('"' + shard + '"', "\"../elsewhere/" + shard + '"')
+                .find("is not a file name beside the index"),
+            std::string::npos);
 }
 
 } // namespace

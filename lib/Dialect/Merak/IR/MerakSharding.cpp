@@ -273,9 +273,10 @@ getShardingOption(Operation *op, ArrayRef<MeshShardingAttr> operandShardings,
     ArrayRef<unsigned> candidates = space->partialLoops[r];
     if (llvm::any_of(candidates, [&](unsigned l) { return !axes[l].empty(); }))
       continue;
+    auto kind = s.getPartialType();
     auto it = llvm::find_if(candidates, [&](unsigned l) {
       return space->loops[l].splittable && !pinned[l] &&
-             space->loops[l].kind == s.getPartialType();
+             space->loops[l].kind == kind;
     });
     if (it == candidates.end())
       return failure();
