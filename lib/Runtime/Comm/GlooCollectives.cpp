@@ -137,6 +137,21 @@ private:
     return t == at::kBFloat16 ? at::kFloat : wireType(t);
   }
 
+  /// Starts the exchange of `in`'s blocks along `dim` (block j to member
+  /// j) and returns the blocks sent, moved to the front, and the buffer the
+  /// received ones arrive in (both in the wire type, kept alive by the
+  /// caller until the work completes).
+  static std::pair<at::Tensor, at::Tensor>
+  exchangeBlocks(const at::Tensor &in, int64_t dim, c10d::ProcessGroupGloo &pg,
+                 GlooPending &pending) {
+    at::Tensor blocks =
+        in.movedim(dim, 0).contiguous().view(wireType(in.scalar_type()));
+    at::Tensor received = at::empty_like(blocks);
+    std::vector<int64_t> counts;
+    pending.work = pg.alltoall_base(received, blocks, counts, counts);
+    return {blocks, received};
+  }
+
   /// Reduces `blocks` ([n, ...]) over its first dimension.
   static at::Tensor reduceBlocks(const at::Tensor &blocks,
                                  CollectiveReduction r, int64_t n) {
@@ -222,11 +237,8 @@ private:
       // Block j of the scatter dimension goes to member j; member i then
       // holds block i of every member and reduces them (at the wait).
       const at::ScalarType type = in.scalar_type();
-      at::Tensor blocks =
-          in.movedim(a.dim, 0).contiguous().view(wireType(type));
-      at::Tensor received = at::empty_like(blocks);
-      std::vector<int64_t> counts;
-      pending.work = pg.alltoall_base(received, blocks, counts, counts);
+      at::Tensor blocks, received;
+      std::tie(blocks, received) = exchangeBlocks(in, a.dim, pg, pending);
       std::vector<int64_t> shape{n, blocks.size(0) / n};
       shape.insert(shape.end(), blocks.sizes().begin() + 1,
                    blocks.sizes().end());
@@ -242,11 +254,8 @@ private:
       // Block j along the split dimension goes to member j; what member i
       // sends is concatenated along the concat dimension in member order.
       const at::ScalarType type = in.scalar_type();
-      at::Tensor blocks =
-          in.movedim(a.dim, 0).contiguous().view(wireType(type));
-      at::Tensor received = at::empty_like(blocks);
-      std::vector<int64_t> counts;
-      pending.work = pg.alltoall_base(received, blocks, counts, counts);
+      at::Tensor blocks, received;
+      std::tie(blocks, received) = exchangeBlocks(in, a.dim, pg, pending);
       pending.complete = [blocks, received, n, dim = a.dim,
                           concatDim = a.concatDim, type] {
         std::vector<at::Tensor> pieces;
