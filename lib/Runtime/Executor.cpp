@@ -391,6 +391,9 @@ absl::Status Executor::runInstructions(
       if (inst.waitAt < 0)
         for (size_t r = 0; r < inst.results.size(); ++r)
           live[inst.results[r]] = std::move(call.results[r]);
+      if (checkNumerics && inst.waitAt < 0)
+        if (absl::Status s = checkFinite(inst, live, step); !s.ok())
+          return s;
     }
 
     if (int(index) == program.lossInstruction && atLoss) {
@@ -405,6 +408,32 @@ absl::Status Executor::runInstructions(
     }
     for (ValueId v : inst.release)
       live[v].reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::checkFinite(const Instruction &inst,
+                                   const std::vector<TensorHandle> &live,
+                                   const StepContext &step) {
+  for (size_t r = 0; r < inst.results.size(); ++r) {
+    const TensorType &type = program.values[inst.results[r]].type;
+    const TensorHandle &value = live[inst.results[r]];
+    if (!isFloat(type.dtype) || !value)
+      continue;
+    absl::StatusOr<HostTensor> host = backend.download(*value, type);
+    if (!host.ok())
+      return instructionFailed(inst, host.status());
+    int64_t at = firstNonFinite(*host);
+    if (at < 0)
+      continue;
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", host->elementAsDouble(at));
+    return instructionFailed(
+        inst, absl::OutOfRangeError(
+                  absl::StrCat("result ", r, " (", type.str(), ") is ", text,
+                               " at element ", at, " on step ", step.globalStep,
+                               ", the first non-finite value of the step "
+                               "(--check-numerics)")));
   }
   return absl::OkStatus();
 }

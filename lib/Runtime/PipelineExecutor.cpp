@@ -908,6 +908,11 @@ void PipelineExecutor::setProfile(OpProfile *profile) {
     executor->setProfile(profile);
 }
 
+void PipelineExecutor::setCheckNumerics(bool on) {
+  for (auto &executor : impl->executors)
+    executor->setCheckNumerics(on);
+}
+
 void PipelineExecutor::setInjectedDelay(const InjectedDelay &delay) {
   impl->delay = delay;
 }

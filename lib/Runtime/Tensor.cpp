@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -315,6 +316,45 @@ double HostTensor::elementAsDouble(int64_t i) const {
   }
   }
   return 0;
+}
+
+int64_t firstNonFinite(const HostTensor &tensor) {
+  const int64_t n = tensor.type.numElements();
+  const uint8_t *bytes = tensor.bytes();
+  // NaN and the infinities are the values whose exponent bits are all set.
+  auto scan16 = [&](uint16_t exponent) -> int64_t {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, bytes + 2 * i, 2);
+      if ((bits & exponent) == exponent)
+        return i;
+    }
+    return -1;
+  };
+  switch (tensor.type.dtype) {
+  case DType::F16:
+    return scan16(0x7c00);
+  case DType::BF16:
+    return scan16(0x7f80);
+  case DType::F32:
+    for (int64_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, bytes + 4 * i, 4);
+      if (!std::isfinite(v))
+        return i;
+    }
+    return -1;
+  case DType::F64:
+    for (int64_t i = 0; i < n; ++i) {
+      double v;
+      std::memcpy(&v, bytes + 8 * i, 8);
+      if (!std::isfinite(v))
+        return i;
+    }
+    return -1;
+  default:
+    return -1;
+  }
 }
 
 } // namespace merak::runtime

@@ -86,6 +86,10 @@ ABSL_FLAG(std::string, log_jsonl, "",
 ABSL_FLAG(bool, skip_nonfinite, false,
           "Skip the updates of a step whose loss is NaN or infinite instead "
           "of stopping");
+ABSL_FLAG(bool, check_numerics, false,
+          "Stop at the first op that produces a NaN or infinity, naming it, "
+          "its source line, the step and the rank (slow: reads every result "
+          "back)");
 ABSL_FLAG(bool, profile, false,
           "Print kernel time per op kind at the end (steps after the first)");
 ABSL_FLAG(std::optional<int>, nproc, std::nullopt,
@@ -136,7 +140,8 @@ static int64_t seqLen, batchSize, steps, warmupSteps, decaySteps;
 static std::optional<uint64_t> seedFlag;
 static std::optional<double> learningRate;
 static double minLr, commTimeout;
-static bool skipNonFinite, profileOps, syncCollectives, printProgramOnly;
+static bool skipNonFinite, profileOps, syncCollectives, printProgramOnly,
+    checkNumerics;
 static std::optional<int> nprocFlag;
 
 namespace {
@@ -325,6 +330,7 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   saveFile = absl::GetFlag(FLAGS_save);
   logJsonl = absl::GetFlag(FLAGS_log_jsonl);
   skipNonFinite = absl::GetFlag(FLAGS_skip_nonfinite);
+  checkNumerics = absl::GetFlag(FLAGS_check_numerics);
   profileOps = absl::GetFlag(FLAGS_profile);
   nprocFlag = absl::GetFlag(FLAGS_nproc);
   commTimeout = absl::GetFlag(FLAGS_comm_timeout);
@@ -647,6 +653,7 @@ int main(int argc, char **argv) {
       return fail(made.status());
     runner = singleProgramRunner(*std::move(made), *inputs);
   }
+  runner->setCheckNumerics(checkNumerics);
 
   // Initial state: every rank reads the global tensors and keeps its shard.
   absl::StatusOr<LoadedState> loaded =

@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 
+#include <cstring>
 #include <limits>
 
 using namespace merak::runtime;
@@ -77,6 +78,43 @@ TEST(TensorTest, TryAllocateNamesTheBytesAndWhatFor) {
                 "bytes than a 64-bit size can count"),
             std::string::npos)
       << wraps.status();
+}
+
+TEST(TensorTest, FirstNonFiniteFindsNaNAndInfinityInEveryFloatType) {
+  auto withValue = [](DType dtype, int64_t at, double value) {
+    HostTensor t = HostTensor::allocate({dtype, {5}});
+    for (int64_t i = 0; i < 5; ++i) {
+      double v = i == at ? value : 1.5 * double(i) - 2;
+      uint8_t *p = t.mutableBytes() + i * int64_t(dtypeSize(dtype));
+      if (dtype == DType::F32) {
+        float f = float(v);
+        std::memcpy(p, &f, 4);
+      } else if (dtype == DType::F64) {
+        std::memcpy(p, &v, 8);
+      } else {
+        uint16_t bits = dtype == DType::F16 ? floatToHalfBits(float(v))
+                                            : floatToBFloat16Bits(float(v));
+        std::memcpy(p, &bits, 2);
+      }
+    }
+    return t;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtypeName(dtype));
+    EXPECT_EQ(firstNonFinite(withValue(dtype, -1, 0)), -1);
+    EXPECT_EQ(firstNonFinite(withValue(dtype, 3, nan)), 3);
+    EXPECT_EQ(firstNonFinite(withValue(dtype, 0, inf)), 0);
+    EXPECT_EQ(firstNonFinite(withValue(dtype, 4, -inf)), 4);
+  }
+  // The largest finite values are finite.
+  EXPECT_EQ(firstNonFinite(withValue(DType::F16, 2, 65504.0)), -1);
+  EXPECT_EQ(firstNonFinite(withValue(DType::F32, 2, 3.0e38)), -1);
+  // Integers and booleans have no non-finite values.
+  HostTensor ints = HostTensor::allocate({DType::I32, {2}});
+  std::memset(ints.mutableBytes(), 0xff, ints.byteSize());
+  EXPECT_EQ(firstNonFinite(ints), -1);
 }
 
 } // namespace

@@ -100,6 +100,12 @@ public:
   /// Accumulates per-op kernel times into `profile` (null: off).
   void setProfile(OpProfile *p) { profile = p; }
 
+  /// After every kernel and every collective that completes where it is
+  /// issued, reads its floating results back and fails at the first NaN or
+  /// infinity, naming the op, its source location, the result and the step
+  /// (`merak-exec --check-numerics`; slow: a copy per result).
+  void setCheckNumerics(bool on) { checkNumerics = on; }
+
 private:
   Executor(const Program &program, Backend &backend, Communicator *communicator)
       : program(program), backend(backend), communicator(communicator) {}
@@ -113,6 +119,11 @@ private:
                                ValueId stepValue,
                                const std::function<absl::Status()> &atLoss);
 
+  /// The `--check-numerics` test of `inst`'s results in `live`.
+  absl::Status checkFinite(const Instruction &inst,
+                           const std::vector<TensorHandle> &live,
+                           const StepContext &step);
+
   const Program &program;
   Backend &backend;
   Communicator *communicator;
@@ -123,6 +134,7 @@ private:
   /// Where the program's arena lives (null: the backend allocates).
   TensorHandle arena;
   OpProfile *profile = nullptr;
+  bool checkNumerics = false;
 };
 
 } // namespace merak::runtime

@@ -186,6 +186,9 @@ public:
   /// Accumulates the stage functions' kernel times into `profile` (null:
   /// off), as `Executor::setProfile`.
   void setProfile(OpProfile *profile);
+  /// Checks every stage function's results, as
+  /// `Executor::setCheckNumerics`.
+  void setCheckNumerics(bool on);
 
   /// Events recorded so far (every step's tasks).
   const std::vector<PipelineEvent> &events() const;

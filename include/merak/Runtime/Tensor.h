@@ -93,6 +93,10 @@ uint16_t floatToBFloat16Bits(float value);
 float halfBitsToFloat(uint16_t bits);
 float bfloat16BitsToFloat(uint16_t bits);
 
+/// The index of the first NaN or infinite element of a floating tensor, or
+/// -1 (always -1 for other types).
+int64_t firstNonFinite(const HostTensor &tensor);
+
 } // namespace merak::runtime
 
 #endif // MERAK_RUNTIME_TENSOR_H

@@ -48,6 +48,7 @@ public:
     return exec->stateToHost();
   }
   void setProfile(OpProfile *profile) override { exec->setProfile(profile); }
+  void setCheckNumerics(bool on) override { exec->setCheckNumerics(on); }
 
 protected:
   std::unique_ptr<Exec> exec;

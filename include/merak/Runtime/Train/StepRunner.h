@@ -64,6 +64,9 @@ public:
   virtual absl::StatusOr<std::map<std::string, HostTensor>> stateToHost() = 0;
   /// Accumulates kernel times into `profile` (null: off).
   virtual void setProfile(OpProfile *profile) = 0;
+  /// Fails at the first op that produces a NaN or infinity, as
+  /// `Executor::setCheckNumerics`.
+  virtual void setCheckNumerics(bool on) = 0;
 };
 
 /// A runner over one program: batches are cut to this rank's shards.
