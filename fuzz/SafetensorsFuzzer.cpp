@@ -29,10 +29,12 @@ std::string scratchDir;
 /// over ck.s.rank0 and ck.s.rank1, and `b` (float32 [3]) in ck.s.rank0,
 /// both of save `s`. fuzz/corpus/fuzz-safetensors/index-*.json index them.
 void writeShards() {
-  char tmpl[] = "/tmp/merak-fuzz-ckpt-XXXXXX";
-  if (!mkdtemp(tmpl))
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "merak-fuzz-ckpt-XXXXXX")
+          .string();
+  if (!mkdtemp(pattern.data()))
     std::abort();
-  scratchDir = tmpl;
+  scratchDir = pattern;
   std::atexit([] {
     std::error_code ignored;
     std::filesystem::remove_all(scratchDir, ignored);

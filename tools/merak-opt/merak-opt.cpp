@@ -5,9 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Conversion/TorchScriptToMerak/Importer.h"
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
-#include "merak/Conversion/TorchScriptToMerak/Importer.h"
 
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Mesh/Transforms/Passes.h"

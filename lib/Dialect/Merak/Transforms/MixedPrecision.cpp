@@ -54,7 +54,7 @@ struct MixedPrecisionPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = module.getContext();
-    FloatType low;
+    low = {};
     if (compute == "bf16")
       low = BFloat16Type::get(ctx);
     else if (compute == "fp16")
@@ -78,7 +78,6 @@ struct MixedPrecisionPass
       return signalPassFailure();
     }
     f32 = Float32Type::get(ctx);
-    this->low = low;
     for (Operation &op :
          llvm::make_early_inc_range(func.getBody().front().getOperations()))
       if (failed(rewrite(&op)))
@@ -154,6 +153,7 @@ struct MixedPrecisionPass
   }
 
   FloatType f32;
+  /// The compute type (null for fp32: nothing to rewrite).
   FloatType low;
 };
 
