@@ -10,6 +10,8 @@
 #ifndef MERAK_ANALYSIS_COSTMODEL_H
 #define MERAK_ANALYSIS_COSTMODEL_H
 
+#include "merak/Hardware/HardwareProfile.h"
+
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Types.h"
 #include "llvm/ADT/DenseMap.h"
@@ -23,28 +25,6 @@ class FuncOp;
 } // namespace mlir::func
 
 namespace merak {
-
-/// The machine the estimates are for. The defaults describe a generic
-/// data-centre GPU; merak-exec's measured times can calibrate them.
-struct HardwareProfile {
-  /// Peak arithmetic rate, FLOP/s.
-  double peakFlops = 100e12;
-  /// Device memory bandwidth, bytes/s.
-  double memoryBandwidth = 2e12;
-  /// Device memory capacity, bytes.
-  double memoryCapacity = 80e9;
-  /// Bandwidth of the link between neighbouring pipeline ranks, bytes/s.
-  double linkBandwidth = 50e9;
-  /// Latency of one message on that link, seconds.
-  double linkLatency = 5e-6;
-  /// Fixed cost of launching one kernel, seconds (0: ignored).
-  double opOverhead = 0;
-  /// Bandwidth each rank sends and receives at in a collective over a
-  /// stage's mesh (dp, sp, tp), bytes/s.
-  double collectiveBandwidth = 100e9;
-  /// Latency of one collective, seconds.
-  double collectiveLatency = 10e-6;
-};
 
 /// What executing one op once costs.
 struct OpCost {
