@@ -78,6 +78,31 @@ double duration(const Schedule &schedule, TaskKind kind) {
   return 1;
 }
 
+/// The time of compute task `t`: its stage's figure in `times`, or the unit
+/// time of `duration` without them.
+double duration(const Schedule &schedule, const TaskTimes *times,
+                const Task &t) {
+  if (!times)
+    return duration(schedule, t.kind);
+  auto at = [&](const std::vector<double> &v) {
+    return t.stage < int(v.size()) ? v[t.stage] : 0.0;
+  };
+  switch (t.kind) {
+  case TaskKind::Forward:
+  case TaskKind::ForwardKeep:
+    return at(times->forward);
+  case TaskKind::Recompute:
+    return at(times->recompute);
+  case TaskKind::Backward:
+    return schedule.splitBackward ? at(times->backward) - at(times->weight)
+                                  : at(times->backward);
+  case TaskKind::Weight:
+    return at(times->weight);
+  default:
+    return 0;
+  }
+}
+
 /// Dates of the compute tasks of a schedule, simulated in unit time.
 struct Timeline {
   /// Per rank, its compute tasks and their start and end.
@@ -88,7 +113,8 @@ struct Timeline {
   double makespan = 0;
 };
 
-llvm::Expected<Timeline> runTimeline(const Schedule &schedule) {
+llvm::Expected<Timeline> runTimeline(const Schedule &schedule,
+                                     const TaskTimes *times = nullptr) {
   const PipelineShape &shape = schedule.shape;
   int stages = shape.stages(), m = shape.microbatches, pp = shape.pp;
   auto idx = [&](int s, int mb) { return size_t(s) * m + mb; };
@@ -122,29 +148,37 @@ llvm::Expected<Timeline> runTimeline(const Schedule &schedule) {
   auto needsRecompute = [&](int s, int mb) {
     return shape.recomputes(s) && !kept[idx(s, mb)];
   };
+  // Time to move stage s's outputs to stage s + 1 (or its input gradients
+  // back): nothing on one rank.
+  auto transfer = [&](int s) {
+    if (!times || s >= int(times->transfer.size()) ||
+        shape.rankOf(s) == shape.rankOf(s + 1))
+      return 0.0;
+    return times->transfer[s];
+  };
   // The earliest start of `t` given what has run, or false if a dependency
   // has not run yet.
   auto ready = [&](const Task &t, double &start) {
-    auto need = [&](double end) {
+    auto need = [&](double end, double delay = 0) {
       if (end < 0)
         return false;
-      start = std::max(start, end);
+      start = std::max(start, end + delay);
       return true;
     };
     int s = t.stage, mb = t.microbatch;
     switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::ForwardKeep:
-      return s == 0 || need(fEnd[idx(s - 1, mb)]);
+      return s == 0 || need(fEnd[idx(s - 1, mb)], transfer(s - 1));
     case TaskKind::Recompute:
       if (!need(fEnd[idx(s, mb)]))
         return false;
       return !schedule.recomputeAfterGradient || s + 1 == stages ||
-             need(bEnd[idx(s + 1, mb)]);
+             need(bEnd[idx(s + 1, mb)], transfer(s));
     case TaskKind::Backward:
       if (!need(fEnd[idx(s, mb)]))
         return false;
-      if (s + 1 < stages && !need(bEnd[idx(s + 1, mb)]))
+      if (s + 1 < stages && !need(bEnd[idx(s + 1, mb)], transfer(s)))
         return false;
       return !needsRecompute(s, mb) || need(rEnd[idx(s, mb)]);
     case TaskKind::Weight:
@@ -180,7 +214,7 @@ llvm::Expected<Timeline> runTimeline(const Schedule &schedule) {
                   waits + ")");
     }
     const Task &t = tl.tasks[best][pc[best]];
-    double end = bestStart + duration(schedule, t.kind);
+    double end = bestStart + duration(schedule, times, t);
     tl.spans[best].push_back({bestStart, end});
     freeAt[best] = end;
     tl.makespan = std::max(tl.makespan, end);
@@ -501,7 +535,12 @@ double Simulation::bubble() const {
 }
 
 llvm::Expected<Simulation> merak::pipeline::simulate(const Schedule &schedule) {
-  llvm::Expected<Timeline> tl = runTimeline(schedule);
+  return simulate(schedule, nullptr);
+}
+
+llvm::Expected<Simulation>
+merak::pipeline::simulate(const Schedule &schedule, const TaskTimes *times) {
+  llvm::Expected<Timeline> tl = runTimeline(schedule, times);
   if (!tl)
     return tl.takeError();
   Simulation sim;
@@ -513,6 +552,25 @@ llvm::Expected<Simulation> merak::pipeline::simulate(const Schedule &schedule) {
     sim.busy.push_back(busy);
   }
   return sim;
+}
+
+std::vector<double>
+merak::pipeline::peakHeld(const Schedule &schedule,
+                          const std::vector<double> &perStage) {
+  std::vector<double> peaks;
+  for (const std::vector<Task> &tasks : schedule.ranks) {
+    double held = 0, peak = 0;
+    for (const Task &t : tasks) {
+      double w = t.stage < int(perStage.size()) ? perStage[t.stage] : 0;
+      if (t.kind == TaskKind::Forward || t.kind == TaskKind::ForwardKeep)
+        held += w;
+      else if (t.kind == TaskKind::Backward)
+        held -= w;
+      peak = std::max(peak, held);
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
 }
 
 std::string merak::pipeline::formatComputeOrder(const Schedule &schedule,

@@ -137,6 +137,26 @@ struct Simulation {
 };
 llvm::Expected<Simulation> simulate(const Schedule &schedule);
 
+/// Per-stage task times for a timed simulation (seconds or any unit):
+/// F and FK take `forward`, R `recompute`, B `backward` (less `weight`
+/// when the backward is split), W `weight`; a forward's outputs reach the
+/// next stage, and a backward's input gradients the previous one,
+/// `transfer[s]` after the task ends when the two stages are on different
+/// ranks.
+struct TaskTimes {
+  std::vector<double> forward, backward, weight, recompute, transfer;
+};
+/// The schedule's makespan and busy times under `times` (unit times when
+/// null), the ranks waiting on each other as the task order says.
+llvm::Expected<Simulation> simulate(const Schedule &schedule,
+                                    const TaskTimes *times);
+
+/// Per rank, the most it holds at once of what a forward keeps until its
+/// backward: `perStage[s]` for every micro-batch of stage s that ran F (or
+/// FK) and not yet B.
+std::vector<double> peakHeld(const Schedule &schedule,
+                             const std::vector<double> &perStage);
+
 /// The compute tasks of `rank`, space-separated.
 std::string formatComputeOrder(const Schedule &schedule, int rank);
 

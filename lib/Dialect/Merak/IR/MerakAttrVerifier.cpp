@@ -79,6 +79,7 @@ constexpr Rule kRules[] = {
     // Functions and the module.
     {kOptimizerAttr, OnFunction, Holds::Dictionary},
     {kTrainOptionsAttr, OnModule, Holds::String},
+    {kAutoPlanAttr, OnModule, Holds::String},
     // Ops.
     {kIdAttr, OnOp, Holds::Index},
     {kGradOfAttr, OnOp, Holds::Index},

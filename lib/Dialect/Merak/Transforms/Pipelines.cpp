@@ -11,6 +11,8 @@
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/ErrorHandling.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace {
@@ -200,6 +202,32 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
       *this, "recompute-ratio",
       llvm::cl::desc("Merak's stage-aware recompute ratio (with full)"),
       llvm::cl::init(-1.0)};
+  Option<bool> autoPlan{
+      *this, "auto",
+      llvm::cl::desc("choose the plan: --merak-auto-parallel with devices, "
+                     "memory, hardware, report, max-tp and quiet"),
+      llvm::cl::init(false)};
+  Option<int> devices{*this, "devices",
+                      llvm::cl::desc("with auto: devices to plan for"),
+                      llvm::cl::init(1)};
+  Option<double> memory{
+      *this, "memory",
+      llvm::cl::desc("with auto: GiB per device (0: the profile's)"),
+      llvm::cl::init(0.0)};
+  Option<std::string> hardware{
+      *this, "hardware",
+      llvm::cl::desc("with auto: hardware profile (JSON or Galvatron dir)"),
+      llvm::cl::init("")};
+  Option<std::string> report{
+      *this, "report",
+      llvm::cl::desc("with auto: write the plan report as JSON here"),
+      llvm::cl::init("")};
+  Option<int> maxTp{*this, "max-tp",
+                    llvm::cl::desc("with auto: largest tensor-parallel degree"),
+                    llvm::cl::init(0)};
+  Option<bool> quiet{*this, "quiet",
+                     llvm::cl::desc("with auto: no plan summary on stderr"),
+                     llvm::cl::init(false)};
 
   /// Whether any pipeline option is set: then the step is also cut into
   /// stages, outlined and scheduled.
@@ -212,6 +240,26 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
 
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {
+  if (o.autoPlan) {
+    if (o.dp != 1 || o.tp != 1 || o.pp != 1 || o.zero != 0 ||
+        o.sp != "none" || o.pipelined())
+      return fail(pm, "auto chooses dp, tp, pp, zero, sp, micro-batches, "
+                      "schedule and recomputation itself; give only devices, "
+                      "memory, hardware, report, max-tp and quiet with it");
+    if (o.devices < 1)
+      return fail(pm, "devices must be at least 1");
+    if (!(o.memory >= 0) || !std::isfinite(o.memory))
+      return fail(pm, "memory must be a non-negative number of GiB");
+    merak::AutoParallelOptions a;
+    a.devices = o.devices;
+    a.memory = o.memory;
+    a.hardware = o.hardware;
+    a.report = o.report;
+    a.maxTp = o.maxTp;
+    a.quiet = o.quiet;
+    pm.addPass(merak::createAutoParallel(a));
+    return success();
+  }
   if (o.sp != "none" && o.sp != "megatron" && o.sp != "ulysses")
     return fail(pm, "sp must be none, megatron or ulysses, got '" + o.sp + "'");
   bool pipelined = o.pipelined();
@@ -317,6 +365,15 @@ void merak::registerMerakPipelines() {
       "--merak-autodiff, --merak-grad-accumulation, --merak-optimizer, "
       "clean-ups",
       buildTrainPipelineFromOptions);
+}
+
+LogicalResult merak::buildParallelizePipeline(OpPassManager &pm,
+                                             StringRef options) {
+  std::unique_ptr<ParallelizeOptions> o =
+      ParallelizeOptions::createFromString(options);
+  if (!o)
+    return failure();
+  return buildParallelizePipeline(pm, *o);
 }
 
 LogicalResult merak::buildTrainPipeline(OpPassManager &pm, StringRef options) {

@@ -37,6 +37,9 @@ inline constexpr llvm::StringLiteral kOptimizerAttr = "merak.optimizer";
 /// On the module: the options --merak-train derived @train_step with, so
 /// that a pass that changes @forward can derive it again.
 inline constexpr llvm::StringLiteral kTrainOptionsAttr = "merak.train_options";
+/// On the module: the --merak-parallelize options --merak-auto-parallel
+/// chose and applied.
+inline constexpr llvm::StringLiteral kAutoPlanAttr = "merak.auto_plan";
 
 // Ops: forward op ids and the forward op a backward op belongs to.
 inline constexpr llvm::StringLiteral kIdAttr = "merak.id";

@@ -22,6 +22,11 @@ void registerMerakPipelines();
 mlir::LogicalResult buildTrainPipeline(mlir::OpPassManager &pm,
                                        llvm::StringRef options);
 
+/// Adds --merak-parallelize's passes with `options` (its option string,
+/// `dp=2 tp=2 ...`) to `pm`; bad options are an error.
+mlir::LogicalResult buildParallelizePipeline(mlir::OpPassManager &pm,
+                                             llvm::StringRef options);
+
 } // namespace merak
 
 #endif // MERAK_DIALECT_MERAK_TRANSFORMS_PASSES_H

@@ -436,6 +436,39 @@ def DeferGradReductions : Pass<"merak-defer-grad-reductions",
 // Pipeline parallelism (docs/pipeline.md)
 //===----------------------------------------------------------------------===//
 
+def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
+  let summary = "Choose a parallel plan for the training step and apply it";
+  let description = [{
+    Prices plans for `@train_step` over `devices` devices with the cost and
+    memory model of lib/Analysis/AutoParallel.h on a hardware profile
+    (`hardware=` a profile JSON or a Galvatron hardware directory; the
+    documented defaults without it): data, tensor and pipeline degrees,
+    ZeRO stage, recomputation, micro-batches, schedule and stage cuts.
+    Tensor parallelism is first tried on a copy of the step (tp=2) to learn
+    which ops it splits, which dimensions a degree must divide, what it
+    all-reduces, and whether the vocabulary splits. The fastest plan that
+    fits `memory` GiB per device (the profile's capacity without it) is
+    applied with `--merak-parallelize`'s passes; a plan those passes refuse
+    is reported and the next one tried. The module gets `merak.auto_plan`
+    (the options applied). `report=` writes the plan report as JSON; the
+    readable summary goes to standard error unless `quiet`. No plan that
+    fits is an error naming the least memory per device any plan needs.
+  }];
+  let options = [
+    Option<"devices", "devices", "int", /*default=*/"1", "Devices to plan for">,
+    Option<"memory", "memory", "double", /*default=*/"0",
+           "Memory per device in GiB (0: the profile's capacity)">,
+    Option<"hardware", "hardware", "std::string", /*default=*/"\"\"",
+           "Hardware profile: a JSON file or a Galvatron hardware directory">,
+    Option<"report", "report", "std::string", /*default=*/"\"\"",
+           "Write the plan report as JSON to this file">,
+    Option<"maxTp", "max-tp", "int", /*default=*/"0",
+           "Largest tensor-parallel degree (0: the devices of one node)">,
+    Option<"quiet", "quiet", "bool", /*default=*/"false",
+           "Do not print the plan summary">
+  ];
+}
+
 def PipelinePartition : Pass<"merak-pipeline-partition", "mlir::ModuleOp"> {
   let summary = "Assign the ops of the training step to pipeline stages";
   let description = [{

@@ -1,0 +1,181 @@
+//===- AutoParallel.h - plans priced and searched ---------------*- C++ -*-===//
+//
+// The cost and memory model of a parallel plan, and the search over plans.
+// A ModelProfile holds what the plan does not change: per layer of the
+// training step, the ops' FLOPs and bytes at the global batch, which of them
+// tensor parallelism splits, the activations they keep, the parameters they
+// read and the tensors tensor parallelism reduces. A Plan is the degrees
+// (dp, tp, pp), the ZeRO stage, the pipeline schedule, micro-batches,
+// virtual stages, recomputation and stage cuts. evaluatePlan prices one
+// plan on a HardwareProfile: per-op times (GEMMs at the rate their size
+// runs at), collectives at the bandwidth of their group, the pipeline's
+// makespan from its schedule simulated with those task times, and memory
+// per rank (parameters, gradients, optimizer state by ZeRO stage,
+// activations the schedule holds, transfer buffers). searchPlans enumerates
+// plans, cuts stages by dynamic programming over layers, and keeps the
+// fastest that fits. docs/auto-parallel.md describes the model.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MERAK_ANALYSIS_AUTOPARALLEL_H
+#define MERAK_ANALYSIS_AUTOPARALLEL_H
+
+#include "merak/Hardware/HardwareProfile.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace merak::autoparallel {
+
+/// One op's work at the global batch (tensor parallelism off).
+struct OpWork {
+  double flops = 0;
+  double bytes = 0;
+  /// A GEMM (linear, matmul, convolution): priced at the rate its size
+  /// runs at, not by the roofline.
+  bool contraction = false;
+  /// Tensor parallelism divides it (a split weight or activation).
+  bool split = false;
+};
+
+struct LayerProfile {
+  /// `merak.id` of the layer's first and last forward op.
+  int64_t firstId = -1, lastId = -1;
+  std::vector<OpWork> forward, backward;
+  /// The weight-gradient part of `backward` (a split backward's W).
+  std::vector<OpWork> weight;
+  /// Parameter bytes, and the part tensor parallelism splits.
+  double paramBytes = 0, splitParamBytes = 0;
+  /// Bytes kept from forward to backward at the global batch, and the part
+  /// tensor parallelism splits.
+  double savedBytes = 0, splitSavedBytes = 0;
+  /// Bytes live across the cut after the layer at the global batch.
+  double outBytes = 0;
+  /// Bytes of the tensors tensor parallelism all-reduces in forward and in
+  /// backward at the global batch, and how many collectives that is.
+  double tpForwardBytes = 0, tpBackwardBytes = 0;
+  int tpForwardCollectives = 0, tpBackwardCollectives = 0;
+};
+
+struct ModelProfile {
+  std::vector<LayerProfile> layers;
+  /// Samples per step (dimension 0 of the inputs).
+  int64_t batch = 1;
+  /// Global sizes of the dimensions tensor parallelism splits: a degree
+  /// must divide each.
+  std::vector<int64_t> tpDims;
+  /// Why no tensor-parallel degree applies (empty when one does).
+  std::string tpRefusal;
+  /// Whether the embedding and the head split by vocabulary.
+  bool vocabParallel = true;
+  /// Optimizer state tensors per parameter (AdamW 2, SGD with momentum 1).
+  int optimizerStates = 2;
+  /// Element type of the GEMMs ("f32", "bf16", ...).
+  std::string computeType = "f32";
+  /// Whether the step clips the gradient norm (then no pipelines).
+  bool clipsGradients = false;
+  /// Bytes of the batch's inputs (read by every data-parallel rank).
+  double inputBytes = 0;
+};
+
+struct Plan {
+  int dp = 1, tp = 1, pp = 1;
+  int virtualStages = 1;
+  int microbatches = 1;
+  int zero = 0;
+  /// gpipe, 1f1b, interleaved-1f1b, zb-h1; "" without pipeline options.
+  std::string schedule;
+  /// none or full; with full, Merak's stage-aware ratio (-1: every layer).
+  std::string recompute = "none";
+  double recomputeRatio = -1;
+  bool vocabParallel = true;
+  /// First layer of every stage after the first (empty: balanced by the
+  /// pass itself).
+  std::vector<unsigned> stageStarts;
+
+  /// Whether the plan runs the step as a pipeline (stages, schedules).
+  bool pipelined() const {
+    return pp > 1 || microbatches > 1 || recompute != "none";
+  }
+  /// The --merak-parallelize options that apply the plan.
+  std::string options() const;
+};
+
+/// What a plan costs, per step and per rank.
+struct Estimate {
+  double stepTime = 0;
+  /// Its parts: the pipeline (compute, tensor-parallel collectives and
+  /// transfers, bubbles included), the exposed data-parallel reduction and
+  /// the optimizer update.
+  double pipelineTime = 0, dataParallelTime = 0, optimizerTime = 0;
+  /// Time of all compute on the busiest rank, of its tensor-parallel
+  /// collectives, and the idle fraction of the pipeline.
+  double computeTime = 0, tensorParallelTime = 0, bubble = 0;
+  /// Peak bytes of the fullest rank and its parts.
+  double memory = 0, parameters = 0, gradients = 0, optimizerState = 0,
+         activations = 0, buffers = 0;
+  int fullestRank = 0;
+  /// Why the plan cannot run ("" when it can): a degree that does not
+  /// divide, memory over the limit, ...
+  std::string infeasible;
+  /// What bounds the step most: "compute", "tensor-parallel", "bubble",
+  /// "data-parallel", "memory".
+  std::string bound;
+};
+
+/// Prices `plan` (its stage cuts filled in when empty) on `hw`.
+Estimate evaluatePlan(const ModelProfile &model, const HardwareProfile &hw,
+                      Plan &plan, double memoryLimit);
+
+struct SearchOptions {
+  int devices = 1;
+  /// Bytes per device (0: the profile's capacity).
+  double memory = 0;
+  /// Pipeline schedules to consider.
+  std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved-1f1b",
+                                        "zb-h1"};
+  /// Largest tensor-parallel degree (0: the devices of one node).
+  int maxTp = 0;
+  /// Alternatives to keep beside the best.
+  int alternatives = 5;
+};
+
+struct ScoredPlan {
+  Plan plan;
+  Estimate estimate;
+};
+
+struct SearchResult {
+  /// Empty when no plan fits; then `error` says why and what would fit.
+  std::vector<ScoredPlan> ranked;
+  std::string error;
+  /// Plans priced, and rejected by reason.
+  int evaluated = 0;
+  std::vector<std::pair<std::string, int>> rejected;
+  /// The least memory per device any plan needs.
+  double leastMemory = 0;
+  double seconds = 0;
+  /// Filled in by whoever applies the plan: the options applied, and the
+  /// plans the passes refused before it with their errors.
+  std::string applied;
+  std::vector<std::pair<std::string, std::string>> refused;
+  std::vector<std::string> warnings;
+};
+
+SearchResult searchPlans(const ModelProfile &model, const HardwareProfile &hw,
+                         const SearchOptions &options);
+
+/// The plan report as JSON: the profile used, the chosen plan and its
+/// estimate, the alternatives, what was rejected and why.
+std::string reportJson(const ModelProfile &model, const HardwareProfile &hw,
+                       const SearchOptions &options,
+                       const SearchResult &result);
+/// The same report as a few readable lines.
+std::string reportText(const SearchResult &result, double memoryLimit);
+
+/// "1.50 GiB", "320.0 MiB".
+std::string formatBytes(double bytes);
+
+} // namespace merak::autoparallel
+
+#endif // MERAK_ANALYSIS_AUTOPARALLEL_H

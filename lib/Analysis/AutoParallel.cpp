@@ -1,0 +1,700 @@
+//===- AutoParallel.cpp - plans priced and searched -----------------------===//
+
+#include "merak/Analysis/AutoParallel.h"
+
+#include "merak/Analysis/CollectiveCost.h"
+#include "merak/Analysis/Layers.h"
+#include "merak/Analysis/PipelineSchedule.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+using namespace merak;
+using namespace merak::autoparallel;
+using json = nlohmann::ordered_json;
+
+std::string merak::autoparallel::formatBytes(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(bytes) >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return llvm::formatv(u == 0 ? "{0:f0} {1}" : "{0:f2} {1}", bytes, units[u])
+      .str();
+}
+
+std::string Plan::options() const {
+  std::string out = llvm::formatv("dp={0} tp={1}", dp, tp).str();
+  if (zero)
+    out += llvm::formatv(" zero={0}", zero).str();
+  if (!vocabParallel)
+    out += " vocab-parallel=false";
+  if (!pipelined())
+    return out;
+  out += llvm::formatv(" pp={0} microbatches={1}", pp, microbatches).str();
+  if (!schedule.empty())
+    out += " schedule=" + schedule;
+  if (virtualStages > 1)
+    out += llvm::formatv(" virtual={0}", virtualStages).str();
+  if (recompute != "none")
+    out += " recompute=" + recompute;
+  if (recomputeRatio >= 0)
+    out += llvm::formatv(" recompute-ratio={0}", recomputeRatio).str();
+  if (!stageStarts.empty()) {
+    out += " stages=";
+    for (size_t i = 0; i < stageStarts.size(); ++i)
+      out += (i ? "," : "") + std::to_string(stageStarts[i]);
+  }
+  return out;
+}
+
+namespace {
+
+/// Where the ranks of a group sit: tensor parallelism innermost (adjacent
+/// devices), data parallelism next, pipeline stages outermost, as Megatron
+/// orders them. A group of `size` ranks `stride` apart crosses nodes when
+/// it spans more devices than a node has.
+bool crossesNodes(const HardwareProfile &hw, int devices, int size,
+                  int stride) {
+  return devices > hw.devicesPerNode && size > 1 &&
+         int64_t(size) * stride > hw.devicesPerNode;
+}
+
+double opTime(const HardwareProfile &hw, const std::string &type,
+              const OpWork &w, double scale) {
+  double flops = w.flops * scale, bytes = w.bytes * scale;
+  if (flops <= 0 && bytes <= 0)
+    return 0;
+  double memory = hw.memoryBandwidth > 0 ? bytes / hw.memoryBandwidth : 0;
+  double compute = 0;
+  if (w.contraction)
+    compute = flops > 0 ? flops / hw.gemmRate(type, flops) : 0;
+  else
+    compute = flops > 0 ? flops / hw.peak("f32") : 0;
+  return std::max(compute, memory) + hw.opOverhead;
+}
+
+double opsTime(const HardwareProfile &hw, const std::string &type,
+               const std::vector<OpWork> &ops, double scale, int tp) {
+  double t = 0;
+  for (const OpWork &w : ops)
+    t += opTime(hw, type, w, w.split ? scale / tp : scale);
+  return t;
+}
+
+/// Per-layer times of one (tp, batch share) pair.
+struct LayerTimes {
+  std::vector<double> forward, backward, weight, tpForward, tpBackward;
+};
+
+struct Evaluator {
+  const ModelProfile &model;
+  const HardwareProfile &hw;
+  int devices;
+  std::map<std::pair<int, int64_t>, LayerTimes> timeCache;
+  std::map<std::string, pipeline::Schedule> scheduleCache;
+  std::map<std::string, std::string> scheduleErrors;
+
+  Evaluator(const ModelProfile &model, const HardwareProfile &hw, int devices)
+      : model(model), hw(hw), devices(devices) {}
+
+  /// Times at tensor-parallel degree `tp` of a micro-batch that is
+  /// 1 / `parts` of the global batch.
+  const LayerTimes &times(int tp, int64_t parts) {
+    auto key = std::make_pair(tp, parts);
+    auto it = timeCache.find(key);
+    if (it != timeCache.end())
+      return it->second;
+    LayerTimes t;
+    double scale = 1.0 / double(parts);
+    bool cross = crossesNodes(hw, devices, tp, 1);
+    auto collective = [&](double bytes, int count) {
+      if (tp <= 1 || count == 0)
+        return 0.0;
+      double each = bytes * scale / count;
+      double sent = collectiveBytes(CollectiveKind::AllReduce, tp, each, each);
+      return count * hw.collectiveTime("allreduce", tp, cross, sent);
+    };
+    for (const LayerProfile &l : model.layers) {
+      t.forward.push_back(opsTime(hw, model.computeType, l.forward, scale, tp));
+      t.backward.push_back(
+          opsTime(hw, model.computeType, l.backward, scale, tp));
+      t.weight.push_back(opsTime(hw, model.computeType, l.weight, scale, tp));
+      t.tpForward.push_back(
+          collective(l.tpForwardBytes, l.tpForwardCollectives));
+      t.tpBackward.push_back(
+          collective(l.tpBackwardBytes, l.tpBackwardCollectives));
+    }
+    return timeCache.emplace(key, std::move(t)).first->second;
+  }
+
+  const pipeline::Schedule *schedule(const Plan &plan,
+                                     const std::vector<bool> &recompute,
+                                     std::string &error) {
+    std::string key = llvm::formatv("{0}/{1}/{2}/{3}/", plan.schedule,
+                                    plan.pp, plan.virtualStages,
+                                    plan.microbatches)
+                          .str();
+    for (bool r : recompute)
+      key += r ? '1' : '0';
+    if (auto it = scheduleCache.find(key); it != scheduleCache.end())
+      return &it->second;
+    if (auto it = scheduleErrors.find(key); it != scheduleErrors.end()) {
+      error = it->second;
+      return nullptr;
+    }
+    std::optional<pipeline::ScheduleKind> kind =
+        pipeline::parseScheduleKind(plan.schedule);
+    if (!kind) {
+      error = "unknown schedule '" + plan.schedule + "'";
+      return nullptr;
+    }
+    pipeline::PipelineShape shape;
+    shape.pp = plan.pp;
+    shape.virtualStages = plan.virtualStages;
+    shape.microbatches = plan.microbatches;
+    shape.recompute = recompute;
+    llvm::Expected<pipeline::Schedule> built =
+        pipeline::buildSchedule(*kind, shape);
+    if (!built) {
+      error = llvm::toString(built.takeError());
+      scheduleErrors[key] = error;
+      return nullptr;
+    }
+    return &scheduleCache.emplace(key, std::move(*built)).first->second;
+  }
+
+  Estimate evaluate(Plan &plan, double memoryLimit);
+};
+
+Estimate Evaluator::evaluate(Plan &plan, double memoryLimit) {
+  Estimate e;
+  auto reject = [&](std::string why) {
+    e.infeasible = std::move(why);
+    return e;
+  };
+  int layers = int(model.layers.size());
+  int stages = plan.pp * plan.virtualStages;
+  if (plan.dp < 1 || plan.tp < 1 || plan.pp < 1 || plan.microbatches < 1 ||
+      plan.virtualStages < 1)
+    return reject("degrees must be positive");
+  if (model.batch % plan.dp != 0)
+    return reject(llvm::formatv("dp={0} does not divide the batch of {1}",
+                                plan.dp, model.batch));
+  if ((model.batch / plan.dp) % plan.microbatches != 0)
+    return reject(llvm::formatv("microbatches={0} does not divide the {1} "
+                                "samples of a data-parallel rank",
+                                plan.microbatches, model.batch / plan.dp));
+  for (int64_t dim : model.tpDims)
+    if (plan.tp > 1 && dim % plan.tp != 0)
+      return reject(llvm::formatv("tp={0} does not divide a dimension of {1} "
+                                  "that tensor parallelism splits",
+                                  plan.tp, dim));
+  if (plan.tp > 1 && !model.tpRefusal.empty())
+    return reject(model.tpRefusal);
+  if (stages > layers)
+    return reject(llvm::formatv("{0} stages but only {1} layers", stages,
+                                layers));
+  if (plan.pipelined() && model.clipsGradients)
+    return reject("the step clips the gradient norm, which pipelines do not "
+                  "compute");
+  if (plan.pipelined() && plan.zero == 3)
+    return reject("zero=3 does not combine with pipelines");
+
+  int64_t parts = int64_t(plan.dp) * plan.microbatches;
+  const LayerTimes &lt = times(plan.tp, parts);
+  double scale = 1.0 / double(parts);
+
+  // Stage cuts: balanced over forward + backward (+ recomputation) times
+  // when the plan does not give them.
+  bool recomputeAll = plan.recompute == "full";
+  if (plan.stageStarts.empty() && stages > 1) {
+    std::vector<double> cost(layers), cut(layers);
+    for (int l = 0; l < layers; ++l) {
+      cost[l] = lt.forward[l] + lt.backward[l] + lt.tpForward[l] +
+                lt.tpBackward[l] + (recomputeAll ? lt.forward[l] : 0);
+      cut[l] = model.layers[l].outBytes;
+    }
+    if (plan.virtualStages > 1 && layers % stages == 0) {
+      for (int s = 1; s < stages; ++s)
+        plan.stageStarts.push_back(unsigned(s * (layers / stages)));
+    } else {
+      llvm::SmallVector<unsigned> firsts = balanceStages(cost, cut, stages);
+      plan.stageStarts.assign(firsts.begin() + 1, firsts.end());
+    }
+  }
+  if (stages > 1 && int(plan.stageStarts.size()) != stages - 1)
+    return reject("stage cuts do not match the stages");
+  std::vector<int> firstLayer = {0};
+  for (unsigned s : plan.stageStarts)
+    firstLayer.push_back(int(s));
+  firstLayer.push_back(layers);
+  for (int s = 0; s < stages; ++s)
+    if (firstLayer[s] >= firstLayer[s + 1] || firstLayer[s + 1] > layers)
+      return reject("stage cuts must be increasing layer indices");
+
+  // Which layers recompute: every one with recompute=full, or the first
+  // share of each rank's layers by Merak's stage-aware ratio.
+  std::vector<bool> layerRecomputes(layers, false), stageRecomputes(stages);
+  for (int s = 0; s < stages; ++s) {
+    int n = firstLayer[s + 1] - firstLayer[s];
+    double share = recomputeAll ? 1.0 : 0.0;
+    if (recomputeAll && plan.recomputeRatio >= 0) {
+      int rank = s % plan.pp;
+      share = rank == plan.pp - 1
+                  ? 0.0
+                  : 1.0 - (1.0 - plan.recomputeRatio) * double(plan.pp - 1) /
+                              double(plan.pp - rank);
+      share = std::clamp(share, 0.0, 1.0);
+    }
+    int count = int(std::lround(share * n));
+    for (int k = 0; k < count; ++k)
+      layerRecomputes[firstLayer[s] + k] = true;
+    stageRecomputes[s] = count > 0;
+  }
+
+  // Per-stage task times and memory per micro-batch.
+  pipeline::TaskTimes tt;
+  std::vector<double> held(stages), transient(stages), paramsOf(stages),
+      splitParamsOf(stages), tpTimeOf(stages);
+  bool ppCross =
+      crossesNodes(hw, devices, 2, plan.dp * plan.tp) && plan.pp > 1;
+  double maxOut = 0;
+  for (int s = 0; s < stages; ++s) {
+    double f = 0, b = 0, w = 0, r = 0, tpTime = 0;
+    for (int l = firstLayer[s]; l < firstLayer[s + 1]; ++l) {
+      const LayerProfile &lp = model.layers[l];
+      f += lt.forward[l] + lt.tpForward[l];
+      b += lt.backward[l] + lt.tpBackward[l];
+      w += lt.weight[l];
+      tpTime += lt.tpForward[l] + lt.tpBackward[l];
+      double saved = (lp.savedBytes - lp.splitSavedBytes +
+                      lp.splitSavedBytes / plan.tp) *
+                     scale;
+      double in = l > 0 ? model.layers[l - 1].outBytes * scale : 0;
+      if (layerRecomputes[l]) {
+        r += lt.forward[l] + lt.tpForward[l];
+        held[s] += in;
+        transient[s] += saved;
+      } else {
+        held[s] += saved;
+      }
+      paramsOf[s] += lp.paramBytes - lp.splitParamBytes +
+                     lp.splitParamBytes / plan.tp;
+    }
+    double out = s + 1 < stages
+                     ? model.layers[firstLayer[s + 1] - 1].outBytes * scale
+                     : 0;
+    maxOut = std::max(maxOut, out);
+    tt.forward.push_back(f);
+    tt.backward.push_back(b);
+    tt.weight.push_back(std::min(w, b));
+    tt.recompute.push_back(r);
+    tt.transfer.push_back(hw.transferTime(out, ppCross));
+    tpTimeOf[s] = tpTime;
+  }
+
+  // The pipeline: simulated with these times, or one forward and backward.
+  double pipelineTime = 0;
+  std::vector<double> heldPerRank(plan.pp, 0);
+  std::vector<double> busy(plan.pp, 0);
+  if (plan.pipelined()) {
+    if (plan.schedule.empty())
+      plan.schedule = "1f1b";
+    std::string error;
+    const pipeline::Schedule *sched = schedule(plan, stageRecomputes, error);
+    if (!sched)
+      return reject(error);
+    llvm::Expected<pipeline::Simulation> sim =
+        pipeline::simulate(*sched, &tt);
+    if (!sim)
+      return reject(llvm::toString(sim.takeError()));
+    pipelineTime = sim->makespan;
+    busy = sim->busy;
+    e.bubble = sim->bubble();
+    heldPerRank = pipeline::peakHeld(*sched, held);
+  } else {
+    pipelineTime = tt.forward[0] + tt.backward[0];
+    busy[0] = pipelineTime;
+    heldPerRank[0] = held[0];
+  }
+
+  // Data parallelism: the gradients of each rank's parameters reduced over
+  // dp (reduce-scatter and all-gather under ZeRO, and ZeRO-3's parameter
+  // gathers in forward and backward), after the pipeline, or overlapping
+  // backward without one.
+  bool dpCross = crossesNodes(hw, devices, plan.dp, plan.tp);
+  std::vector<double> rankParams(plan.pp, 0), rankTp(plan.pp, 0),
+      rankTransient(plan.pp, 0);
+  for (int s = 0; s < stages; ++s) {
+    rankParams[s % plan.pp] += paramsOf[s];
+    rankTp[s % plan.pp] += tpTimeOf[s] * plan.microbatches;
+    rankTransient[s % plan.pp] =
+        std::max(rankTransient[s % plan.pp], transient[s]);
+  }
+  double states = model.optimizerStates;
+  double best = -1;
+  for (int r = 0; r < plan.pp; ++r) {
+    double p = rankParams[r];
+    double dpTime = 0;
+    if (plan.dp > 1) {
+      double sent = collectiveBytes(CollectiveKind::AllReduce, plan.dp, p, p);
+      if (plan.zero == 0)
+        dpTime = hw.collectiveTime("allreduce", plan.dp, dpCross, sent);
+      else
+        dpTime = 2 * hw.collectiveTime("reducescatter", plan.dp, dpCross,
+                                       sent / 2);
+      if (plan.zero == 3)
+        dpTime += 2 * hw.collectiveTime("allgather", plan.dp, dpCross,
+                                        sent / 2);
+      if (!plan.pipelined()) {
+        // Buckets reduce while backward runs; the last one is exposed.
+        double backward = tt.backward[0];
+        double tail = dpTime * std::min(1.0, 25e6 / std::max(p, 1.0));
+        dpTime = std::max(dpTime - backward, tail) +
+                 (hw.overlapCoefficient - 1) * std::min(dpTime, backward);
+      }
+    }
+    double sharded = plan.dp > 1 ? 1.0 / plan.dp : 1.0;
+    double optParams = plan.zero >= 1 ? p * sharded : p;
+    double optimizer =
+        hw.memoryBandwidth > 0
+            ? optParams * (3 + 2 * states) / hw.memoryBandwidth
+            : 0;
+    double step = pipelineTime + dpTime + optimizer;
+    // Memory of this rank.
+    double params = plan.zero >= 3 ? p * sharded : p;
+    double grads = plan.zero >= 2 ? p * sharded : p;
+    double opt = states * (plan.zero >= 1 ? p * sharded : p);
+    double acts = heldPerRank[r] + rankTransient[r];
+    double buffers = 2 * maxOut + (plan.zero >= 3 ? p / stages : 0);
+    double total = params + grads + opt + acts + buffers;
+    if (total > e.memory) {
+      e.memory = total;
+      e.parameters = params;
+      e.gradients = grads;
+      e.optimizerState = opt;
+      e.activations = acts;
+      e.buffers = buffers;
+      e.fullestRank = r;
+    }
+    if (step > best) {
+      best = step;
+      e.stepTime = step;
+      e.pipelineTime = pipelineTime;
+      e.dataParallelTime = dpTime;
+      e.optimizerTime = optimizer;
+      e.computeTime = busy[r] - rankTp[r];
+      e.tensorParallelTime = rankTp[r];
+    }
+  }
+  // What bounds it most.
+  std::vector<std::pair<double, std::string>> parts2 = {
+      {e.computeTime, "compute"},
+      {e.tensorParallelTime, "tensor-parallel"},
+      {e.bubble * e.pipelineTime, "bubble"},
+      {e.dataParallelTime, "data-parallel"}};
+  e.bound = std::max_element(parts2.begin(), parts2.end())->second;
+  if (memoryLimit > 0 && e.memory > memoryLimit) {
+    e.infeasible = "needs " + formatBytes(e.memory) + " on rank " +
+                   std::to_string(e.fullestRank) + ", over the " +
+                   formatBytes(memoryLimit) + " limit";
+    e.bound = "memory";
+  }
+  return e;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0)
+      out.push_back(d);
+  return out;
+}
+
+std::vector<int> divisors64(int64_t n, int limit) {
+  std::vector<int> out;
+  for (int64_t d = 1; d <= n && d <= limit; ++d)
+    if (n % d == 0)
+      out.push_back(int(d));
+  return out;
+}
+
+} // namespace
+
+Estimate merak::autoparallel::evaluatePlan(const ModelProfile &model,
+                                           const HardwareProfile &hw,
+                                           Plan &plan, double memoryLimit) {
+  Evaluator ev(model, hw, plan.dp * plan.tp * plan.pp);
+  return ev.evaluate(plan, memoryLimit);
+}
+
+SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
+                                              const HardwareProfile &hw,
+                                              const SearchOptions &options) {
+  auto started = std::chrono::steady_clock::now();
+  SearchResult result;
+  double limit = options.memory > 0 ? options.memory : hw.memoryCapacity;
+  int n = options.devices;
+  int maxTp = options.maxTp > 0 ? options.maxTp : hw.devicesPerNode;
+  int layers = int(model.layers.size());
+  Evaluator ev(model, hw, n);
+  std::map<std::string, int> rejected;
+  std::vector<ScoredPlan> feasible;
+  result.leastMemory = std::numeric_limits<double>::infinity();
+
+  auto consider = [&](Plan plan) {
+    Estimate e = ev.evaluate(plan, limit);
+    ++result.evaluated;
+    if (e.memory > 0)
+      result.leastMemory = std::min(result.leastMemory, e.memory);
+    if (!e.infeasible.empty()) {
+      // Group reasons by their kind, not their numbers.
+      std::string kind = e.infeasible.substr(0, e.infeasible.find('='));
+      if (e.bound == "memory")
+        kind = "memory over the limit";
+      ++rejected[kind];
+      return;
+    }
+    feasible.push_back({std::move(plan), e});
+  };
+
+  for (int tp : divisors(n)) {
+    if (tp > maxTp)
+      continue;
+    if (tp > 1 && !model.tpRefusal.empty()) {
+      ++rejected["tensor parallelism: " + model.tpRefusal];
+      continue;
+    }
+    bool tpOk = true;
+    for (int64_t dim : model.tpDims)
+      tpOk &= dim % tp == 0;
+    if (!tpOk) {
+      ++rejected["tp does not divide heads, hidden or vocabulary"];
+      continue;
+    }
+    for (int pp : divisors(n / tp)) {
+      if (pp > layers)
+        continue;
+      int dp = n / (tp * pp);
+      if (model.batch % dp != 0) {
+        ++rejected["dp does not divide the batch"];
+        continue;
+      }
+      int64_t perRank = model.batch / dp;
+      for (int m : divisors64(perRank, 1 << 14)) {
+        if (pp > 1 && m < pp)
+          continue;
+        std::vector<std::string> schedules;
+        if (pp == 1)
+          schedules = {m == 1 ? "" : "1f1b"};
+        else
+          schedules = options.schedules;
+        for (const std::string &schedule : schedules) {
+          int virtualStages = schedule == "interleaved-1f1b" ? 2 : 1;
+          if (virtualStages > 1 && (layers < pp * virtualStages || m % pp))
+            continue;
+          for (int zero = 0; zero <= 3; ++zero) {
+            for (int rc = 0; rc < 2; ++rc) {
+              Plan plan;
+              plan.dp = dp;
+              plan.tp = tp;
+              plan.pp = pp;
+              plan.microbatches = m;
+              plan.schedule = schedule;
+              plan.virtualStages = virtualStages;
+              plan.zero = zero;
+              plan.vocabParallel = model.vocabParallel;
+              plan.recompute = rc ? "full" : "none";
+              if (plan.pipelined() && plan.schedule.empty())
+                plan.schedule = "1f1b";
+              if (zero == 3 && plan.pipelined())
+                continue;
+              if (zero > 0 && dp == 1)
+                continue;
+              consider(std::move(plan));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  std::stable_sort(feasible.begin(), feasible.end(),
+                   [](const ScoredPlan &a, const ScoredPlan &b) {
+                     return a.estimate.stepTime < b.estimate.stepTime;
+                   });
+  // The best, then the best alternatives that differ in their degrees,
+  // schedule or ZeRO stage (not only in micro-batches).
+  std::vector<ScoredPlan> ranked;
+  for (ScoredPlan &s : feasible) {
+    if (int(ranked.size()) > options.alternatives)
+      break;
+    bool similar = false;
+    for (const ScoredPlan &r : ranked)
+      similar |= r.plan.dp == s.plan.dp && r.plan.tp == s.plan.tp &&
+                 r.plan.pp == s.plan.pp && r.plan.zero == s.plan.zero &&
+                 r.plan.schedule == s.plan.schedule &&
+                 r.plan.recompute == s.plan.recompute;
+    if (!similar)
+      ranked.push_back(std::move(s));
+  }
+  result.ranked = std::move(ranked);
+  for (auto &[why, count] : rejected)
+    result.rejected.push_back({why, count});
+  if (result.ranked.empty()) {
+    if (std::isfinite(result.leastMemory) && result.leastMemory > limit)
+      result.error = llvm::formatv("no plan over {0} devices fits in {1} per "
+                                   "device; the plan that needs least needs "
+                                   "{2} per device",
+                                   n, formatBytes(limit),
+                                   formatBytes(result.leastMemory))
+                         .str();
+    else
+      result.error = llvm::formatv("no plan over {0} devices applies to this "
+                                   "model",
+                                   n)
+                         .str();
+    for (auto &[why, count] : rejected)
+      result.error += llvm::formatv("; {0} plan(s): {1}", count, why).str();
+  }
+  if (!std::isfinite(result.leastMemory))
+    result.leastMemory = 0;
+  result.seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - started)
+                       .count();
+  return result;
+}
+
+namespace {
+
+json planJson(const ScoredPlan &s) {
+  const Plan &p = s.plan;
+  const Estimate &e = s.estimate;
+  json stages = json::array();
+  for (unsigned first : p.stageStarts)
+    stages.push_back(first);
+  return {
+      {"options", p.options()},
+      {"dp", p.dp},
+      {"tp", p.tp},
+      {"pp", p.pp},
+      {"virtual", p.virtualStages},
+      {"microbatches", p.microbatches},
+      {"schedule", p.schedule},
+      {"zero", p.zero},
+      {"recompute", p.recompute},
+      {"vocab_parallel", p.vocabParallel},
+      {"stage_starts", stages},
+      {"predicted",
+       {{"step_seconds", e.stepTime},
+        {"pipeline_seconds", e.pipelineTime},
+        {"compute_seconds", e.computeTime},
+        {"tensor_parallel_seconds", e.tensorParallelTime},
+        {"data_parallel_seconds", e.dataParallelTime},
+        {"optimizer_seconds", e.optimizerTime},
+        {"bubble", e.bubble},
+        {"bound", e.bound}}},
+      {"memory",
+       {{"rank", e.fullestRank},
+        {"total_bytes", e.memory},
+        {"parameters_bytes", e.parameters},
+        {"gradients_bytes", e.gradients},
+        {"optimizer_state_bytes", e.optimizerState},
+        {"activations_bytes", e.activations},
+        {"buffers_bytes", e.buffers}}}};
+}
+
+} // namespace
+
+std::string merak::autoparallel::reportJson(const ModelProfile &model,
+                                            const HardwareProfile &hw,
+                                            const SearchOptions &options,
+                                            const SearchResult &result) {
+  json doc;
+  doc["devices"] = options.devices;
+  doc["memory_limit_bytes"] =
+      options.memory > 0 ? options.memory : hw.memoryCapacity;
+  doc["hardware"] = {{"name", hw.name},
+                     {"source", hw.source},
+                     {"device", hw.device},
+                     {"devices_per_node", hw.devicesPerNode}};
+  doc["model"] = {{"layers", model.layers.size()},
+                  {"batch", model.batch},
+                  {"optimizer_states", model.optimizerStates},
+                  {"compute_type", model.computeType}};
+  if (!model.tpRefusal.empty())
+    doc["model"]["tensor_parallel_refused"] = model.tpRefusal;
+  if (!result.ranked.empty()) {
+    doc["plan"] = planJson(result.ranked.front());
+    json alternatives = json::array();
+    for (size_t i = 1; i < result.ranked.size(); ++i)
+      alternatives.push_back(planJson(result.ranked[i]));
+    doc["alternatives"] = alternatives;
+  } else {
+    doc["error"] = result.error;
+  }
+  if (!result.applied.empty())
+    doc["applied"] = result.applied;
+  if (!result.refused.empty()) {
+    json refused = json::array();
+    for (auto &[options, error] : result.refused)
+      refused.push_back({{"options", options}, {"error", error}});
+    doc["refused_by_passes"] = refused;
+  }
+  if (!result.warnings.empty())
+    doc["warnings"] = result.warnings;
+  json rejected = json::object();
+  for (auto &[why, count] : result.rejected)
+    rejected[why] = count;
+  doc["rejected"] = rejected;
+  doc["evaluated"] = result.evaluated;
+  doc["least_memory_bytes"] = result.leastMemory;
+  doc["search_seconds"] = result.seconds;
+  return doc.dump(2) + "\n";
+}
+
+std::string merak::autoparallel::reportText(const SearchResult &result,
+                                            double memoryLimit) {
+  std::string out;
+  if (result.ranked.empty())
+    return "merak-auto-parallel: " + result.error + "\n";
+  auto line = [&](const char *label, const ScoredPlan &s) {
+    const Estimate &e = s.estimate;
+    return llvm::formatv("{0,-7} {1}\n        step {2:f3} ms (compute {3:f3}, "
+                         "tp {4:f3}, dp {5:f3}, optimizer {6:f3}; bubble "
+                         "{7:f1}%), bound by {8}; memory {9} on rank {10} "
+                         "(params {11}, grads {12}, optimizer {13}, "
+                         "activations {14})\n",
+                         label, s.plan.options(), e.stepTime * 1e3,
+                         e.computeTime * 1e3, e.tensorParallelTime * 1e3,
+                         e.dataParallelTime * 1e3, e.optimizerTime * 1e3,
+                         e.bubble * 100, e.bound, formatBytes(e.memory),
+                         e.fullestRank, formatBytes(e.parameters),
+                         formatBytes(e.gradients),
+                         formatBytes(e.optimizerState),
+                         formatBytes(e.activations))
+        .str();
+  };
+  out += llvm::formatv("merak-auto-parallel: {0} plans priced in {1:f3} s, "
+                       "memory limit {2}\n",
+                       result.evaluated, result.seconds,
+                       formatBytes(memoryLimit))
+             .str();
+  out += line("chosen", result.ranked.front());
+  for (size_t i = 1; i < result.ranked.size(); ++i)
+    out += line("next", result.ranked[i]);
+  for (auto &[why, count] : result.rejected)
+    out += llvm::formatv("rejected {0} plan(s): {1}\n", count, why).str();
+  return out;
+}

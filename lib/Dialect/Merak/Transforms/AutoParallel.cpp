@@ -1,0 +1,416 @@
+//===- AutoParallel.cpp - choose a parallel plan and apply it -------------===//
+//
+// Profiles @train_step for the plan search (lib/Analysis/AutoParallel.h):
+// the cost model's figures per layer, and what tensor parallelism does to
+// it, learnt by running --merak-tensor-parallel and sharding propagation on
+// a copy of the module at tp=2. Then searches, reports, and applies the
+// best plan with --merak-parallelize's passes, falling back to the next
+// plan when the passes refuse one.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Analysis/AutoParallel.h"
+#include "merak/Analysis/CostModel.h"
+#include "merak/Analysis/Layers.h"
+#include "merak/Analysis/PipelineInfo.h"
+#include "merak/Analysis/TrainStep.h"
+#include "merak/Dialect/Merak/IR/AttrNames.h"
+#include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Dialect/Merak/Transforms/Passes.h"
+#include "merak/Dialect/Merak/Transforms/Resharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <set>
+
+namespace merak {
+#define GEN_PASS_DEF_AUTOPARALLEL
+#include "merak/Dialect/Merak/Transforms/Passes.h.inc"
+} // namespace merak
+
+using namespace mlir;
+using namespace mlir::mesh;
+using namespace merak;
+using namespace merak::autoparallel;
+
+namespace {
+
+/// Runs `run`, collecting the errors it emits instead of printing them.
+/// Returns the errors (empty on success).
+std::string collectErrors(MLIRContext *ctx, function_ref<LogicalResult()> run) {
+  std::string errors;
+  ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error)
+      errors += (errors.empty() ? "" : "; ") + d.str();
+    return success();
+  });
+  if (failed(run()) && errors.empty())
+    errors = "the passes failed";
+  return errors;
+}
+
+/// What --merak-tensor-parallel and propagation did to a copy of the step.
+struct TensorParallelProbe {
+  /// Forward op ids tensor parallelism splits.
+  llvm::DenseSet<int64_t> splitOps;
+  /// Parameter argument numbers it splits.
+  llvm::DenseSet<unsigned> splitParams;
+  /// Forward op id -> bytes all-reduced in forward / backward.
+  llvm::DenseMap<int64_t, double> forwardReduce, backwardReduce;
+  std::set<int64_t> dims;
+};
+
+bool hasAxis(const SplitAxes &split, MeshAxis axis, int64_t *dim = nullptr) {
+  for (auto [d, axes] : llvm::enumerate(split))
+    if (llvm::is_contained(axes, axis)) {
+      if (dim)
+        *dim = int64_t(d);
+      return true;
+    }
+  return false;
+}
+
+/// The sharding annotation a value gets as a result (not for its users).
+MeshShardingAttr resultSharding(Value v) {
+  for (Operation *user : v.getUsers())
+    if (auto s = dyn_cast<ShardOp>(user); s && !s.getAnnotateForUsers())
+      return s.getShard();
+  return {};
+}
+
+/// The sharding an operand is read with.
+MeshShardingAttr operandSharding(Value v) {
+  if (auto s = v.getDefiningOp<ShardOp>())
+    return s.getShard();
+  return resultSharding(v);
+}
+
+int64_t rankOf(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t ? t.getRank() : 0;
+}
+
+bool splitOnAxis(MeshShardingAttr s, Value v, MeshAxis axis,
+                 int64_t *dim = nullptr) {
+  return s && hasAxis(splitAxesOf(s, rankOf(v)), axis, dim);
+}
+
+bool partialOnAxis(MeshShardingAttr s, MeshAxis axis) {
+  return s && llvm::is_contained(s.getPartialAxes(), axis);
+}
+
+void readProbe(ModuleOp copy, TensorParallelProbe &probe) {
+  auto func = copy.lookupSymbol<func::FuncOp>(kTrainStepName);
+  MeshOp mesh = lookupMesh(copy);
+  if (!func || !mesh)
+    return;
+  int64_t idx = meshAxisIndex(mesh, "tp");
+  if (idx < 0)
+    return;
+  auto axis = static_cast<MeshAxis>(idx);
+  func.walk([&](ShardOp s) {
+    SplitAxes split = splitAxesOf(s.getShard(), rankOf(s.getResult()));
+    auto type = dyn_cast<RankedTensorType>(s.getResult().getType());
+    for (auto [d, axes] : llvm::enumerate(split))
+      if (type && llvm::is_contained(axes, axis))
+        probe.dims.insert(type.getDimSize(d));
+  });
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), kParamAttr) &&
+        splitOnAxis(resultSharding(arg), arg, axis))
+      probe.splitParams.insert(arg.getArgNumber());
+  func.walk([&](Operation *op) {
+    std::optional<int64_t> id = getForwardId(op);
+    if (!id || isa<ShardOp>(op))
+      return;
+    bool split = false;
+    for (Value r : op->getResults()) {
+      MeshShardingAttr s = resultSharding(r);
+      split |= splitOnAxis(s, r, axis) || partialOnAxis(s, axis);
+      if (partialOnAxis(s, axis))
+        probe.forwardReduce[*id] += double(tensorBytes(r.getType()));
+    }
+    for (Value o : op->getOperands())
+      split |= splitOnAxis(operandSharding(o), o, axis);
+    if (split)
+      probe.splitOps.insert(*id);
+    // A column-split linear (its output split on the last dimension) that
+    // reads a whole input: the input's gradient is all-reduced.
+    if (auto linear = dyn_cast<LinearOp>(op)) {
+      int64_t dim = -1;
+      Value out = linear.getResult();
+      if (splitOnAxis(resultSharding(out), out, axis, &dim) &&
+          dim == rankOf(out) - 1 &&
+          !splitOnAxis(operandSharding(linear.getInput()), linear.getInput(),
+                       axis))
+        probe.backwardReduce[*id] +=
+            double(tensorBytes(linear.getInput().getType()));
+    }
+  });
+}
+
+struct AutoParallelPass
+    : public merak::impl::AutoParallelBase<AutoParallelPass> {
+  using AutoParallelBase::AutoParallelBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
+    if (!func || func.getBody().empty()) {
+      emitError(module.getLoc(), "no @")
+          << kTrainStepName << "; build the training step with --merak-train "
+          << "first";
+      return signalPassFailure();
+    }
+    if (lookupMesh(module)) {
+      emitError(module.getLoc(),
+                "the step is partitioned already; plan a step straight from "
+                "--merak-train");
+      return signalPassFailure();
+    }
+    if (devices < 1) {
+      emitError(module.getLoc(), "devices must be at least 1");
+      return signalPassFailure();
+    }
+    HardwareProfile hw;
+    if (!hardware.empty()) {
+      if (std::string error = loadHardwareProfile(hardware, hw);
+          !error.empty()) {
+        emitError(module.getLoc(), "hardware profile: ") << error;
+        return signalPassFailure();
+      }
+    }
+    SearchOptions options;
+    options.devices = devices;
+    options.memory = memory * double(1ull << 30);
+    options.maxTp = maxTp;
+
+    FailureOr<ModelProfile> model = profileModel(module, func, hw);
+    if (failed(model))
+      return signalPassFailure();
+    SearchResult result = searchPlans(*model, hw, options);
+    double limit = options.memory > 0 ? options.memory : hw.memoryCapacity;
+
+    // Apply the best plan the passes accept.
+    bool applied = false;
+    for (const ScoredPlan &candidate : result.ranked) {
+      std::string opts = candidate.plan.options();
+      ModuleOp backup = module.clone();
+      std::string errors = collectErrors(&getContext(), [&] {
+        OpPassManager pm(ModuleOp::getOperationName());
+        if (failed(buildParallelizePipeline(pm, opts)))
+          return failure();
+        return runPipeline(pm, module);
+      });
+      if (errors.empty()) {
+        backup.erase();
+        result.applied = opts;
+        applied = true;
+        if (candidate.plan.pipelined()) {
+          std::optional<PipelineInfo> info = PipelineInfo::read(module);
+          if (info && info->layers != int64_t(model->layers.size()))
+            result.warnings.push_back(
+                "the partitioned step has " + std::to_string(info->layers) +
+                " layers where the search saw " +
+                std::to_string(model->layers.size()) +
+                "; the stage cuts may not be where the search put them");
+        }
+        break;
+      }
+      // Put the module back as it was and try the next plan.
+      module.getBodyRegion().takeBody(backup.getBodyRegion());
+      module->setAttrs(backup->getAttrDictionary());
+      backup.erase();
+      result.refused.push_back({opts, errors});
+    }
+    if (applied)
+      module->setAttr(kAutoPlanAttr,
+                      StringAttr::get(&getContext(), result.applied));
+
+    if (!report.empty()) {
+      std::string error;
+      std::unique_ptr<llvm::ToolOutputFile> out =
+          openOutputFile(report, &error);
+      if (!out) {
+        emitError(module.getLoc(), "report=") << report << ": " << error;
+        return signalPassFailure();
+      }
+      out->os() << reportJson(*model, hw, options, result);
+      out->keep();
+    }
+    if (!quiet) {
+      llvm::errs() << reportText(result, limit);
+      for (auto &[opts, error] : result.refused)
+        llvm::errs() << "refused by the passes: " << opts << ": " << error
+                     << "\n";
+      for (const std::string &w : result.warnings)
+        llvm::errs() << "warning: " << w << "\n";
+    }
+    if (!applied) {
+      InFlightDiagnostic diag = emitError(module.getLoc(), "auto: ");
+      if (result.ranked.empty())
+        diag << result.error;
+      else
+        diag << "the passes refused every plan that fits (first: "
+             << result.refused.front().first << ": "
+             << result.refused.front().second << ")";
+      return signalPassFailure();
+    }
+  }
+
+  FailureOr<ModelProfile> profileModel(ModuleOp module, func::FuncOp func,
+                                       const HardwareProfile &hw) {
+    ModelProfile model;
+    // The batch: dimension 0 of the first model input.
+    bool found = false;
+    int64_t params = 0, states = 0;
+    for (BlockArgument arg : func.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (func.getArgAttr(i, kInputAttr) && type && type.getRank() > 0 &&
+          !found) {
+        model.batch = type.getDimSize(0);
+        found = true;
+      }
+      if (func.getArgAttr(i, kInputAttr) && type)
+        model.inputBytes += double(tensorBytes(type));
+      params += func.getArgAttr(i, kParamAttr) ? 1 : 0;
+      states += func.getArgAttr(i, kOptStateAttr) ? 1 : 0;
+    }
+    if (!found || model.batch < 1) {
+      emitError(func.getLoc(), "auto: @train_step has no batched input to "
+                               "split over data-parallel ranks");
+      return failure();
+    }
+    model.optimizerStates =
+        params ? int(std::lround(double(states) / double(params))) : 0;
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      model.clipsGradients |= bool(func.getResultAttr(i, kGradNormAttr));
+    if (auto options = module->getAttrOfType<StringAttr>(kTrainOptionsAttr))
+      if (options.getValue().contains("precision=bf16"))
+        model.computeType = "bf16";
+
+    TensorParallelProbe probe = probeTensorParallel(module, model);
+
+    CostModel cm(hw);
+    LayerAnalysis layers(func, cm);
+    llvm::DenseMap<Operation *, const ForwardOpCost *> costOf;
+    for (const ForwardOpCost &c : layers.opCosts())
+      costOf[c.op] = &c;
+    llvm::DenseSet<unsigned> seenParams;
+    for (const Layer &layer : layers.layers()) {
+      LayerProfile lp;
+      lp.firstId = layer.firstId;
+      lp.lastId = layer.lastId;
+      lp.outBytes = double(layer.outBytes);
+      for (unsigned p = layer.begin; p < layer.end; ++p) {
+        Operation *op = layers.forwardOps()[p];
+        const ForwardOpCost *c = costOf.lookup(op);
+        if (!c)
+          continue;
+        std::optional<int64_t> id = getForwardId(op);
+        bool split = id && probe.splitOps.contains(*id);
+        bool gemm = isContraction(op);
+        auto work = [&](const OpCost &cost, double share) {
+          OpWork w;
+          w.flops = cost.flops * share;
+          w.bytes = double(cost.bytes()) * share;
+          w.contraction = gemm;
+          w.split = split;
+          return w;
+        };
+        lp.forward.push_back(work(c->forward, 1));
+        // A contraction's backward is two GEMMs (input and weight
+        // gradients), each priced at its own size.
+        int pieces = gemm ? 2 : 1;
+        for (int k = 0; k < pieces; ++k)
+          lp.backward.push_back(work(c->backward, 1.0 / pieces));
+        if (c->backwardWeight.flops > 0 || c->backwardWeight.bytes() > 0)
+          lp.weight.push_back(work(c->backwardWeight, 1));
+        lp.savedBytes += double(c->savedBytes);
+        if (split)
+          lp.splitSavedBytes += double(c->savedBytes);
+        if (id) {
+          if (double b = probe.forwardReduce.lookup(*id)) {
+            lp.tpForwardBytes += b;
+            ++lp.tpForwardCollectives;
+          }
+          if (double b = probe.backwardReduce.lookup(*id)) {
+            lp.tpBackwardBytes += b;
+            ++lp.tpBackwardCollectives;
+          }
+        }
+        for (Value operand : op->getOperands()) {
+          auto arg = dyn_cast<BlockArgument>(stripShards(operand));
+          if (!arg || arg.getOwner()->getParentOp() != func ||
+              !func.getArgAttr(arg.getArgNumber(), kParamAttr) ||
+              !seenParams.insert(arg.getArgNumber()).second)
+            continue;
+          double bytes = double(tensorBytes(arg.getType()));
+          lp.paramBytes += bytes;
+          if (probe.splitParams.contains(arg.getArgNumber()))
+            lp.splitParamBytes += bytes;
+        }
+      }
+      model.layers.push_back(std::move(lp));
+    }
+    if (model.layers.empty()) {
+      emitError(func.getLoc(), "auto: found no layers (no contraction) in "
+                               "@train_step's forward ops");
+      return failure();
+    }
+    return model;
+  }
+
+  /// Runs tensor parallelism at tp=2 on a copy: with the vocabulary split,
+  /// else without; records in `model` what it splits or why it cannot.
+  TensorParallelProbe probeTensorParallel(ModuleOp module,
+                                          ModelProfile &model) {
+    TensorParallelProbe probe;
+    if (devices < 2)
+      return probe;
+    std::string firstError;
+    for (bool vocab : {true, false}) {
+      ModuleOp copy = module.clone();
+      // The copy is not nested in the module this pass runs on: it gets a
+      // pass manager of its own.
+      std::string errors = collectErrors(&getContext(), [&] {
+        PassManager pm(&getContext(), ModuleOp::getOperationName());
+        SplitFusedProjectionsOptions split;
+        split.tp = 2;
+        pm.addPass(createSplitFusedProjections(split));
+        MeshOptions mesh;
+        mesh.tp = 2;
+        pm.addPass(createMesh(mesh));
+        TensorParallelOptions tensor;
+        tensor.vocabParallel = vocab;
+        pm.addPass(createTensorParallel(tensor));
+        pm.addPass(createShardingPropagation());
+        return pm.run(copy);
+      });
+      if (errors.empty()) {
+        readProbe(copy, probe);
+        copy.erase();
+        model.vocabParallel = vocab;
+        model.tpDims.assign(probe.dims.begin(), probe.dims.end());
+        return probe;
+      }
+      copy.erase();
+      if (firstError.empty())
+        firstError = errors;
+    }
+    model.tpRefusal = "tensor parallelism does not apply at tp=2: " +
+                      firstError;
+    return probe;
+  }
+};
+
+} // namespace
