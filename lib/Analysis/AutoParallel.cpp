@@ -104,6 +104,16 @@ struct Evaluator {
   std::map<std::pair<int, int64_t>, LayerTimes> timeCache;
   std::map<std::string, pipeline::Schedule> scheduleCache;
   std::map<std::string, std::string> scheduleErrors;
+  /// Stage cuts by (tp, parts, stages, recompute), and pipeline outcomes
+  /// by plan shape: plans that differ only in ZeRO stage share both.
+  std::map<std::tuple<int, int64_t, int, bool>, std::vector<unsigned>>
+      cutCache;
+  struct Outcome {
+    double makespan = 0;
+    std::vector<double> busy, held;
+    std::string error;
+  };
+  std::map<std::string, Outcome> outcomeCache;
 
   Evaluator(const ModelProfile &model, const HardwareProfile &hw, int devices)
       : model(model), hw(hw), devices(devices) {}
@@ -165,7 +175,7 @@ struct Evaluator {
     shape.microbatches = plan.microbatches;
     shape.recompute = recompute;
     llvm::Expected<pipeline::Schedule> built =
-        pipeline::buildSchedule(*kind, shape);
+        pipeline::buildComputeOrder(*kind, shape);
     if (!built) {
       error = llvm::toString(built.takeError());
       scheduleErrors[key] = error;
@@ -174,10 +184,22 @@ struct Evaluator {
     return &scheduleCache.emplace(key, std::move(*built)).first->second;
   }
 
-  Estimate evaluate(Plan &plan, double memoryLimit);
+  /// Prices `plan`; one whose compute alone takes longer than
+  /// `pruneAbove` is rejected without simulating its pipeline.
+  Estimate evaluate(Plan &plan, double memoryLimit,
+                    double pruneAbove = std::numeric_limits<double>::infinity());
 };
 
-Estimate Evaluator::evaluate(Plan &plan, double memoryLimit) {
+/// What a plan needs before its activations: parameters, gradients and
+/// optimizer state of `params` bytes under ZeRO stage `zero` over `dp`.
+double staticMemory(double params, int zero, int dp, int states) {
+  double sharded = dp > 1 ? params / dp : params;
+  return (zero >= 3 ? sharded : params) + (zero >= 2 ? sharded : params) +
+         states * (zero >= 1 ? sharded : params);
+}
+
+Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
+                             double pruneAbove) {
   Estimate e;
   auto reject = [&](std::string why) {
     e.infeasible = std::move(why);
@@ -225,12 +247,16 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit) {
                 lt.tpBackward[l] + (recomputeAll ? lt.forward[l] : 0);
       cut[l] = model.layers[l].outBytes;
     }
-    if (plan.virtualStages > 1 && layers % stages == 0) {
+    auto key = std::make_tuple(plan.tp, parts, stages, recomputeAll);
+    if (auto it = cutCache.find(key); it != cutCache.end()) {
+      plan.stageStarts = it->second;
+    } else if (plan.virtualStages > 1 && layers % stages == 0) {
       for (int s = 1; s < stages; ++s)
         plan.stageStarts.push_back(unsigned(s * (layers / stages)));
     } else {
       llvm::SmallVector<unsigned> firsts = balanceStages(cost, cut, stages);
       plan.stageStarts.assign(firsts.begin() + 1, firsts.end());
+      cutCache[key] = plan.stageStarts;
     }
   }
   if (stages > 1 && int(plan.stageStarts.size()) != stages - 1)
@@ -304,6 +330,34 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit) {
     tpTimeOf[s] = tpTime;
   }
 
+  // Cheap bounds first: memory before activations, and compute alone.
+  {
+    std::vector<double> params(plan.pp, 0), work(plan.pp, 0);
+    for (int s = 0; s < stages; ++s) {
+      params[s % plan.pp] += paramsOf[s];
+      work[s % plan.pp] += plan.microbatches *
+                           (tt.forward[s] + tt.backward[s] + tt.recompute[s]);
+    }
+    for (int r = 0; r < plan.pp; ++r) {
+      double fixed = staticMemory(params[r], plan.zero, plan.dp,
+                                  model.optimizerStates);
+      if (memoryLimit > 0 && fixed > memoryLimit) {
+        e.memory = fixed;
+        e.fullestRank = r;
+        e.bound = "memory";
+        return reject("needs " + formatBytes(fixed) +
+                      " for parameters, gradients and optimizer state on "
+                      "rank " +
+                      std::to_string(r) + ", over the " +
+                      formatBytes(memoryLimit) + " limit");
+      }
+      if (work[r] > pruneAbove) {
+        e.bound = "slower";
+        return reject("slower than a better plan by its compute alone");
+      }
+    }
+  }
+
   // The pipeline: simulated with these times, or one forward and backward.
   double pipelineTime = 0;
   std::vector<double> heldPerRank(plan.pp, 0);
@@ -311,18 +365,70 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit) {
   if (plan.pipelined()) {
     if (plan.schedule.empty())
       plan.schedule = "1f1b";
-    std::string error;
-    const pipeline::Schedule *sched = schedule(plan, stageRecomputes, error);
-    if (!sched)
-      return reject(error);
-    llvm::Expected<pipeline::Simulation> sim =
-        pipeline::simulate(*sched, &tt);
-    if (!sim)
-      return reject(llvm::toString(sim.takeError()));
-    pipelineTime = sim->makespan;
-    busy = sim->busy;
-    e.bubble = sim->bubble();
-    heldPerRank = pipeline::peakHeld(*sched, held);
+    // A schedule's makespan, busy time and held activations grow linearly
+    // in the micro-batches once its warm-up is over: long pipelines are
+    // simulated at 2 and 3 micro-batches per stage and extrapolated.
+    int m1 = plan.microbatches, m2 = plan.microbatches;
+    if (plan.microbatches > 3 * stages) {
+      m1 = 2 * stages;
+      m2 = 3 * stages;
+    }
+    std::string key = llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/",
+                                    plan.tp, parts, plan.schedule, plan.pp,
+                                    plan.virtualStages, plan.microbatches,
+                                    plan.recomputeRatio)
+                          .str();
+    for (unsigned first : plan.stageStarts)
+      key += std::to_string(first) + ",";
+    key += plan.recompute;
+    auto cached = outcomeCache.find(key);
+    if (cached == outcomeCache.end()) {
+      auto run = [&](int m, Outcome &out) -> bool {
+        Plan shaped = plan;
+        shaped.microbatches = m;
+        const pipeline::Schedule *sched =
+            schedule(shaped, stageRecomputes, out.error);
+        if (!sched)
+          return false;
+        llvm::Expected<pipeline::Simulation> sim =
+            pipeline::simulate(*sched, &tt);
+        if (!sim) {
+          out.error = llvm::toString(sim.takeError());
+          return false;
+        }
+        out.makespan = sim->makespan;
+        out.busy = sim->busy;
+        out.held = pipeline::peakHeld(*sched, held);
+        return true;
+      };
+      Outcome a, b;
+      if (run(m1, a) && m2 != m1) {
+        if (!run(m2, b)) {
+          a.error = b.error;
+        } else {
+          double k = double(plan.microbatches - m1) / double(m2 - m1);
+          auto extend = [&](double x, double y) { return x + k * (y - x); };
+          a.makespan = extend(a.makespan, b.makespan);
+          for (size_t r = 0; r < a.busy.size(); ++r) {
+            a.busy[r] = extend(a.busy[r], b.busy[r]);
+            a.held[r] = extend(a.held[r], b.held[r]);
+          }
+        }
+      }
+      cached = outcomeCache.emplace(key, std::move(a)).first;
+    }
+    const Outcome &a = cached->second;
+    if (!a.error.empty())
+      return reject(a.error);
+    pipelineTime = a.makespan;
+    busy = a.busy;
+    heldPerRank = a.held;
+    double total = 0;
+    for (double x : busy)
+      total += x;
+    e.bubble = pipelineTime > 0
+                   ? 1.0 - total / (pipelineTime * double(busy.size()))
+                   : 0;
   } else {
     pipelineTime = tt.forward[0] + tt.backward[0];
     busy[0] = pipelineTime;
@@ -375,7 +481,8 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit) {
     // Memory of this rank.
     double params = plan.zero >= 3 ? p * sharded : p;
     double grads = plan.zero >= 2 ? p * sharded : p;
-    double opt = states * (plan.zero >= 1 ? p * sharded : p);
+    double opt = staticMemory(p, plan.zero, plan.dp, int(states)) - params -
+                 grads;
     double acts = heldPerRank[r] + rankTransient[r];
     double buffers = 2 * maxOut + (plan.zero >= 3 ? p / stages : 0);
     double total = params + grads + opt + acts + buffers;
@@ -453,8 +560,11 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
   std::vector<ScoredPlan> feasible;
   result.leastMemory = std::numeric_limits<double>::infinity();
 
+  // Plans whose compute alone is twice the best step so far are not
+  // simulated: neither they nor their alternatives would be chosen.
+  double bestTime = std::numeric_limits<double>::infinity();
   auto consider = [&](Plan plan) {
-    Estimate e = ev.evaluate(plan, limit);
+    Estimate e = ev.evaluate(plan, limit, 2 * bestTime);
     ++result.evaluated;
     if (e.memory > 0)
       result.leastMemory = std::min(result.leastMemory, e.memory);
@@ -463,9 +573,12 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
       std::string kind = e.infeasible.substr(0, e.infeasible.find('='));
       if (e.bound == "memory")
         kind = "memory over the limit";
+      if (e.bound == "slower")
+        kind = e.infeasible;
       ++rejected[kind];
       return;
     }
+    bestTime = std::min(bestTime, e.stepTime);
     feasible.push_back({std::move(plan), e});
   };
 

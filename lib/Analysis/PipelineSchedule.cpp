@@ -188,21 +188,45 @@ llvm::Expected<Timeline> runTimeline(const Schedule &schedule,
     }
   };
 
+  // Every task starts when its rank is free and what it needs has ended,
+  // so the dates do not depend on the order ranks are visited in: sweep
+  // the ranks, running each as far as it can, until all are done or a
+  // sweep makes no progress (a deadlock).
   std::vector<size_t> pc(pp, 0);
   std::vector<double> freeAt(pp, 0);
-  for (size_t done = 0; done < total; ++done) {
-    int best = -1;
-    double bestStart = std::numeric_limits<double>::infinity();
+  size_t done = 0;
+  while (done < total) {
+    size_t before = done;
     for (int r = 0; r < pp; ++r) {
-      if (pc[r] >= tl.tasks[r].size())
-        continue;
-      double start = freeAt[r];
-      if (ready(tl.tasks[r][pc[r]], start) && start < bestStart) {
-        best = r;
-        bestStart = start;
+      while (pc[r] < tl.tasks[r].size()) {
+        const Task &t = tl.tasks[r][pc[r]];
+        double start = freeAt[r];
+        if (!ready(t, start))
+          break;
+        double end = start + duration(schedule, times, t);
+        tl.spans[r].push_back({start, end});
+        freeAt[r] = end;
+        tl.makespan = std::max(tl.makespan, end);
+        size_t i = idx(t.stage, t.microbatch);
+        switch (t.kind) {
+        case TaskKind::Forward:
+        case TaskKind::ForwardKeep:
+          fEnd[i] = end;
+          break;
+        case TaskKind::Recompute:
+          rEnd[i] = end;
+          break;
+        case TaskKind::Backward:
+          bEnd[i] = end;
+          break;
+        default:
+          break;
+        }
+        ++pc[r];
+        ++done;
       }
     }
-    if (best < 0) {
+    if (done == before) {
       std::string waits;
       for (int r = 0; r < pp; ++r)
         if (pc[r] < tl.tasks[r].size())
@@ -213,27 +237,6 @@ llvm::Expected<Timeline> runTimeline(const Schedule &schedule,
                   "another (" +
                   waits + ")");
     }
-    const Task &t = tl.tasks[best][pc[best]];
-    double end = bestStart + duration(schedule, times, t);
-    tl.spans[best].push_back({bestStart, end});
-    freeAt[best] = end;
-    tl.makespan = std::max(tl.makespan, end);
-    size_t i = idx(t.stage, t.microbatch);
-    switch (t.kind) {
-    case TaskKind::Forward:
-    case TaskKind::ForwardKeep:
-      fEnd[i] = end;
-      break;
-    case TaskKind::Recompute:
-      rEnd[i] = end;
-      break;
-    case TaskKind::Backward:
-      bEnd[i] = end;
-      break;
-    default:
-      break;
-    }
-    ++pc[best];
   }
   tl.forwardEnd = std::move(fEnd);
   tl.backwardEnd = std::move(bEnd);
@@ -848,7 +851,8 @@ llvm::Error merak::pipeline::verifySchedule(const Schedule &schedule) {
 }
 
 llvm::Expected<Schedule>
-merak::pipeline::buildSchedule(ScheduleKind kind, const PipelineShape &shape) {
+merak::pipeline::buildComputeOrder(ScheduleKind kind,
+                                   const PipelineShape &shape) {
   int pp = shape.pp, v = shape.virtualStages, m = shape.microbatches;
   StringRef name = stringifyScheduleKind(kind);
   if (pp < 1)
@@ -935,10 +939,19 @@ merak::pipeline::buildSchedule(ScheduleKind kind, const PipelineShape &shape) {
     order.dynamic();
     break;
   }
-  if (llvm::Error e = placeCommunication(schedule))
+  return schedule;
+}
+
+llvm::Expected<Schedule>
+merak::pipeline::buildSchedule(ScheduleKind kind, const PipelineShape &shape) {
+  llvm::Expected<Schedule> schedule = buildComputeOrder(kind, shape);
+  if (!schedule)
+    return schedule.takeError();
+  if (llvm::Error e = placeCommunication(*schedule))
     return std::move(e);
-  if (llvm::Error e = verifySchedule(schedule))
-    return fail("internal error: the " + name +
+  if (llvm::Error e = verifySchedule(*schedule))
+    return fail("internal error: the " +
+                stringifyScheduleKind(kind).str() +
                 " schedule does not verify: " + llvm::toString(std::move(e)));
   return schedule;
 }

@@ -114,6 +114,10 @@ struct Schedule {
 /// schedule that has none, ...) is an error naming the rule.
 llvm::Expected<Schedule> buildSchedule(ScheduleKind kind,
                                        const PipelineShape &shape);
+/// The compute tasks of `kind`'s schedule alone, unverified and without
+/// sends and receives: what a timed simulation needs.
+llvm::Expected<Schedule> buildComputeOrder(ScheduleKind kind,
+                                           const PipelineShape &shape);
 
 /// Checks `schedule`: tasks on the right ranks, each exactly once, local
 /// order (F before R before B before W), one send and one receive per
