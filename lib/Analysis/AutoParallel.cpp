@@ -58,6 +58,76 @@ std::string Plan::options() const {
   return out;
 }
 
+std::string merak::autoparallel::parsePlan(const std::string &text,
+                                           Plan &plan) {
+  Plan p;
+  bool scheduleGiven = false;
+  llvm::SmallVector<llvm::StringRef> words;
+  llvm::StringRef(text).split(words, ' ', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef word : words) {
+    auto [key, value] = word.split('=');
+    auto integer = [&](int &out, int least) -> std::string {
+      if (value.getAsInteger(10, out) || out < least)
+        return (key + "=" + value + ": expected an integer of at least " +
+                llvm::Twine(least))
+            .str();
+      return "";
+    };
+    std::string error;
+    if (key == "dp")
+      error = integer(p.dp, 1);
+    else if (key == "tp")
+      error = integer(p.tp, 1);
+    else if (key == "pp")
+      error = integer(p.pp, 1);
+    else if (key == "virtual")
+      error = integer(p.virtualStages, 1);
+    else if (key == "microbatches")
+      error = integer(p.microbatches, 1);
+    else if (key == "zero") {
+      error = integer(p.zero, 0);
+      if (error.empty() && p.zero > 3)
+        error = "zero=" + value.str() + ": expected 0 to 3";
+    } else if (key == "schedule") {
+      if (!pipeline::parseScheduleKind(value))
+        error = "schedule=" + value.str() + ": unknown schedule";
+      p.schedule = value.str();
+      scheduleGiven = true;
+    } else if (key == "recompute") {
+      if (value != "none" && value != "full")
+        error = "recompute=" + value.str() + ": the model prices none or full";
+      p.recompute = value.str();
+    } else if (key == "recompute-ratio") {
+      if (value.getAsDouble(p.recomputeRatio) || p.recomputeRatio < 0 ||
+          p.recomputeRatio > 1)
+        error = "recompute-ratio=" + value.str() + ": expected 0 to 1";
+    } else if (key == "vocab-parallel") {
+      if (value != "true" && value != "false")
+        error = "vocab-parallel=" + value.str() + ": expected true or false";
+      p.vocabParallel = value == "true";
+    } else if (key == "stages") {
+      llvm::SmallVector<llvm::StringRef> firsts;
+      value.split(firsts, ',');
+      for (llvm::StringRef f : firsts) {
+        unsigned first = 0;
+        if (f.getAsInteger(10, first)) {
+          error = "stages=" + value.str() + ": expected layer indices";
+          break;
+        }
+        p.stageStarts.push_back(first);
+      }
+    } else {
+      error = "'" + word.str() + "': not an option the model prices";
+    }
+    if (!error.empty())
+      return error;
+  }
+  if (p.pipelined() && !scheduleGiven)
+    p.schedule = "1f1b";
+  plan = std::move(p);
+  return "";
+}
+
 namespace {
 
 /// Where the ranks of a group sit: tensor parallelism innermost (adjacent
@@ -767,6 +837,16 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
   }
   if (!result.warnings.empty())
     doc["warnings"] = result.warnings;
+  if (!result.compared.empty()) {
+    json compared = json::array();
+    for (const ScoredPlan &c : result.compared) {
+      json entry = planJson(c);
+      if (!c.estimate.infeasible.empty())
+        entry["infeasible"] = c.estimate.infeasible;
+      compared.push_back(entry);
+    }
+    doc["compared"] = compared;
+  }
   json rejected = json::object();
   for (auto &[why, count] : result.rejected)
     rejected[why] = count;
@@ -809,5 +889,10 @@ std::string merak::autoparallel::reportText(const SearchResult &result,
     out += line("next", result.ranked[i]);
   for (auto &[why, count] : result.rejected)
     out += llvm::formatv("rejected {0} plan(s): {1}\n", count, why).str();
+  for (const ScoredPlan &c : result.compared) {
+    out += line("compare", c);
+    if (!c.estimate.infeasible.empty())
+      out += "        infeasible: " + c.estimate.infeasible + "\n";
+  }
   return out;
 }

@@ -101,6 +101,11 @@ struct Plan {
   std::string options() const;
 };
 
+/// Reads a plan written as --merak-parallelize options (`dp=8 tp=8 pp=16
+/// microbatches=192 schedule=1f1b recompute=full`). Returns an error naming
+/// the option, or "".
+std::string parsePlan(const std::string &text, Plan &plan);
+
 /// What a plan costs, per step and per rank.
 struct Estimate {
   double stepTime = 0;
@@ -160,6 +165,8 @@ struct SearchResult {
   std::string applied;
   std::vector<std::pair<std::string, std::string>> refused;
   std::vector<std::string> warnings;
+  /// Plans the user asked to price beside the search's.
+  std::vector<ScoredPlan> compared;
 };
 
 SearchResult searchPlans(const ModelProfile &model, const HardwareProfile &hw,

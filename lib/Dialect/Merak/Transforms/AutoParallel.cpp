@@ -198,6 +198,24 @@ struct AutoParallelPass
       return signalPassFailure();
     SearchResult result = searchPlans(*model, hw, options);
     double limit = options.memory > 0 ? options.memory : hw.memoryCapacity;
+    llvm::SmallVector<StringRef> comparisons;
+    StringRef(compare).split(comparisons, ';', -1, /*KeepEmpty=*/false);
+    for (StringRef text : comparisons) {
+      ScoredPlan c;
+      if (std::string error = parsePlan(text.trim().str(), c.plan);
+          !error.empty()) {
+        emitError(module.getLoc(), "compare: ") << error;
+        return signalPassFailure();
+      }
+      if (c.plan.dp * c.plan.tp * c.plan.pp != devices) {
+        emitError(module.getLoc(), "compare: '")
+            << text.trim() << "' uses " << c.plan.dp * c.plan.tp * c.plan.pp
+            << " devices, not devices=" << int(devices);
+        return signalPassFailure();
+      }
+      c.estimate = evaluatePlan(*model, hw, c.plan, limit);
+      result.compared.push_back(std::move(c));
+    }
 
     // Apply the best plan the passes accept.
     bool applied = false;
@@ -349,7 +367,10 @@ struct AutoParallelPass
           }
         }
         for (Value operand : op->getOperands()) {
-          auto arg = dyn_cast<BlockArgument>(stripShards(operand));
+          Value source = stripShards(operand);
+          if (auto cast = source.getDefiningOp<CastOp>())
+            source = stripShards(cast.getInput());
+          auto arg = dyn_cast<BlockArgument>(source);
           if (!arg || arg.getOwner()->getParentOp() != func ||
               !func.getArgAttr(arg.getArgNumber(), kParamAttr) ||
               !seenParams.insert(arg.getArgNumber()).second)

@@ -225,6 +225,10 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
   Option<int> maxTp{*this, "max-tp",
                     llvm::cl::desc("with auto: largest tensor-parallel degree"),
                     llvm::cl::init(0)};
+  Option<std::string> compare{
+      *this, "compare",
+      llvm::cl::desc("with auto: also price these plans (';'-separated)"),
+      llvm::cl::init("")};
   Option<bool> quiet{*this, "quiet",
                      llvm::cl::desc("with auto: no plan summary on stderr"),
                      llvm::cl::init(false)};
@@ -245,7 +249,8 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
         o.sp != "none" || o.pipelined())
       return fail(pm, "auto chooses dp, tp, pp, zero, sp, micro-batches, "
                       "schedule and recomputation itself; give only devices, "
-                      "memory, hardware, report, max-tp and quiet with it");
+                      "memory, hardware, report, max-tp, compare and quiet "
+                      "with it");
     if (o.devices < 1)
       return fail(pm, "devices must be at least 1");
     if (!(o.memory >= 0) || !std::isfinite(o.memory))
@@ -257,6 +262,7 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
     a.report = o.report;
     a.maxTp = o.maxTp;
     a.quiet = o.quiet;
+    a.compare = o.compare;
     pm.addPass(merak::createAutoParallel(a));
     return success();
   }

@@ -253,8 +253,13 @@ private:
   SmallVector<Operation *> rewritten;
 };
 
-/// The parameter argument `v` is, when the fused linear is its one reader.
+/// The parameter argument `v` is, when the fused linear is its one reader;
+/// `v` may be the parameter cast to the compute precision
+/// (--merak-train precision=bf16), the cast read by the linear alone.
 BlockArgument soleParam(func::FuncOp func, Value v) {
+  if (auto cast = v ? v.getDefiningOp<CastOp>() : CastOp();
+      cast && cast->hasOneUse())
+    v = cast.getInput();
   auto arg = dyn_cast_or_null<BlockArgument>(v);
   if (!arg || arg.getOwner() != &func.getBody().front() || !arg.hasOneUse() ||
       !func.getArgAttr(arg.getArgNumber(), kParamAttr))
@@ -316,24 +321,37 @@ struct SplitFusedProjectionsPass
   void rewrite(func::FuncOp forward, Fused &f) {
     LinearOp l = f.linear;
     int64_t count = f.sections.size();
-    auto weight = cast<BlockArgument>(l.getWeight());
-    auto bias = dyn_cast_or_null<BlockArgument>(l.getBias());
+    BlockArgument weight = soleParam(forward, l.getWeight());
+    BlockArgument bias =
+        l.getBias() ? soleParam(forward, l.getBias()) : BlockArgument();
+    // The casts to the compute precision, if any, move onto the sections.
+    auto castOf = [](Value v) { return v ? v.getDefiningOp<CastOp>() : CastOp(); };
+    CastOp weightCast = castOf(l.getWeight()), biasCast = castOf(l.getBias());
     viewBySection(forward, weight, count);
     if (bias)
       viewBySection(forward, bias, count);
     OpBuilder b(l);
-    auto sectionOf = [&](BlockArgument arg, int64_t s) -> Value {
+    auto sectionOf = [&](BlockArgument arg, CastOp toCompute,
+                         int64_t s) -> Value {
       auto type = cast<RankedTensorType>(arg.getType());
       auto result = RankedTensorType::get(type.getShape().drop_front(),
                                           type.getElementType());
-      return b.create<SelectOp>(l.getLoc(), result, arg, b.getI64IntegerAttr(0),
-                                b.getI64IntegerAttr(s));
+      Value section =
+          b.create<SelectOp>(l.getLoc(), result, arg, b.getI64IntegerAttr(0),
+                             b.getI64IntegerAttr(s));
+      if (!toCompute)
+        return section;
+      auto to = cast<RankedTensorType>(toCompute.getType());
+      return b.create<CastOp>(
+          toCompute.getLoc(),
+          RankedTensorType::get(result.getShape(), to.getElementType()),
+          section);
     };
     SmallVector<ReshapeOp> merged;
     std::optional<int64_t> heads;
     for (auto [s, section] : llvm::enumerate(f.sections)) {
-      Value w = sectionOf(weight, s);
-      Value bs = bias ? sectionOf(bias, s) : Value();
+      Value w = sectionOf(weight, weightCast, s);
+      Value bs = bias ? sectionOf(bias, biasCast, s) : Value();
       auto linear = b.create<LinearOp>(section.getLoc(), section.getType(),
                                        l.getInput(), w, bs);
       section.getResult().replaceAllUsesWith(linear.getResult());
@@ -347,6 +365,10 @@ struct SplitFusedProjectionsPass
           }
     }
     l.erase();
+    if (weightCast)
+      weightCast.erase();
+    if (biasCast)
+      biasCast.erase();
     if (!merged.empty())
       SplitBatchHeads(*heads).run(merged);
   }

@@ -40,6 +40,9 @@ using namespace merak;
 
 std::pair<Value, int64_t> merak::weightParam(Value v) {
   v = stripShards(v);
+  // A weight read in another precision (--merak-train precision=bf16).
+  if (auto cast = v.getDefiningOp<CastOp>())
+    v = stripShards(cast.getInput());
   if (auto section = v.getDefiningOp<SelectOp>();
       section && section.getDim() == 0 &&
       isa<BlockArgument>(stripShards(section.getInput())))

@@ -451,8 +451,10 @@ def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
     applied with `--merak-parallelize`'s passes; a plan those passes refuse
     is reported and the next one tried. The module gets `merak.auto_plan`
     (the options applied). `report=` writes the plan report as JSON; the
-    readable summary goes to standard error unless `quiet`. No plan that
-    fits is an error naming the least memory per device any plan needs.
+    readable summary goes to standard error unless `quiet`. `compare=`
+    prices given plans beside the chosen one (`dp=8 tp=8 pp=16
+    microbatches=192;dp=64 pp=16 ...`). No plan that fits is an error
+    naming the least memory per device any plan needs.
   }];
   let options = [
     Option<"devices", "devices", "int", /*default=*/"1", "Devices to plan for">,
@@ -465,7 +467,10 @@ def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
     Option<"maxTp", "max-tp", "int", /*default=*/"0",
            "Largest tensor-parallel degree (0: the devices of one node)">,
     Option<"quiet", "quiet", "bool", /*default=*/"false",
-           "Do not print the plan summary">
+           "Do not print the plan summary">,
+    Option<"compare", "compare", "std::string", /*default=*/"\"\"",
+           "Also price these plans (--merak-parallelize options, several "
+           "separated by ';')">
   ];
 }
 
