@@ -37,7 +37,7 @@ std::string Plan::options() const {
   std::string out = llvm::formatv("dp={0} tp={1}", dp, tp).str();
   if (zero)
     out += llvm::formatv(" zero={0}", zero).str();
-  if (!vocabParallel)
+  if (!vocabParallel && tp > 1)
     out += " vocab-parallel=false";
   if (!pipelined())
     return out;
@@ -176,8 +176,7 @@ struct Evaluator {
   std::map<std::string, std::string> scheduleErrors;
   /// Stage cuts by (tp, parts, stages, recompute), and pipeline outcomes
   /// by plan shape: plans that differ only in ZeRO stage share both.
-  std::map<std::tuple<int, int64_t, int, bool>, std::vector<unsigned>>
-      cutCache;
+  std::map<std::tuple<int, int64_t, int, bool>, std::vector<unsigned>> cutCache;
   struct Outcome {
     double makespan = 0;
     std::vector<double> busy, held;
@@ -221,9 +220,8 @@ struct Evaluator {
   const pipeline::Schedule *schedule(const Plan &plan,
                                      const std::vector<bool> &recompute,
                                      std::string &error) {
-    std::string key = llvm::formatv("{0}/{1}/{2}/{3}/", plan.schedule,
-                                    plan.pp, plan.virtualStages,
-                                    plan.microbatches)
+    std::string key = llvm::formatv("{0}/{1}/{2}/{3}/", plan.schedule, plan.pp,
+                                    plan.virtualStages, plan.microbatches)
                           .str();
     for (bool r : recompute)
       key += r ? '1' : '0';
@@ -256,8 +254,9 @@ struct Evaluator {
 
   /// Prices `plan`; one whose compute alone takes longer than
   /// `pruneAbove` is rejected without simulating its pipeline.
-  Estimate evaluate(Plan &plan, double memoryLimit,
-                    double pruneAbove = std::numeric_limits<double>::infinity());
+  Estimate
+  evaluate(Plan &plan, double memoryLimit,
+           double pruneAbove = std::numeric_limits<double>::infinity());
 };
 
 /// What a plan needs before its activations: parameters, gradients and
@@ -295,8 +294,8 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   if (plan.tp > 1 && !model.tpRefusal.empty())
     return reject(model.tpRefusal);
   if (stages > layers)
-    return reject(llvm::formatv("{0} stages but only {1} layers", stages,
-                                layers));
+    return reject(
+        llvm::formatv("{0} stages but only {1} layers", stages, layers));
   if (plan.pipelined() && model.clipsGradients)
     return reject("the step clips the gradient norm, which pipelines do not "
                   "compute");
@@ -363,8 +362,7 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   pipeline::TaskTimes tt;
   std::vector<double> held(stages), transient(stages), paramsOf(stages),
       splitParamsOf(stages), tpTimeOf(stages);
-  bool ppCross =
-      crossesNodes(hw, devices, 2, plan.dp * plan.tp) && plan.pp > 1;
+  bool ppCross = crossesNodes(hw, devices, 2, plan.dp * plan.tp) && plan.pp > 1;
   double maxOut = 0;
   for (int s = 0; s < stages; ++s) {
     double f = 0, b = 0, w = 0, r = 0, tpTime = 0;
@@ -374,9 +372,9 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
       b += lt.backward[l] + lt.tpBackward[l];
       w += lt.weight[l];
       tpTime += lt.tpForward[l] + lt.tpBackward[l];
-      double saved = (lp.savedBytes - lp.splitSavedBytes +
-                      lp.splitSavedBytes / plan.tp) *
-                     scale;
+      double saved =
+          (lp.savedBytes - lp.splitSavedBytes + lp.splitSavedBytes / plan.tp) *
+          scale;
       double in = l > 0 ? model.layers[l - 1].outBytes * scale : 0;
       if (layerRecomputes[l]) {
         r += lt.forward[l] + lt.tpForward[l];
@@ -385,8 +383,8 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
       } else {
         held[s] += saved;
       }
-      paramsOf[s] += lp.paramBytes - lp.splitParamBytes +
-                     lp.splitParamBytes / plan.tp;
+      paramsOf[s] +=
+          lp.paramBytes - lp.splitParamBytes + lp.splitParamBytes / plan.tp;
     }
     double out = s + 1 < stages
                      ? model.layers[firstLayer[s + 1] - 1].outBytes * scale
@@ -409,8 +407,8 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
                            (tt.forward[s] + tt.backward[s] + tt.recompute[s]);
     }
     for (int r = 0; r < plan.pp; ++r) {
-      double fixed = staticMemory(params[r], plan.zero, plan.dp,
-                                  model.optimizerStates);
+      double fixed =
+          staticMemory(params[r], plan.zero, plan.dp, model.optimizerStates);
       if (memoryLimit > 0 && fixed > memoryLimit) {
         e.memory = fixed;
         e.fullestRank = r;
@@ -443,11 +441,11 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
       m1 = 2 * stages;
       m2 = 3 * stages;
     }
-    std::string key = llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/",
-                                    plan.tp, parts, plan.schedule, plan.pp,
-                                    plan.virtualStages, plan.microbatches,
-                                    plan.recomputeRatio)
-                          .str();
+    std::string key =
+        llvm::formatv("{0}/{1}/{2}/{3}/{4}/{5}/{6}/", plan.tp, parts,
+                      plan.schedule, plan.pp, plan.virtualStages,
+                      plan.microbatches, plan.recomputeRatio)
+            .str();
     for (unsigned first : plan.stageStarts)
       key += std::to_string(first) + ",";
     key += plan.recompute;
@@ -528,11 +526,11 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
       if (plan.zero == 0)
         dpTime = hw.collectiveTime("allreduce", plan.dp, dpCross, sent);
       else
-        dpTime = 2 * hw.collectiveTime("reducescatter", plan.dp, dpCross,
-                                       sent / 2);
+        dpTime =
+            2 * hw.collectiveTime("reducescatter", plan.dp, dpCross, sent / 2);
       if (plan.zero == 3)
-        dpTime += 2 * hw.collectiveTime("allgather", plan.dp, dpCross,
-                                        sent / 2);
+        dpTime +=
+            2 * hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2);
       if (!plan.pipelined()) {
         // Buckets reduce while backward runs; the last one is exposed.
         double backward = tt.backward[0];
@@ -543,16 +541,15 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     }
     double sharded = plan.dp > 1 ? 1.0 / plan.dp : 1.0;
     double optParams = plan.zero >= 1 ? p * sharded : p;
-    double optimizer =
-        hw.memoryBandwidth > 0
-            ? optParams * (3 + 2 * states) / hw.memoryBandwidth
-            : 0;
+    double optimizer = hw.memoryBandwidth > 0
+                           ? optParams * (3 + 2 * states) / hw.memoryBandwidth
+                           : 0;
     double step = pipelineTime + dpTime + optimizer;
     // Memory of this rank.
     double params = plan.zero >= 3 ? p * sharded : p;
     double grads = plan.zero >= 2 ? p * sharded : p;
-    double opt = staticMemory(p, plan.zero, plan.dp, int(states)) - params -
-                 grads;
+    double opt =
+        staticMemory(p, plan.zero, plan.dp, int(states)) - params - grads;
     double acts = heldPerRank[r] + rankTransient[r];
     double buffers = 2 * maxOut + (plan.zero >= 3 ? p / stages : 0);
     double total = params + grads + opt + acts + buffers;
@@ -636,8 +633,6 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
   auto consider = [&](Plan plan) {
     Estimate e = ev.evaluate(plan, limit, 2 * bestTime);
     ++result.evaluated;
-    if (e.memory > 0)
-      result.leastMemory = std::min(result.leastMemory, e.memory);
     if (!e.infeasible.empty()) {
       // Group reasons by their kind, not their numbers.
       std::string kind = e.infeasible.substr(0, e.infeasible.find('='));
@@ -652,70 +647,90 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
     feasible.push_back({std::move(plan), e});
   };
 
-  for (int tp : divisors(n)) {
-    if (tp > maxTp)
-      continue;
-    if (tp > 1 && !model.tpRefusal.empty()) {
-      ++rejected["tensor parallelism: " + model.tpRefusal];
-      continue;
-    }
-    bool tpOk = true;
-    for (int64_t dim : model.tpDims)
-      tpOk &= dim % tp == 0;
-    if (!tpOk) {
-      ++rejected["tp does not divide heads, hidden or vocabulary"];
-      continue;
-    }
-    for (int pp : divisors(n / tp)) {
-      if (pp > layers)
+  // Every plan of the search space, in a fixed order.
+  auto enumerate = [&](bool count, llvm::function_ref<void(Plan)> visit) {
+    for (int tp : divisors(n)) {
+      if (tp > maxTp)
         continue;
-      int dp = n / (tp * pp);
-      if (model.batch % dp != 0) {
-        ++rejected["dp does not divide the batch"];
+      if (tp > 1 && !model.tpRefusal.empty()) {
+        if (count)
+          ++rejected["tensor parallelism: " + model.tpRefusal];
         continue;
       }
-      int64_t perRank = model.batch / dp;
-      for (int m : divisors64(perRank, 1 << 14)) {
-        if (pp > 1 && m < pp)
+      bool tpOk = true;
+      for (int64_t dim : model.tpDims)
+        tpOk &= dim % tp == 0;
+      if (!tpOk) {
+        if (count)
+          ++rejected["tp does not divide heads, hidden or vocabulary"];
+        continue;
+      }
+      for (int pp : divisors(n / tp)) {
+        if (pp > layers)
           continue;
-        std::vector<std::string> schedules;
-        if (pp == 1)
-          schedules = {m == 1 ? "" : "1f1b"};
-        else
-          schedules = options.schedules;
-        for (const std::string &schedule : schedules) {
-          int virtualStages = schedule == "interleaved-1f1b" ? 2 : 1;
-          if (virtualStages > 1 && (layers < pp * virtualStages || m % pp))
+        int dp = n / (tp * pp);
+        if (model.batch % dp != 0) {
+          if (count)
+            ++rejected["dp does not divide the batch"];
+          continue;
+        }
+        int64_t perRank = model.batch / dp;
+        for (int m : divisors64(perRank, 1 << 14)) {
+          if (pp > 1 && m < pp)
             continue;
-          for (int zero = 0; zero <= 3; ++zero) {
-            for (int rc = 0; rc < 2; ++rc) {
-              Plan plan;
-              plan.dp = dp;
-              plan.tp = tp;
-              plan.pp = pp;
-              plan.microbatches = m;
-              plan.schedule = schedule;
-              plan.virtualStages = virtualStages;
-              plan.zero = zero;
-              plan.vocabParallel = model.vocabParallel;
-              plan.recompute = rc ? "full" : "none";
-              if (plan.pipelined() && plan.schedule.empty())
-                plan.schedule = "1f1b";
-              if (zero == 3 && plan.pipelined())
-                continue;
-              if (zero > 0 && dp == 1)
-                continue;
-              consider(std::move(plan));
+          std::vector<std::string> schedules;
+          if (pp == 1)
+            schedules = {m == 1 ? "" : "1f1b"};
+          else
+            schedules = options.schedules;
+          for (const std::string &schedule : schedules) {
+            int virtualStages = schedule == "interleaved-1f1b" ? 2 : 1;
+            if (virtualStages > 1 && (layers < pp * virtualStages || m % pp))
+              continue;
+            for (int zero = 0; zero <= 3; ++zero) {
+              for (int rc = 0; rc < 2; ++rc) {
+                Plan plan;
+                plan.dp = dp;
+                plan.tp = tp;
+                plan.pp = pp;
+                plan.microbatches = m;
+                plan.schedule = schedule;
+                plan.virtualStages = virtualStages;
+                plan.zero = zero;
+                plan.vocabParallel = model.vocabParallel;
+                plan.recompute = rc ? "full" : "none";
+                if (plan.pipelined() && plan.schedule.empty())
+                  plan.schedule = "1f1b";
+                if (zero == 3 && plan.pipelined())
+                  continue;
+                if (zero > 0 && dp == 1)
+                  continue;
+                visit(std::move(plan));
+              }
             }
           }
         }
       }
     }
+  };
+  enumerate(true, consider);
+  // No plan fits: the least memory any plan needs, each priced in full.
+  if (feasible.empty()) {
+    result.leastMemory = std::numeric_limits<double>::infinity();
+    enumerate(false, [&](Plan plan) {
+      Estimate e = ev.evaluate(plan, 0);
+      if (e.infeasible.empty())
+        result.leastMemory = std::min(result.leastMemory, e.memory);
+    });
   }
 
+  // Fastest first; plans within 0.1% of each other by the least memory.
   std::stable_sort(feasible.begin(), feasible.end(),
                    [](const ScoredPlan &a, const ScoredPlan &b) {
-                     return a.estimate.stepTime < b.estimate.stepTime;
+                     double ta = a.estimate.stepTime, tb = b.estimate.stepTime;
+                     if (std::fabs(ta - tb) > 1e-3 * std::max(ta, tb))
+                       return ta < tb;
+                     return a.estimate.memory < b.estimate.memory;
                    });
   // The best, then the best alternatives that differ in their degrees,
   // schedule or ZeRO stage (not only in micro-batches).
@@ -737,12 +752,12 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
     result.rejected.push_back({why, count});
   if (result.ranked.empty()) {
     if (std::isfinite(result.leastMemory) && result.leastMemory > limit)
-      result.error = llvm::formatv("no plan over {0} devices fits in {1} per "
-                                   "device; the plan that needs least needs "
-                                   "{2} per device",
-                                   n, formatBytes(limit),
-                                   formatBytes(result.leastMemory))
-                         .str();
+      result.error =
+          llvm::formatv("no plan over {0} devices fits in {1} per "
+                        "device; the plan that needs least needs "
+                        "{2} per device",
+                        n, formatBytes(limit), formatBytes(result.leastMemory))
+              .str();
     else
       result.error = llvm::formatv("no plan over {0} devices applies to this "
                                    "model",
@@ -753,9 +768,9 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
   }
   if (!std::isfinite(result.leastMemory))
     result.leastMemory = 0;
-  result.seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - started)
-                       .count();
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+          .count();
   return result;
 }
 
@@ -767,35 +782,34 @@ json planJson(const ScoredPlan &s) {
   json stages = json::array();
   for (unsigned first : p.stageStarts)
     stages.push_back(first);
-  return {
-      {"options", p.options()},
-      {"dp", p.dp},
-      {"tp", p.tp},
-      {"pp", p.pp},
-      {"virtual", p.virtualStages},
-      {"microbatches", p.microbatches},
-      {"schedule", p.schedule},
-      {"zero", p.zero},
-      {"recompute", p.recompute},
-      {"vocab_parallel", p.vocabParallel},
-      {"stage_starts", stages},
-      {"predicted",
-       {{"step_seconds", e.stepTime},
-        {"pipeline_seconds", e.pipelineTime},
-        {"compute_seconds", e.computeTime},
-        {"tensor_parallel_seconds", e.tensorParallelTime},
-        {"data_parallel_seconds", e.dataParallelTime},
-        {"optimizer_seconds", e.optimizerTime},
-        {"bubble", e.bubble},
-        {"bound", e.bound}}},
-      {"memory",
-       {{"rank", e.fullestRank},
-        {"total_bytes", e.memory},
-        {"parameters_bytes", e.parameters},
-        {"gradients_bytes", e.gradients},
-        {"optimizer_state_bytes", e.optimizerState},
-        {"activations_bytes", e.activations},
-        {"buffers_bytes", e.buffers}}}};
+  return {{"options", p.options()},
+          {"dp", p.dp},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"virtual", p.virtualStages},
+          {"microbatches", p.microbatches},
+          {"schedule", p.schedule},
+          {"zero", p.zero},
+          {"recompute", p.recompute},
+          {"vocab_parallel", p.vocabParallel},
+          {"stage_starts", stages},
+          {"predicted",
+           {{"step_seconds", e.stepTime},
+            {"pipeline_seconds", e.pipelineTime},
+            {"compute_seconds", e.computeTime},
+            {"tensor_parallel_seconds", e.tensorParallelTime},
+            {"data_parallel_seconds", e.dataParallelTime},
+            {"optimizer_seconds", e.optimizerTime},
+            {"bubble", e.bubble},
+            {"bound", e.bound}}},
+          {"memory",
+           {{"rank", e.fullestRank},
+            {"total_bytes", e.memory},
+            {"parameters_bytes", e.parameters},
+            {"gradients_bytes", e.gradients},
+            {"optimizer_state_bytes", e.optimizerState},
+            {"activations_bytes", e.activations},
+            {"buffers_bytes", e.buffers}}}};
 }
 
 } // namespace
@@ -864,26 +878,25 @@ std::string merak::autoparallel::reportText(const SearchResult &result,
     return "merak-auto-parallel: " + result.error + "\n";
   auto line = [&](const char *label, const ScoredPlan &s) {
     const Estimate &e = s.estimate;
-    return llvm::formatv("{0,-7} {1}\n        step {2:f3} ms (compute {3:f3}, "
-                         "tp {4:f3}, dp {5:f3}, optimizer {6:f3}; bubble "
-                         "{7:f1}%), bound by {8}; memory {9} on rank {10} "
-                         "(params {11}, grads {12}, optimizer {13}, "
-                         "activations {14})\n",
-                         label, s.plan.options(), e.stepTime * 1e3,
-                         e.computeTime * 1e3, e.tensorParallelTime * 1e3,
-                         e.dataParallelTime * 1e3, e.optimizerTime * 1e3,
-                         e.bubble * 100, e.bound, formatBytes(e.memory),
-                         e.fullestRank, formatBytes(e.parameters),
-                         formatBytes(e.gradients),
-                         formatBytes(e.optimizerState),
-                         formatBytes(e.activations))
+    return llvm::formatv(
+               "{0,-7} {1}\n        step {2:f3} ms (compute {3:f3}, "
+               "tp {4:f3}, dp {5:f3}, optimizer {6:f3}; bubble "
+               "{7:f1}%), bound by {8}; memory {9} on rank {10} "
+               "(params {11}, grads {12}, optimizer {13}, "
+               "activations {14})\n",
+               label, s.plan.options(), e.stepTime * 1e3, e.computeTime * 1e3,
+               e.tensorParallelTime * 1e3, e.dataParallelTime * 1e3,
+               e.optimizerTime * 1e3, e.bubble * 100, e.bound,
+               formatBytes(e.memory), e.fullestRank, formatBytes(e.parameters),
+               formatBytes(e.gradients), formatBytes(e.optimizerState),
+               formatBytes(e.activations))
         .str();
   };
-  out += llvm::formatv("merak-auto-parallel: {0} plans priced in {1:f3} s, "
-                       "memory limit {2}\n",
-                       result.evaluated, result.seconds,
-                       formatBytes(memoryLimit))
-             .str();
+  out +=
+      llvm::formatv("merak-auto-parallel: {0} plans priced in {1:f3} s, "
+                    "memory limit {2}\n",
+                    result.evaluated, result.seconds, formatBytes(memoryLimit))
+          .str();
   out += line("chosen", result.ranked.front());
   for (size_t i = 1; i < result.ranked.size(); ++i)
     out += line("next", result.ranked[i]);

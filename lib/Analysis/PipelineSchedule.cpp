@@ -541,8 +541,8 @@ llvm::Expected<Simulation> merak::pipeline::simulate(const Schedule &schedule) {
   return simulate(schedule, nullptr);
 }
 
-llvm::Expected<Simulation>
-merak::pipeline::simulate(const Schedule &schedule, const TaskTimes *times) {
+llvm::Expected<Simulation> merak::pipeline::simulate(const Schedule &schedule,
+                                                     const TaskTimes *times) {
   llvm::Expected<Timeline> tl = runTimeline(schedule, times);
   if (!tl)
     return tl.takeError();
@@ -950,8 +950,7 @@ merak::pipeline::buildSchedule(ScheduleKind kind, const PipelineShape &shape) {
   if (llvm::Error e = placeCommunication(*schedule))
     return std::move(e);
   if (llvm::Error e = verifySchedule(*schedule))
-    return fail("internal error: the " +
-                stringifyScheduleKind(kind).str() +
+    return fail("internal error: the " + stringifyScheduleKind(kind).str() +
                 " schedule does not verify: " + llvm::toString(std::move(e)));
   return schedule;
 }

@@ -229,15 +229,14 @@ std::string merak::parseHardwareProfile(const std::string &text,
       }
       std::vector<GemmPoint> points;
       for (size_t i = 0; i < list->size() && error.empty(); ++i) {
-        Reader point((*list)[i], where + "[" + std::to_string(i) + "]",
-                     error);
+        Reader point((*list)[i], where + "[" + std::to_string(i) + "]", error);
         GemmPoint g;
         point.number("flops", g.flops);
         point.number("rate", g.rate);
         point.finish();
         if (error.empty() && (g.flops == 0 || g.rate == 0))
-          error = where + "[" + std::to_string(i) +
-                  "]: needs both flops and rate";
+          error =
+              where + "[" + std::to_string(i) + "]: needs both flops and rate";
         points.push_back(g);
       }
       std::sort(points.begin(), points.end(),
@@ -263,8 +262,7 @@ std::string merak::parseHardwareProfile(const std::string &text,
       r.fail("collectives", "expected a list");
     } else {
       for (size_t i = 0; i < v->size() && error.empty(); ++i) {
-        std::string where =
-            r.at("collectives") + "[" + std::to_string(i) + "]";
+        std::string where = r.at("collectives") + "[" + std::to_string(i) + "]";
         Reader c((*v)[i], where, error);
         CollectivePoint point;
         c.string("op", point.op);
@@ -274,8 +272,9 @@ std::string merak::parseHardwareProfile(const std::string &text,
         c.number("latency", point.latency, false);
         c.finish();
         if (error.empty() && !kCollectiveOps.count(point.op))
-          error = where + ".op: expected allreduce, allgather, reducescatter "
-                          "or alltoall, got '" +
+          error = where +
+                  ".op: expected allreduce, allgather, reducescatter "
+                  "or alltoall, got '" +
                   point.op + "'";
         if (error.empty() && point.busBandwidth == 0)
           error = where + ": needs bus_bandwidth";
@@ -366,7 +365,8 @@ std::string loadGalvatron(const std::filesystem::path &dir,
   p.source = "galvatron";
   const std::regex allreduceFile(
       R"(allreduce_bandwidth_(\d+)nodes_(\d+)gpus_per_node\.json)");
-  const std::regex p2pFile(R"(p2p_bandwidth_(\d+)nodes_(\d+)gpus_per_node\.json)");
+  const std::regex p2pFile(
+      R"(p2p_bandwidth_(\d+)nodes_(\d+)gpus_per_node\.json)");
   const std::regex allreduceKey(R"(allreduce_size_(\d+)_consec_([01]))");
   const std::regex p2pKey(R"(pp_size_(\d+))");
   bool found = false;
@@ -390,8 +390,7 @@ std::string loadGalvatron(const std::filesystem::path &dir,
     try {
       doc = json::parse(text);
     } catch (const json::parse_error &e) {
-      return file.string() + ": not JSON (byte " + std::to_string(e.byte) +
-             ")";
+      return file.string() + ": not JSON (byte " + std::to_string(e.byte) + ")";
     }
     if (!doc.is_object())
       return file.string() + ": expected an object";
@@ -439,10 +438,9 @@ std::string loadGalvatron(const std::filesystem::path &dir,
     }
   }
   if (!found)
-    return dir.string() +
-           ": a directory without Galvatron hardware files "
-           "(allreduce_bandwidth_*nodes_*gpus_per_node.json, "
-           "p2p_bandwidth_*.json, overlap_coefficient.json)";
+    return dir.string() + ": a directory without Galvatron hardware files "
+                          "(allreduce_bandwidth_*nodes_*gpus_per_node.json, "
+                          "p2p_bandwidth_*.json, overlap_coefficient.json)";
   profile = std::move(p);
   return "";
 }

@@ -25,6 +25,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -274,9 +275,19 @@ struct AutoParallelPass
     }
     if (!applied) {
       InFlightDiagnostic diag = emitError(module.getLoc(), "auto: ");
-      if (result.ranked.empty())
+      if (result.ranked.empty()) {
         diag << result.error;
-      else
+        // The fewest devices (doubling, up to 64 times as many) a plan
+        // would fit on in the same memory.
+        for (int more = 2 * devices; more <= 64 * devices; more *= 2) {
+          SearchOptions larger = options;
+          larger.devices = more;
+          if (!searchPlans(*model, hw, larger).ranked.empty()) {
+            diag << "; " << more << " devices would fit";
+            break;
+          }
+        }
+      } else
         diag << "the passes refused every plan that fits (first: "
              << result.refused.front().first << ": "
              << result.refused.front().second << ")";
@@ -316,7 +327,26 @@ struct AutoParallelPass
       if (options.getValue().contains("precision=bf16"))
         model.computeType = "bf16";
 
-    TensorParallelProbe probe = probeTensorParallel(module, model);
+    // The step as tensor parallelism sees it: fused projections taken
+    // apart by section (--merak-split-fused-projections derives the step
+    // again, with new op ids), profiled and probed alike.
+    ModuleOp prepared = module.clone();
+    auto erasePrepared = llvm::make_scope_exit([&] { prepared.erase(); });
+    if (devices > 1) {
+      std::string errors = collectErrors(&getContext(), [&] {
+        PassManager pm(&getContext(), ModuleOp::getOperationName());
+        SplitFusedProjectionsOptions split;
+        split.tp = 2;
+        pm.addPass(createSplitFusedProjections(split));
+        return pm.run(prepared);
+      });
+      if (!errors.empty()) {
+        prepared.erase();
+        prepared = module.clone();
+      }
+    }
+    func = prepared.lookupSymbol<func::FuncOp>(kTrainStepName);
+    TensorParallelProbe probe = probeTensorParallel(prepared, model);
 
     CostModel cm(hw);
     LayerAnalysis layers(func, cm);
@@ -346,6 +376,7 @@ struct AutoParallelPass
           return w;
         };
         lp.forward.push_back(work(c->forward, 1));
+
         // A contraction's backward is two GEMMs (input and weight
         // gradients), each priced at its own size.
         int pieces = gemm ? 2 : 1;
@@ -405,9 +436,6 @@ struct AutoParallelPass
       // pass manager of its own.
       std::string errors = collectErrors(&getContext(), [&] {
         PassManager pm(&getContext(), ModuleOp::getOperationName());
-        SplitFusedProjectionsOptions split;
-        split.tp = 2;
-        pm.addPass(createSplitFusedProjections(split));
         MeshOptions mesh;
         mesh.tp = 2;
         pm.addPass(createMesh(mesh));
@@ -428,8 +456,8 @@ struct AutoParallelPass
       if (firstError.empty())
         firstError = errors;
     }
-    model.tpRefusal = "tensor parallelism does not apply at tp=2: " +
-                      firstError;
+    model.tpRefusal =
+        "tensor parallelism does not apply at tp=2: " + firstError;
     return probe;
   }
 };

@@ -245,8 +245,8 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {
   if (o.autoPlan) {
-    if (o.dp != 1 || o.tp != 1 || o.pp != 1 || o.zero != 0 ||
-        o.sp != "none" || o.pipelined())
+    if (o.dp != 1 || o.tp != 1 || o.pp != 1 || o.zero != 0 || o.sp != "none" ||
+        o.pipelined())
       return fail(pm, "auto chooses dp, tp, pp, zero, sp, micro-batches, "
                       "schedule and recomputation itself; give only devices, "
                       "memory, hardware, report, max-tp, compare and quiet "
@@ -374,7 +374,7 @@ void merak::registerMerakPipelines() {
 }
 
 LogicalResult merak::buildParallelizePipeline(OpPassManager &pm,
-                                             StringRef options) {
+                                              StringRef options) {
   std::unique_ptr<ParallelizeOptions> o =
       ParallelizeOptions::createFromString(options);
   if (!o)

@@ -325,7 +325,9 @@ struct SplitFusedProjectionsPass
     BlockArgument bias =
         l.getBias() ? soleParam(forward, l.getBias()) : BlockArgument();
     // The casts to the compute precision, if any, move onto the sections.
-    auto castOf = [](Value v) { return v ? v.getDefiningOp<CastOp>() : CastOp(); };
+    auto castOf = [](Value v) {
+      return v ? v.getDefiningOp<CastOp>() : CastOp();
+    };
     CastOp weightCast = castOf(l.getWeight()), biasCast = castOf(l.getBias());
     viewBySection(forward, weight, count);
     if (bias)
