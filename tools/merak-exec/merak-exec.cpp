@@ -412,6 +412,7 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
     // What ran the kernels, and how often each library did.
     if ((*device)->libraries)
       std::fputs((*device)->libraries().c_str(), stdout);
+    std::fflush(stdout);
     std::string text = merak::printHardwareProfile(*profile);
     if (absl::Status s =
             writeFileAtomically(output, {{text.data(), text.size()}});
