@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -26,7 +27,8 @@ double HardwareProfile::gemmRate(const std::string &type, double flops) const {
   if (it == gemm.end() || it->second.empty())
     return peak(type);
   const std::vector<GemmPoint> &points = it->second;
-  if (flops <= points.front().flops)
+  // Written so that a NaN or non-positive size takes the smallest entry.
+  if (!(flops > points.front().flops))
     return points.front().rate;
   if (flops >= points.back().flops)
     return points.back().rate;
@@ -34,6 +36,8 @@ double HardwareProfile::gemmRate(const std::string &type, double flops) const {
     const GemmPoint &lo = points[i - 1], &hi = points[i];
     if (flops > hi.flops)
       continue;
+    if (flops == hi.flops) // a measured size: its rate, not a rounding of it
+      return hi.rate;
     double t = (std::log(flops) - std::log(lo.flops)) /
                (std::log(hi.flops) - std::log(lo.flops));
     return std::exp(std::log(lo.rate) +
@@ -104,13 +108,15 @@ public:
                                 : "expected a non-negative number");
     out = v->get<double>();
   }
-  void integer(const char *key, int &out) {
+  void integer(const char *key, int &out, int least = 1) {
     const json *v = find(key);
     if (!v)
       return;
-    if (!v->is_number_integer() || v->get<int64_t>() < 1 ||
+    if (!v->is_number_integer() || v->get<int64_t>() < least ||
         v->get<int64_t>() > (1 << 24))
-      return fail(key, "expected a positive integer");
+      return fail(key, least == 1 ? "expected a positive integer"
+                                  : "expected an integer of at least " +
+                                        std::to_string(least));
     out = int(v->get<int64_t>());
   }
   void string(const char *key, std::string &out) {
@@ -158,6 +164,13 @@ private:
   std::string &error;
   std::set<std::string> seen;
 };
+
+/// A number as a person reads it: `1.34218e+08`, `2048`.
+std::string formatNumber(double value) {
+  std::ostringstream s;
+  s << value;
+  return s.str();
+}
 
 const std::set<std::string> kCollectiveOps = {"allreduce", "allgather",
                                               "reducescatter", "alltoall"};
@@ -227,26 +240,27 @@ std::string merak::parseHardwareProfile(const std::string &text,
         types.fail(type, "expected a list of {flops, rate}");
         break;
       }
+      // Ascending sizes, as printHardwareProfile writes them: an entry out
+      // of order is more likely a typo in a size than a table to sort.
       std::vector<GemmPoint> points;
       for (size_t i = 0; i < list->size() && error.empty(); ++i) {
-        Reader point((*list)[i], where + "[" + std::to_string(i) + "]", error);
+        std::string at = where + "[" + std::to_string(i) + "]";
+        Reader point((*list)[i], at, error);
         GemmPoint g;
         point.number("flops", g.flops);
         point.number("rate", g.rate);
         point.finish();
         if (error.empty() && (g.flops == 0 || g.rate == 0))
-          error =
-              where + "[" + std::to_string(i) + "]: needs both flops and rate";
+          error = at + ": needs both flops and rate";
+        if (error.empty() && !points.empty() && g.flops == points.back().flops)
+          error = at + ".flops: a second entry for " + formatNumber(g.flops) +
+                  " FLOPs";
+        if (error.empty() && !points.empty() && g.flops < points.back().flops)
+          error = at + ".flops: " + formatNumber(g.flops) + " after " +
+                  formatNumber(points.back().flops) +
+                  ": entries must ascend in flops";
         points.push_back(g);
       }
-      std::sort(points.begin(), points.end(),
-                [](const GemmPoint &a, const GemmPoint &b) {
-                  return a.flops < b.flops;
-                });
-      for (size_t i = 1; i < points.size() && error.empty(); ++i)
-        if (points[i].flops == points[i - 1].flops)
-          error = where + ": two entries for " +
-                  std::to_string(points[i].flops) + " FLOPs";
       p.gemm[type] = std::move(points);
     }
     types.finish();
@@ -266,7 +280,7 @@ std::string merak::parseHardwareProfile(const std::string &text,
         Reader c((*v)[i], where, error);
         CollectivePoint point;
         c.string("op", point.op);
-        c.integer("group", point.group);
+        c.integer("group", point.group, /*least=*/2);
         c.boolean("inter_node", point.interNode);
         c.number("bus_bandwidth", point.busBandwidth);
         c.number("latency", point.latency, false);
@@ -339,7 +353,9 @@ std::string merak::printHardwareProfile(const HardwareProfile &p) {
                       {"latency", c.latency}});
     doc["collectives"] = list;
   }
-  return doc.dump(2) + "\n";
+  // A name or device that is not UTF-8 (a --profile-name in another
+  // encoding) is written with replacement characters, not refused.
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 namespace {
@@ -354,6 +370,14 @@ std::string readFile(const std::filesystem::path &path, std::string &text) {
   return "";
 }
 
+/// `text`, decimal digits, as an int; -1 when empty or of more than seven
+/// digits.
+int parseCount(const std::string &text) {
+  if (text.empty() || text.size() > 7)
+    return -1;
+  return std::stoi(text);
+}
+
 /// A Galvatron hardware-profile directory: bandwidths in GB/s (bus
 /// bandwidth of NCCL's tests), keyed `allreduce_size_<n>_consec_<0|1>` and
 /// `pp_size_<n>`; `overlap_coe`.
@@ -361,7 +385,9 @@ std::string loadGalvatron(const std::filesystem::path &dir,
                           HardwareProfile &profile) {
   namespace fs = std::filesystem;
   HardwareProfile p;
-  p.name = "galvatron:" + dir.filename().string();
+  // `dir/` names the directory too.
+  fs::path named = dir.filename().empty() ? dir.parent_path() : dir;
+  p.name = "galvatron:" + named.filename().string();
   p.source = "galvatron";
   const std::regex allreduceFile(
       R"(allreduce_bandwidth_(\d+)nodes_(\d+)gpus_per_node\.json)");
@@ -371,8 +397,12 @@ std::string loadGalvatron(const std::filesystem::path &dir,
   const std::regex p2pKey(R"(pp_size_(\d+))");
   bool found = false;
   std::vector<fs::path> files;
-  for (const fs::directory_entry &e : fs::directory_iterator(dir))
-    files.push_back(e.path());
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec))
+    files.push_back(it->path());
+  if (ec)
+    return dir.string() + ": cannot list the directory: " + ec.message();
   std::sort(files.begin(), files.end());
   for (const fs::path &file : files) {
     std::string base = file.filename().string();
@@ -396,10 +426,12 @@ std::string loadGalvatron(const std::filesystem::path &dir,
       return file.string() + ": expected an object";
     int nodes = 1, perNode = p.devicesPerNode;
     if (!isOverlap) {
-      nodes = std::stoi(m[1].str());
-      perNode = std::stoi(m[2].str());
+      nodes = parseCount(m[1].str());
+      perNode = parseCount(m[2].str());
       if (nodes < 1 || perNode < 1)
-        return file.string() + ": node and GPU counts must be positive";
+        return file.string() +
+               ": node and GPU counts in the name must be positive integers "
+               "below 10^7";
       p.devicesPerNode = perNode;
     }
     for (auto it = doc.begin(); it != doc.end(); ++it) {
@@ -415,7 +447,10 @@ std::string loadGalvatron(const std::filesystem::path &dir,
       } else if (isAllreduce && std::regex_match(key, k, allreduceKey)) {
         CollectivePoint c;
         c.op = "allreduce";
-        c.group = std::stoi(k[1].str());
+        c.group = parseCount(k[1].str());
+        if (c.group < 2)
+          return file.string() + ": " + key +
+                 ": expected a group of 2 to 10^7 ranks";
         // Consecutive groups larger than a node, and strided groups on
         // several nodes, cross nodes.
         c.interNode = c.group > perNode || (k[2].str() == "0" && nodes > 1);
@@ -423,10 +458,13 @@ std::string loadGalvatron(const std::filesystem::path &dir,
         c.latency = p.collectiveLatency;
         p.collectives.push_back(c);
       } else if (isP2p && std::regex_match(key, k, p2pKey)) {
-        int pp = std::stoi(k[1].str());
+        int pp = parseCount(k[1].str());
+        if (pp < 2)
+          return file.string() + ": " + key +
+                 ": expected a pipeline of 2 to 10^7 stages";
         // Galvatron measures pipelines of pp ranks over all devices:
         // neighbours share a node while a stage fits in one.
-        int total = nodes * perNode;
+        int64_t total = int64_t(nodes) * perNode;
         bool cross = nodes > 1 && total / pp >= perNode;
         LinkFigures &link = cross ? p.interNode : p.intraNode;
         // The slowest pipeline measured bounds a transfer.

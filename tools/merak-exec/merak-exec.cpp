@@ -13,6 +13,7 @@
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
 #include "merak/Runtime/Executor.h"
+#include "merak/Runtime/HardwareProbe.h"
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/RankProgramFile.h"
 #include "merak/Runtime/Registry.h"
@@ -132,6 +133,18 @@ ABSL_FLAG(std::optional<int>, threads, std::nullopt,
           "among local ranks)");
 ABSL_FLAG(bool, print_program, false,
           "Print the rank program and its memory plan, then exit");
+ABSL_FLAG(bool, profile_hardware, false,
+          "Measure this machine instead of running a program (GEMM rates, "
+          "memory bandwidth, kernel overhead; with --nproc N, collectives and "
+          "transfers between the ranks) and write the hardware profile to -o");
+ABSL_FLAG(std::string, o, "",
+          "--profile-hardware: the JSON file the profile is written to");
+ABSL_FLAG(double, profile_seconds, 60.0,
+          "--profile-hardware: the most wall time the measurements aim to "
+          "take, in seconds (a smaller budget measures fewer sizes; they "
+          "stop sooner when every size has had its repetitions)");
+ABSL_FLAG(std::string, profile_name, "local",
+          "--profile-hardware: the profile's name");
 
 // The flags' values, read once after parsing.
 static std::string inputFile, entry, initFile, resumeFile, dataFile, tokensFile,
@@ -279,6 +292,147 @@ static int64_t machineMemoryBytes() {
   return int64_t(info.totalram + info.totalswap) * int64_t(info.mem_unit);
 }
 
+/// Kernel threads of a rank: --threads, else the machine's cores shared
+/// among the local ranks (0 leaves the choice to the backend).
+static int kernelThreadsFor(const LaunchEnvironment &env) {
+  if (std::optional<int> threads = absl::GetFlag(FLAGS_threads))
+    return *threads;
+  if (env.localWorldSize > 1)
+    return std::max<int>(
+        1, int(std::thread::hardware_concurrency() / env.localWorldSize));
+  return 0;
+}
+
+/// The backend of --device, with the CPU flags.
+static absl::StatusOr<std::unique_ptr<Backend>>
+createBackend(const BackendEntry &entry, int threads) {
+  return entry.create(DeviceOptions{
+      threads,
+      !absl::GetFlag(FLAGS_no_arena),
+      {{"gemm", absl::GetFlag(FLAGS_gemm)},
+       {"blas-threads", absl::GetFlag(FLAGS_blas_threads) ? "1" : "0"}}});
+}
+
+/// Joins the run `env` describes through `comm` (rank 0 hosts the store).
+static absl::StatusOr<std::unique_ptr<DistributedJob>>
+joinRun(const LaunchEnvironment &env, const CommunicatorEntry &comm,
+        std::chrono::milliseconds timeout) {
+  RendezvousOptions rendezvous;
+  rendezvous.rank = env.rank;
+  rendezvous.worldSize = env.worldSize;
+  rendezvous.masterAddr = env.masterAddr;
+  rendezvous.port = env.port;
+  if (const char *ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+    rendezvous.interface = ifname;
+  rendezvous.timeout = timeout;
+  return comm.join(rendezvous, [](const std::string &message) {
+    std::fflush(stdout);
+    writeDiagnostic("error", message);
+  });
+}
+
+/// `--profile-hardware -o FILE`: every rank measures (HardwareProbe.h);
+/// rank 0 prints what it found and writes the profile atomically.
+static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
+                           bool launching, int nproc,
+                           std::chrono::milliseconds timeout) {
+  const std::string output = absl::GetFlag(FLAGS_o);
+  if (output.empty())
+    return fail("--profile-hardware needs -o FILE, the JSON file to write "
+                "the profile to");
+  const double seconds = absl::GetFlag(FLAGS_profile_seconds);
+  if (!(std::isfinite(seconds) && seconds > 0 && seconds <= 86400))
+    return fail(absl::StrCat("--profile-seconds must be a number of seconds "
+                             "above 0 and at most 86400, not ",
+                             seconds));
+  const bool reporter = env.rank == 0;
+  if (reporter)
+    if (absl::Status s = checkWritable(output, false); !s.ok())
+      return fail(absl::StrCat("-o: ", s.message()));
+  absl::StatusOr<const BackendEntry *> device =
+      findBackend(absl::GetFlag(FLAGS_device));
+  if (!device.ok())
+    return fail(device.status());
+  const CommunicatorEntry *commEntry = nullptr;
+  if ((launching && nproc > 1) || env.worldSize > 1) {
+    absl::StatusOr<const CommunicatorEntry *> comm =
+        findCommunicator(absl::GetFlag(FLAGS_comm));
+    if (!comm.ok())
+      return fail(comm.status());
+    commEntry = *comm;
+  }
+  if (launching) {
+    LocalLaunch launch;
+    launch.nproc = nproc;
+    launch.argv.assign(argv, argv + argc);
+    launch.env.push_back({"MERAK_NPROC_CHILD", "1"});
+    launch.grace = std::min<std::chrono::milliseconds>(
+        timeout, std::chrono::milliseconds(5000));
+    return runLocalRanks(launch);
+  }
+
+  std::unique_ptr<DistributedJob> joined;
+  if (env.worldSize > 1) {
+    absl::StatusOr<std::unique_ptr<DistributedJob>> made =
+        joinRun(env, *commEntry, timeout);
+    if (!made.ok())
+      return fail(made.status());
+    joined = *std::move(made);
+    job = joined.get();
+  }
+  const int threads = kernelThreadsFor(env);
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      createBackend(**device, threads);
+  if (!backend.ok())
+    return fail(backend.status());
+
+  HardwareProbeOptions options;
+  options.seconds = seconds;
+  options.name = absl::GetFlag(FLAGS_profile_name);
+  options.localWorldSize =
+      env.localWorldSize > 0 ? env.localWorldSize : env.worldSize;
+  if (reporter) {
+    options.progress = [](const std::string &line) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    };
+    std::printf("measuring '%s' on %lld rank%s (kernel threads: %s each), "
+                "within about %g s\n",
+                (*backend)->name().c_str(), (long long)env.worldSize,
+                env.worldSize == 1 ? "" : "s",
+                threads > 0 ? std::to_string(threads).c_str() : "default",
+                seconds);
+    std::fflush(stdout);
+  }
+  absl::StatusOr<merak::HardwareProfile> profile =
+      probeHardware(**backend, job, options);
+  if (!profile.ok())
+    return fail(profile.status());
+  if (reporter) {
+    // What ran the kernels, and how often each library did.
+    if ((*device)->libraries)
+      std::fputs((*device)->libraries().c_str(), stdout);
+    std::fflush(stdout);
+    std::string text = merak::printHardwareProfile(*profile);
+    if (absl::Status s =
+            writeFileAtomically(output, {{text.data(), text.size()}});
+        !s.ok())
+      return fail(absl::StrCat("-o: ", s.message()));
+    if (env.worldSize == 1)
+      note("one process: the collective and link figures are the defaults; "
+           "--nproc N measures them");
+    note("hardware profile written to " + output);
+  }
+  if (job) {
+    if (absl::Status s = job->finish(); !s.ok())
+      return fail(s);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(0);
+  }
+  return 0;
+}
+
 /// Parses the flags into the globals above; `positional` gets the other
 /// arguments. Flag names may be spelt with dashes (`--log-jsonl`), as the
 /// help shows them, or with underscores. Returns an exit status when the
@@ -352,13 +506,19 @@ int main(int argc, char **argv) {
   std::vector<std::string> positional;
   if (int status = parseFlags(argc, argv, positional); status >= 0)
     return status;
-  if (positional.size() != 1)
+  const bool profilingHardware = absl::GetFlag(FLAGS_profile_hardware);
+  if (profilingHardware && !positional.empty())
+    return fail("--profile-hardware measures this machine and runs no "
+                "program: drop '" +
+                positional[0] + "'");
+  if (!profilingHardware && positional.size() != 1)
     return fail(positional.empty()
                     ? "give the program to run: a module (step.mlir) or a "
                       "rank-program file (plan.mrp)"
                     : "give one program to run, not " +
                           std::to_string(positional.size()));
-  inputFile = positional[0];
+  if (!profilingHardware)
+    inputFile = positional[0];
 
   // Which rank this process is: --nproc starts the ranks (this process
   // only launches); a launcher's variables make it one of them.
@@ -395,6 +555,8 @@ int main(int argc, char **argv) {
                              "0 and at most 1e9, not ",
                              commTimeout));
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
+  if (profilingHardware)
+    return profileHardware(argc, argv, env, launching, nproc, timeout);
 
   // The compiled programs: read from a rank-program file, or lowered here
   // from a module (MLIR diagnostics print as file:line:col: error).
@@ -568,29 +730,14 @@ int main(int argc, char **argv) {
   }
 
   // Local ranks share the machine's cores unless told otherwise.
-  std::optional<int> threads = absl::GetFlag(FLAGS_threads);
-  int kernelThreads = threads.value_or(0);
-  if (!threads && env.localWorldSize > 1)
-    kernelThreads = std::max<int>(
-        1, int(std::thread::hardware_concurrency() / env.localWorldSize));
+  const int kernelThreads = kernelThreadsFor(env);
 
   std::unique_ptr<DistributedJob> joined;
   std::unique_ptr<Communicator> communicator;
   std::unique_ptr<PeerLink> link;
   if (env.worldSize > 1) {
-    RendezvousOptions rendezvous;
-    rendezvous.rank = env.rank;
-    rendezvous.worldSize = env.worldSize;
-    rendezvous.masterAddr = env.masterAddr;
-    rendezvous.port = env.port;
-    if (const char *ifname = std::getenv("GLOO_SOCKET_IFNAME"))
-      rendezvous.interface = ifname;
-    rendezvous.timeout = timeout;
     absl::StatusOr<std::unique_ptr<DistributedJob>> made =
-        commEntry->join(rendezvous, [](const std::string &message) {
-          std::fflush(stdout);
-          writeDiagnostic("error", message);
-        });
+        joinRun(env, *commEntry, timeout);
     if (!made.ok())
       return fail(made.status());
     joined = *std::move(made);
@@ -609,11 +756,7 @@ int main(int argc, char **argv) {
   }
 
   absl::StatusOr<std::unique_ptr<Backend>> created =
-      deviceEntry->create(DeviceOptions{
-          kernelThreads,
-          !absl::GetFlag(FLAGS_no_arena),
-          {{"gemm", absl::GetFlag(FLAGS_gemm)},
-           {"blas-threads", absl::GetFlag(FLAGS_blas_threads) ? "1" : "0"}}});
+      createBackend(*deviceEntry, kernelThreads);
   if (!created.ok())
     return fail(created.status());
   std::unique_ptr<Backend> backend = *std::move(created);

@@ -6,8 +6,8 @@
 // crosses nodes. A profile is measured (`merak-exec --profile-hardware`),
 // documented (vendor data sheets: profiles/*.json), or read from a
 // Galvatron hardware-profile directory. Plain C++: the runtime writes
-// profiles, the compiler reads them. docs/auto-parallel.md describes the
-// file.
+// profiles, the compiler reads them. docs/runtime.md (Hardware profiles)
+// describes the file.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MERAK_HARDWARE_HARDWAREPROFILE_H
@@ -74,7 +74,8 @@ struct HardwareProfile {
 
   /// Peak rate by element type ("f32", "tf32", "bf16", "f16").
   std::map<std::string, double> peakByType;
-  /// Measured GEMM rates by element type, ascending in `flops`.
+  /// Measured GEMM rates by element type, strictly ascending in `flops`
+  /// (the parser refuses other orders).
   std::map<std::string, std::vector<GemmPoint>> gemm;
   /// Point-to-point links inside a node and between nodes; a zero
   /// bandwidth falls back to linkBandwidth / linkLatency.

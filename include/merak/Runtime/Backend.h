@@ -103,6 +103,12 @@ public:
   /// `tensor *= factor` (floating-point tensors).
   virtual absl::Status scale(DeviceTensor &tensor, double factor) = 0;
 
+  /// Returns once every kernel issued so far has finished. A backend whose
+  /// kernels are done when `execute` returns (the CPU backend) keeps this
+  /// default; one that queues them (a GPU stream) waits for the queue.
+  /// Timing code calls it (HardwareProbe.h).
+  virtual absl::Status synchronize() { return absl::OkStatus(); }
+
   /// Called before the first instruction of each step (seeds randomness).
   virtual absl::Status beginStep(const StepContext &step) = 0;
   /// Runs one instruction; errors name the op.
