@@ -2,7 +2,7 @@
 
 #include "merak/Analysis/AutoParallel.h"
 
-#include "merak/Analysis/CollectiveCost.h"
+#include "merak/Hardware/CollectiveCost.h"
 #include "merak/Analysis/Layers.h"
 #include "merak/Analysis/PipelineSchedule.h"
 

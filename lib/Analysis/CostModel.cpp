@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Analysis/CostModel.h"
-#include "merak/Analysis/CollectiveCost.h"
+#include "merak/Hardware/CollectiveCost.h"
 #include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"

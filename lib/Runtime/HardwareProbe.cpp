@@ -14,7 +14,7 @@
 
 // Header-only and plain C++: the one formula of the bytes a collective
 // sends, which the cost model prices collectives with.
-#include "merak/Analysis/CollectiveCost.h"
+#include "merak/Hardware/CollectiveCost.h"
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/Program.h"
 

@@ -1,6 +1,6 @@
 //===- CollectiveCostTest.cpp - ring bytes per collective -----------------===//
 
-#include "merak/Analysis/CollectiveCost.h"
+#include "merak/Hardware/CollectiveCost.h"
 
 #include "gtest/gtest.h"
 

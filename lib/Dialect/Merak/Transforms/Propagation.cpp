@@ -16,7 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "merak/Analysis/CollectiveCost.h"
+#include "merak/Hardware/CollectiveCost.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"

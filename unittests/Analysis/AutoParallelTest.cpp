@@ -1,0 +1,241 @@
+//===- AutoParallelTest.cpp - the plan model and search -------------------===//
+//
+// A synthetic model of identical layers on a profile with round figures, so
+// that times and bytes can be worked out by hand: one GEMM of 1 GFLOP per
+// layer forward (two of 1 GFLOP backward) on a 1 GFLOP/s device, 4 MB of
+// parameters that tensor parallelism splits and 8 MB of kept activations
+// per layer at the global batch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Analysis/AutoParallel.h"
+#include "merak/Analysis/PipelineSchedule.h"
+
+#include "gtest/gtest.h"
+
+using namespace merak;
+using namespace merak::autoparallel;
+
+namespace {
+
+ModelProfile model(int layers = 4, int64_t batch = 4) {
+  ModelProfile m;
+  m.batch = batch;
+  m.optimizerStates = 2;
+  for (int l = 0; l < layers; ++l) {
+    LayerProfile lp;
+    lp.firstId = l * 10;
+    lp.lastId = l * 10 + 9;
+    lp.forward = {{1e9, 0, true, true}};
+    lp.backward = {{1e9, 0, true, true}, {1e9, 0, true, true}};
+    lp.paramBytes = lp.splitParamBytes = 4e6;
+    lp.savedBytes = 8e6;
+    lp.outBytes = 1e6;
+    m.layers.push_back(lp);
+  }
+  return m;
+}
+
+HardwareProfile hardware() {
+  HardwareProfile hw;
+  hw.peakFlops = 1e9;
+  hw.memoryBandwidth = 1e15;
+  hw.memoryCapacity = 1e12;
+  hw.opOverhead = 0;
+  hw.linkBandwidth = 1e18;
+  hw.linkLatency = 0;
+  hw.collectiveBandwidth = 1e9;
+  hw.collectiveLatency = 0;
+  hw.devicesPerNode = 8;
+  return hw;
+}
+
+Estimate price(const std::string &options, const ModelProfile &m = model(),
+               double limit = 0) {
+  Plan plan;
+  std::string error = parsePlan(options, plan);
+  EXPECT_EQ(error, "");
+  Estimate e = evaluatePlan(m, hardware(), plan, limit);
+  EXPECT_EQ(e.infeasible, "") << options;
+  return e;
+}
+
+TEST(AutoParallel, OneDeviceIsForwardPlusBackward) {
+  Estimate e = price("dp=1");
+  // 4 layers x (1 s forward + 2 s backward).
+  EXPECT_NEAR(e.pipelineTime, 12.0, 1e-9);
+  EXPECT_NEAR(e.dataParallelTime, 0.0, 1e-12);
+  EXPECT_DOUBLE_EQ(e.parameters, 16e6);
+  EXPECT_DOUBLE_EQ(e.gradients, 16e6);
+  EXPECT_DOUBLE_EQ(e.optimizerState, 32e6);
+  EXPECT_DOUBLE_EQ(e.activations, 32e6);
+  EXPECT_DOUBLE_EQ(e.memory, 96e6);
+  EXPECT_EQ(e.bound, "compute");
+}
+
+TEST(AutoParallel, ZeroStagesShardStateGradientsParameters) {
+  // dp=2: half the batch each, so half the compute and activations.
+  Estimate z0 = price("dp=2");
+  EXPECT_NEAR(z0.pipelineTime, 6.0, 1e-9);
+  EXPECT_DOUBLE_EQ(z0.activations, 16e6);
+  EXPECT_DOUBLE_EQ(z0.optimizerState, 32e6);
+  Estimate z1 = price("dp=2 zero=1");
+  EXPECT_DOUBLE_EQ(z1.optimizerState, 16e6);
+  EXPECT_DOUBLE_EQ(z1.gradients, 16e6);
+  Estimate z2 = price("dp=2 zero=2");
+  EXPECT_DOUBLE_EQ(z2.gradients, 8e6);
+  EXPECT_DOUBLE_EQ(z2.parameters, 16e6);
+  Estimate z3 = price("dp=2 zero=3");
+  EXPECT_DOUBLE_EQ(z3.parameters, 8e6);
+  // The all-reduce of 16 MB over 2 ranks sends 16 MB per rank: 16 ms at
+  // 1 GB/s, hidden behind 4 s of backward but for the last bucket's share.
+  EXPECT_GT(z0.dataParallelTime, 0);
+  EXPECT_LT(z0.dataParallelTime, 0.016 + 1e-9);
+  EXPECT_GT(z3.dataParallelTime, z0.dataParallelTime);
+}
+
+TEST(AutoParallel, TensorParallelSplitsParametersAndWork) {
+  Estimate e = price("dp=1 tp=2");
+  EXPECT_NEAR(e.pipelineTime, 6.0, 1e-9);
+  EXPECT_DOUBLE_EQ(e.parameters, 8e6);
+  // The activations here are not split by tensor parallelism.
+  EXPECT_DOUBLE_EQ(e.activations, 32e6);
+}
+
+TEST(AutoParallel, OneFOneBHoldsPipelineDepthGPipeEveryMicrobatch) {
+  // pp=2, m=4: per micro-batch a stage (2 layers) takes 0.5 s forward and
+  // 1 s backward; 1F1B's makespan is (m + pp - 1) x 1.5 s.
+  Estimate e = price("dp=1 pp=2 microbatches=4 schedule=1f1b stages=2");
+  EXPECT_NEAR(e.pipelineTime, 7.5, 1e-6);
+  EXPECT_NEAR(e.bubble, 1.0 - 12.0 / (2 * 7.5), 1e-6);
+  // Rank 0 holds two micro-batches of 2 layers x 8 MB / 4.
+  EXPECT_DOUBLE_EQ(e.activations, 2 * 4e6);
+  EXPECT_DOUBLE_EQ(e.parameters, 8e6);
+  Estimate g = price("dp=1 pp=2 microbatches=4 schedule=gpipe stages=2");
+  EXPECT_DOUBLE_EQ(g.activations, 4 * 4e6);
+  EXPECT_NEAR(g.pipelineTime, 7.5, 1e-6);
+}
+
+TEST(AutoParallel, RecomputationKeepsLayerInputs) {
+  Estimate e =
+      price("dp=1 pp=2 microbatches=4 schedule=1f1b recompute=full stages=2");
+  // Rank 0 keeps the input of its second layer (1 MB / 4) for each of two
+  // micro-batches, and one micro-batch's activations while it recomputes.
+  EXPECT_DOUBLE_EQ(e.activations, 2 * 0.25e6 + 4e6);
+  Estimate kept = price("dp=1 pp=2 microbatches=4 schedule=1f1b stages=2");
+  EXPECT_GT(e.pipelineTime, kept.pipelineTime);
+}
+
+TEST(AutoParallel, LongPipelinesExtrapolateExactly) {
+  // 64 micro-batches are simulated at 4 and 6 and extrapolated; 1F1B's
+  // makespan is linear in them: (64 + 1) x 6 s / 64 (a stage of two
+  // layers takes 2 s forward and 4 s backward over the whole batch).
+  Estimate e =
+      price("dp=1 pp=2 microbatches=64 schedule=1f1b stages=2", model(4, 64));
+  EXPECT_NEAR(e.pipelineTime, 65.0 * 6.0 / 64.0, 1e-9);
+  EXPECT_DOUBLE_EQ(e.activations, 2 * 16e6 / 64);
+}
+
+TEST(AutoParallel, InfeasiblePlansSayWhy) {
+  Plan plan;
+  ASSERT_EQ(parsePlan("dp=3", plan), "");
+  EXPECT_EQ(evaluatePlan(model(), hardware(), plan, 0).infeasible,
+            "dp=3 does not divide the batch of 4");
+  ASSERT_EQ(parsePlan("pp=8 microbatches=8", plan), "");
+  EXPECT_EQ(evaluatePlan(model(), hardware(), plan, 0).infeasible,
+            "microbatches=8 does not divide the 4 samples of a data-parallel "
+            "rank");
+  ASSERT_EQ(parsePlan("dp=1", plan), "");
+  Estimate e = evaluatePlan(model(), hardware(), plan, 50e6);
+  EXPECT_EQ(e.bound, "memory");
+  EXPECT_NE(e.infeasible.find("over the"), std::string::npos);
+  ModelProfile m = model();
+  m.tpDims = {6};
+  ASSERT_EQ(parsePlan("tp=4", plan), "");
+  EXPECT_NE(evaluatePlan(m, hardware(), plan, 0).infeasible.find("tp=4"),
+            std::string::npos);
+}
+
+TEST(AutoParallel, SearchPicksTheFastestPlanThatFits) {
+  SearchOptions options;
+  options.devices = 4;
+  SearchResult r = searchPlans(model(), hardware(), options);
+  ASSERT_FALSE(r.ranked.empty()) << r.error;
+  // Compute dominates and divides evenly: four-way data or tensor
+  // parallelism, 3 s of compute per rank.
+  const Estimate &best = r.ranked.front().estimate;
+  EXPECT_NEAR(best.computeTime, 3.0, 0.01);
+  for (size_t i = 1; i < r.ranked.size(); ++i)
+    EXPECT_GE(r.ranked[i].estimate.stepTime, best.stepTime * 0.999);
+
+  // 40 MB per device: 4-way sharding of state is needed (64 MB of
+  // parameters, gradients and state is 96 MB on one device).
+  options.memory = 40e6;
+  r = searchPlans(model(), hardware(), options);
+  ASSERT_FALSE(r.ranked.empty()) << r.error;
+  for (const ScoredPlan &s : r.ranked)
+    EXPECT_LE(s.estimate.memory, 40e6) << s.plan.options();
+
+  // Nothing fits in 1 MB: the error names the least memory.
+  options.memory = 1e6;
+  r = searchPlans(model(), hardware(), options);
+  EXPECT_TRUE(r.ranked.empty());
+  EXPECT_NE(r.error.find("the plan that needs least needs"), std::string::npos)
+      << r.error;
+  EXPECT_GT(r.leastMemory, 1e6);
+}
+
+TEST(AutoParallel, OptionsRoundTrip) {
+  Plan plan;
+  ASSERT_EQ(parsePlan("dp=2 tp=2 zero=1 pp=2 microbatches=8 schedule=zb-h1 "
+                      "recompute=full stages=2",
+                      plan),
+            "");
+  EXPECT_EQ(plan.options(), "dp=2 tp=2 zero=1 pp=2 microbatches=8 "
+                            "schedule=zb-h1 recompute=full stages=2");
+  Plan again;
+  ASSERT_EQ(parsePlan(plan.options(), again), "");
+  EXPECT_EQ(again.options(), plan.options());
+  EXPECT_EQ(parsePlan("zero=4", plan), "zero=4: expected 0 to 3");
+  EXPECT_EQ(parsePlan("schedule=fast", plan),
+            "schedule=fast: unknown schedule");
+  EXPECT_EQ(parsePlan("dp=0", plan), "dp=0: expected an integer of at least 1");
+  EXPECT_EQ(parsePlan("sp=ulysses", plan),
+            "'sp=ulysses': not an option the model prices");
+}
+
+TEST(PipelineTimes, OneFOneBWithTransfers) {
+  pipeline::PipelineShape shape;
+  shape.pp = 2;
+  shape.microbatches = 2;
+  shape.recompute.assign(2, false);
+  llvm::Expected<pipeline::Schedule> s =
+      pipeline::buildSchedule(pipeline::ScheduleKind::OneFOneB, shape);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  EXPECT_EQ(pipeline::formatComputeOrder(*s, 0), "F(0,0) F(0,1) B(0,0) B(0,1)");
+  EXPECT_EQ(pipeline::formatComputeOrder(*s, 1), "F(1,0) B(1,0) F(1,1) B(1,1)");
+  pipeline::TaskTimes times;
+  times.forward = {1, 1};
+  times.backward = {2, 2};
+  times.weight = {0, 0};
+  times.recompute = {0, 0};
+  times.transfer = {0.5, 0.5};
+  llvm::Expected<pipeline::Simulation> sim = pipeline::simulate(*s, &times);
+  ASSERT_TRUE(bool(sim)) << llvm::toString(sim.takeError());
+  // Rank 1: F(1,0) at 1.5, B(1,0) at 2.5, F(1,1) at 4.5, B(1,1) 5.5-7.5;
+  // rank 0: B(0,0) at 5 (4.5 + 0.5), B(0,1) at 8 (7.5 + 0.5) to 10.
+  EXPECT_DOUBLE_EQ(sim->makespan, 10.0);
+  EXPECT_DOUBLE_EQ(sim->busy[0], 6.0);
+  EXPECT_DOUBLE_EQ(sim->busy[1], 6.0);
+  EXPECT_EQ(pipeline::peakHeld(*s, {1.0, 1.0}), (std::vector<double>{2, 1}));
+  // The compute order alone simulates the same.
+  llvm::Expected<pipeline::Schedule> order =
+      pipeline::buildComputeOrder(pipeline::ScheduleKind::OneFOneB, shape);
+  ASSERT_TRUE(bool(order));
+  llvm::Expected<pipeline::Simulation> same =
+      pipeline::simulate(*order, &times);
+  ASSERT_TRUE(bool(same));
+  EXPECT_DOUBLE_EQ(same->makespan, 10.0);
+}
+
+} // namespace
