@@ -25,13 +25,14 @@ initial weights as safetensors: ``save(..., weights="model.safetensors")``,
 ``python3 merak_trace.py weights model.pt model.safetensors``.
 """
 
+import contextlib
 import inspect
 import json
 
 import torch
 
-__all__ = ["INPUTS_FILE", "DTYPE_NAMES", "describe_inputs", "save",
-           "save_weights"]
+__all__ = ["INPUTS_FILE", "DTYPE_NAMES", "describe_inputs", "meta_device",
+           "save", "save_weights"]
 
 # Name of the extra file inside the archive, read by the importer.
 INPUTS_FILE = "merak/inputs.json"
@@ -95,8 +96,47 @@ def describe_inputs(module, example_inputs, input_names=None):
     return {"inputs": entries}
 
 
+# Tensor factories whose results meta_device() places on the meta device.
+_FACTORIES = (torch.empty, torch.zeros, torch.ones, torch.full, torch.rand,
+              torch.randn, torch.randint, torch.arange, torch.eye,
+              torch.tensor, torch.empty_strided, torch.linspace)
+
+
+@contextlib.contextmanager
+def meta_device():
+    """Builds modules with their parameters and buffers on PyTorch's meta
+    device: shapes and types only, no memory and no initialisation, so a
+    model of any size (GPT-3's 175 billion parameters) is built in seconds::
+
+        with merak_trace.meta_device():
+            model = GPT(config)
+        merak_trace.save(model, (idx, targets), "gpt.pt", meta=True)
+
+    The archive then holds no weights; Merak imports it, builds the training
+    step and plans it (``--merak-parallelize="auto ..."``), and training
+    reads its weights from elsewhere (``merak-exec --init``).
+    """
+    device_context = getattr(torch.device("meta"), "__enter__", None)
+    if device_context is not None:
+        # PyTorch 2: the device is a context manager itself.
+        with torch.device("meta"):
+            yield
+        return
+    from torch.overrides import TorchFunctionMode
+
+    class _Meta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func in _FACTORIES:
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+
+    with _Meta():
+        yield
+
+
 def save(module, example_inputs, path, input_names=None, check_trace=True,
-         weights=None):
+         weights=None, meta=False):
     """Traces ``module`` on ``example_inputs`` and saves it to ``path``.
 
     ``example_inputs`` is a tensor or a tuple of tensors in forward-argument
@@ -104,9 +144,18 @@ def save(module, example_inputs, path, input_names=None, check_trace=True,
     ``module.forward``. The module is traced in its current train/eval mode.
     ``weights``, when given, is a path where the parameters and buffers are
     also written as safetensors (see ``save_weights``).
+    ``meta=True`` traces a module built under ``meta_device()`` on inputs
+    moved to the meta device: nothing is computed, the trace is not checked
+    and no weights can be written.
     Returns the traced ``torch.jit.ScriptModule``.
     """
     inputs = _as_tuple(example_inputs)
+    if meta:
+        if weights is not None:
+            raise ValueError("a module on the meta device has no weights to "
+                             "save")
+        inputs = tuple(t.to("meta") for t in inputs)
+        check_trace = False
     description = describe_inputs(module, inputs, input_names)
     traced = torch.jit.trace(module, inputs, check_trace=check_trace)
     torch.jit.save(traced, str(path),
