@@ -162,6 +162,19 @@ struct AutoParallelPass
     : public merak::impl::AutoParallelBase<AutoParallelPass> {
   using AutoParallelBase::AutoParallelBase;
 
+  /// The dialects of every pipeline the pass may run (a plan's passes are
+  /// only known once it is chosen).
+  void getDependentDialects(DialectRegistry &registry) const override {
+    AutoParallelBase::getDependentDialects(registry);
+    for (StringRef options :
+         {"dp=2 tp=2 zero=3", "dp=2 tp=2 pp=2 "
+                              "microbatches=2 recompute=full"}) {
+      OpPassManager pm(ModuleOp::getOperationName());
+      if (succeeded(buildParallelizePipeline(pm, options)))
+        pm.getDependentDialects(registry);
+    }
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);

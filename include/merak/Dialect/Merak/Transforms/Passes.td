@@ -472,6 +472,7 @@ def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
            "Also price these plans (--merak-parallelize options, several "
            "separated by ';')">
   ];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
 
 def PipelinePartition : Pass<"merak-pipeline-partition", "mlir::ModuleOp"> {

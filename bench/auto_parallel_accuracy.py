@@ -1,0 +1,189 @@
+"""Predicted against measured: the plan model's step time and peak memory
+per rank beside what merak-exec measures for the same plans on local CPU
+ranks, and whether the plan the search picks is the measured fastest.
+
+Two models with real weights (a GPT of the fixture's structure and a
+TransformerEncoder classifier, both a few million parameters), the hardware
+profile of this machine measured first (merak-exec --profile-hardware), then
+for each plan: the model prices it (--merak-auto-parallel compare=, which
+also fixes its stage cuts), merak-opt compiles exactly those options, and
+merak-exec runs it; the step time is the median of the steps after the
+first two, the memory the largest rank's peak.
+
+Usage: python3 bench/auto_parallel_accuracy.py --build build [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "test", "fixtures"))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e", "Inputs"))
+
+# (devices, plan); the stage cuts come from the model.
+PLANS = [
+    (1, "dp=1"),
+    (1, "dp=1 pp=1 microbatches=2 schedule=1f1b"),
+    (2, "dp=2"),
+    (2, "dp=2 zero=1"),
+    (2, "dp=2 zero=2"),
+    (2, "dp=2 zero=3"),
+    (2, "dp=1 tp=2"),
+    (2, "dp=1 pp=2 microbatches=4 schedule=gpipe"),
+    (2, "dp=1 pp=2 microbatches=4 schedule=1f1b"),
+    (2, "dp=1 pp=2 microbatches=4 schedule=zb-h1"),
+    (2, "dp=1 pp=2 microbatches=4 schedule=1f1b recompute=full"),
+    (2, "dp=1 pp=2 microbatches=8 schedule=1f1b"),
+]
+
+
+def build_models(tmp):
+    import torch
+    import merak_safetensors
+    import merak_trace
+    from encoder_classifier import EncoderClassifier
+    from models import GPT2, GPT2Config
+
+    class Config(GPT2Config):
+        vocab_size = 2048
+        block_size = 128
+        n_layer = 4
+        n_head = 4
+        n_embd = 256
+
+    models = []
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    gpt = GPT2(Config()).train()
+    idx = torch.randint(0, 2048, (12, 8, 128), generator=gen)
+    merak_trace.save(gpt, (idx[0], idx[0]), os.path.join(tmp, "gpt.pt"))
+    merak_safetensors.save({"idx": idx, "targets": idx.roll(-1, dims=2)},
+                           os.path.join(tmp, "gpt.safetensors"))
+    models.append("gpt")
+    enc = EncoderClassifier(vocab=2048, width=256, heads=8, layers=4,
+                            classes=10).train()
+    tokens = torch.randint(0, 2048, (12, 8, 128), generator=gen)
+    labels = torch.randint(0, 10, (12, 8), generator=gen)
+    merak_trace.save(enc, (tokens[0], labels[0]),
+                     os.path.join(tmp, "encoder.pt"))
+    merak_safetensors.save({"tokens": tokens, "labels": labels},
+                           os.path.join(tmp, "encoder.safetensors"))
+    models.append("encoder")
+    return models
+
+
+def run(cmd, **kw):
+    done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), done.stderr))
+    return done
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", required=True)
+    parser.add_argument("--json")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--profile", help="use this hardware profile "
+                        "instead of measuring one")
+    args = parser.parse_args()
+    opt = os.path.join(args.build, "bin", "merak-opt")
+    exe = os.path.join(args.build, "bin", "merak-exec")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        hw = args.profile or os.path.join(tmp, "hw.json")
+        if not args.profile:
+            run([exe, "--profile-hardware", "--nproc", "2", "--threads", "1",
+                 "-o", hw])
+        for name in build_models(tmp):
+            model = os.path.join(tmp, name + ".pt")
+            data = os.path.join(tmp, name + ".safetensors")
+            step = os.path.join(tmp, name + ".step.mlir")
+            run([opt, model, "--merak-train=optimizer=adamw lr=1e-3", "-o",
+                 step])
+            chosen = {}
+            for devices in (1, 2):
+                report = os.path.join(tmp, "auto.json")
+                run([opt, step, "--merak-auto-parallel=devices=%d "
+                     "hardware=%s report=%s quiet" % (devices, hw, report),
+                     "-o", os.devnull])
+                with open(report) as f:
+                    chosen[devices] = json.load(f)["plan"]["options"]
+            for devices, plan in PLANS:
+                report = os.path.join(tmp, "price.json")
+                run([opt, step, "--merak-auto-parallel=devices=%d hardware=%s "
+                     "report=%s quiet compare={%s}" % (devices, hw, report,
+                                                        plan),
+                     "-o", os.devnull])
+                with open(report) as f:
+                    priced = json.load(f)["compared"][0]
+                options = priced["options"]
+                compiled = os.path.join(tmp, "plan.mlir")
+                run([opt, step, "--merak-parallelize=" + options, "-o",
+                     compiled])
+                log = os.path.join(tmp, "run.jsonl")
+                done = run([exe, compiled, "--nproc", str(devices), "--init",
+                            model, "--data", data, "--steps",
+                            str(args.steps), "--threads", "1",
+                            "--log-jsonl", log])
+                with open(log) as f:
+                    records = [json.loads(line) for line in f]
+                seconds = statistics.median(r["ms"] for r in records[2:]) / 1e3
+                peak = max(r["peak_bytes"] for r in records)
+                m = re.search(r"peak memory per rank \(MB\):([ 0-9.]+)",
+                              done.stdout)
+                if m:
+                    peak = max(float(x) for x in m.group(1).split()) * 1e6
+                row = {
+                    "model": name, "devices": devices, "plan": options,
+                    "predicted_seconds": priced["predicted"]["step_seconds"],
+                    "measured_seconds": seconds,
+                    "predicted_bytes": priced["memory"]["total_bytes"],
+                    "measured_bytes": peak,
+                    "chosen": options == chosen[devices],
+                }
+                row["time_error"] = (row["predicted_seconds"] / seconds - 1)
+                row["memory_error"] = (row["predicted_bytes"] / peak - 1)
+                rows.append(row)
+                print("%-8s %d  %-62s %8.1f %8.1f ms %+6.1f%%  %6.1f %6.1f MB "
+                      "%+6.1f%%%s" % (
+                          name, devices, options[:62],
+                          row["predicted_seconds"] * 1e3, seconds * 1e3,
+                          100 * row["time_error"],
+                          row["predicted_bytes"] / 1e6, peak / 1e6,
+                          100 * row["memory_error"],
+                          "  <- chosen" if row["chosen"] else ""))
+            for devices in (1, 2):
+                mine = [r for r in rows if r["model"] == name and
+                        r["devices"] == devices]
+                fastest = min(mine, key=lambda r: r["measured_seconds"])
+                picked = [r for r in mine if r["chosen"]]
+                if picked:
+                    print("%s, %d device(s): the search picks %s, measured "
+                          "%.3f of the fastest measured (%s)" % (
+                              name, devices, picked[0]["plan"],
+                              picked[0]["measured_seconds"] /
+                              fastest["measured_seconds"], fastest["plan"]))
+                else:
+                    print("%s, %d device(s): the search picks %s, not among "
+                          "the measured plans" % (name, devices,
+                                                  chosen[devices]))
+    times = [abs(r["time_error"]) for r in rows]
+    memory = [abs(r["memory_error"]) for r in rows]
+    print("step time: median error %.1f%%, worst %.1f%% over %d plans" % (
+        100 * statistics.median(times), 100 * max(times), len(rows)))
+    print("peak memory: median error %.1f%%, worst %.1f%%" % (
+        100 * statistics.median(memory), 100 * max(memory)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
