@@ -2,9 +2,9 @@
 
 #include "merak/Analysis/AutoParallel.h"
 
-#include "merak/Hardware/CollectiveCost.h"
 #include "merak/Analysis/Layers.h"
 #include "merak/Analysis/PipelineSchedule.h"
+#include "merak/Hardware/CollectiveCost.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -282,10 +282,6 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   if (model.batch % plan.dp != 0)
     return reject(llvm::formatv("dp={0} does not divide the batch of {1}",
                                 plan.dp, model.batch));
-  if ((model.batch / plan.dp) % plan.microbatches != 0)
-    return reject(llvm::formatv("microbatches={0} does not divide the {1} "
-                                "samples of a data-parallel rank",
-                                plan.microbatches, model.batch / plan.dp));
   for (int64_t dim : model.tpDims)
     if (plan.tp > 1 && dim % plan.tp != 0)
       return reject(llvm::formatv("tp={0} does not divide a dimension of {1} "
@@ -302,7 +298,10 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   if (plan.pipelined() && plan.zero == 3)
     return reject("zero=3 does not combine with pipelines");
 
-  int64_t parts = int64_t(plan.dp) * plan.microbatches;
+  // A micro-batch is the traced batch split over dp; a step runs
+  // `microbatches` of them.
+  int64_t parts = plan.dp;
+  e.samples = double(model.batch) * plan.microbatches;
   const LayerTimes &lt = times(plan.tp, parts);
   double scale = 1.0 / double(parts);
 
@@ -596,14 +595,6 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-std::vector<int> divisors64(int64_t n, int limit) {
-  std::vector<int> out;
-  for (int64_t d = 1; d <= n && d <= limit; ++d)
-    if (n % d == 0)
-      out.push_back(int(d));
-  return out;
-}
-
 } // namespace
 
 Estimate merak::autoparallel::evaluatePlan(const ModelProfile &model,
@@ -624,6 +615,16 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
   int layers = int(model.layers.size());
   Evaluator ev(model, hw, n);
   std::map<std::string, int> rejected;
+  // Every plan runs the global batch as micro-batches of the traced batch.
+  int64_t global = options.globalBatch > 0 ? options.globalBatch : model.batch;
+  if (global % model.batch != 0) {
+    result.error = llvm::formatv("batch={0} is not a multiple of the traced "
+                                 "batch of {1} samples (a micro-batch)",
+                                 global, model.batch)
+                       .str();
+    return result;
+  }
+  int m = int(global / model.batch);
   std::vector<ScoredPlan> feasible;
   result.leastMemory = std::numeric_limits<double>::infinity();
 
@@ -674,10 +675,7 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
             ++rejected["dp does not divide the batch"];
           continue;
         }
-        int64_t perRank = model.batch / dp;
-        for (int m : divisors64(perRank, 1 << 14)) {
-          if (pp > 1 && m < pp)
-            continue;
+        {
           std::vector<std::string> schedules;
           if (pp == 1)
             schedules = {m == 1 ? "" : "1f1b"};
@@ -685,8 +683,17 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
             schedules = options.schedules;
           for (const std::string &schedule : schedules) {
             int virtualStages = schedule == "interleaved-1f1b" ? 2 : 1;
-            if (virtualStages > 1 && (layers < pp * virtualStages || m % pp))
+            if (pp > 1 && m < pp && schedule != "gpipe") {
+              if (count)
+                ++rejected["fewer micro-batches than pipeline ranks"];
               continue;
+            }
+            if (virtualStages > 1 && (layers < pp * virtualStages || m % pp)) {
+              if (count)
+                ++rejected["interleaving needs micro-batches a multiple of "
+                           "pp and two layers per rank"];
+              continue;
+            }
             for (int zero = 0; zero <= 3; ++zero) {
               for (int rc = 0; rc < 2; ++rc) {
                 Plan plan;
@@ -795,6 +802,7 @@ json planJson(const ScoredPlan &s) {
           {"stage_starts", stages},
           {"predicted",
            {{"step_seconds", e.stepTime},
+            {"samples_per_step", e.samples},
             {"pipeline_seconds", e.pipelineTime},
             {"compute_seconds", e.computeTime},
             {"tensor_parallel_seconds", e.tensorParallelTime},
@@ -820,6 +828,7 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                                             const SearchResult &result) {
   json doc;
   doc["devices"] = options.devices;
+  doc["batch"] = options.globalBatch > 0 ? options.globalBatch : model.batch;
   doc["memory_limit_bytes"] =
       options.memory > 0 ? options.memory : hw.memoryCapacity;
   doc["hardware"] = {{"name", hw.name},
@@ -827,7 +836,7 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                      {"device", hw.device},
                      {"devices_per_node", hw.devicesPerNode}};
   doc["model"] = {{"layers", model.layers.size()},
-                  {"batch", model.batch},
+                  {"traced_batch", model.batch},
                   {"optimizer_states", model.optimizerStates},
                   {"compute_type", model.computeType}};
   if (!model.tpRefusal.empty())

@@ -103,37 +103,40 @@ TEST(AutoParallel, TensorParallelSplitsParametersAndWork) {
 }
 
 TEST(AutoParallel, OneFOneBHoldsPipelineDepthGPipeEveryMicrobatch) {
-  // pp=2, m=4: per micro-batch a stage (2 layers) takes 0.5 s forward and
-  // 1 s backward; 1F1B's makespan is (m + pp - 1) x 1.5 s.
+  // pp=2, 4 micro-batches of the traced batch: a stage (2 layers) takes 2 s
+  // forward and 4 s backward per micro-batch; 1F1B's makespan is
+  // (m + pp - 1) x 6 s, and a step trains on 4 x 4 samples.
   Estimate e = price("dp=1 pp=2 microbatches=4 schedule=1f1b stages=2");
-  EXPECT_NEAR(e.pipelineTime, 7.5, 1e-6);
-  EXPECT_NEAR(e.bubble, 1.0 - 12.0 / (2 * 7.5), 1e-6);
-  // Rank 0 holds two micro-batches of 2 layers x 8 MB / 4.
-  EXPECT_DOUBLE_EQ(e.activations, 2 * 4e6);
+  EXPECT_NEAR(e.pipelineTime, 30.0, 1e-6);
+  EXPECT_DOUBLE_EQ(e.samples, 16);
+  EXPECT_NEAR(e.bubble, 1.0 - 48.0 / (2 * 30.0), 1e-6);
+  // Rank 0 holds two micro-batches of 2 layers x 8 MB.
+  EXPECT_DOUBLE_EQ(e.activations, 2 * 16e6);
   EXPECT_DOUBLE_EQ(e.parameters, 8e6);
   Estimate g = price("dp=1 pp=2 microbatches=4 schedule=gpipe stages=2");
-  EXPECT_DOUBLE_EQ(g.activations, 4 * 4e6);
-  EXPECT_NEAR(g.pipelineTime, 7.5, 1e-6);
+  EXPECT_DOUBLE_EQ(g.activations, 4 * 16e6);
+  EXPECT_NEAR(g.pipelineTime, 30.0, 1e-6);
 }
 
 TEST(AutoParallel, RecomputationKeepsLayerInputs) {
   Estimate e =
       price("dp=1 pp=2 microbatches=4 schedule=1f1b recompute=full stages=2");
-  // Rank 0 keeps the input of its second layer (1 MB / 4) for each of two
+  // Rank 0 keeps the input of its second layer (1 MB) for each of two
   // micro-batches, and one micro-batch's activations while it recomputes.
-  EXPECT_DOUBLE_EQ(e.activations, 2 * 0.25e6 + 4e6);
+  EXPECT_DOUBLE_EQ(e.activations, 2 * 1e6 + 16e6);
   Estimate kept = price("dp=1 pp=2 microbatches=4 schedule=1f1b stages=2");
   EXPECT_GT(e.pipelineTime, kept.pipelineTime);
 }
 
 TEST(AutoParallel, LongPipelinesExtrapolateExactly) {
   // 64 micro-batches are simulated at 4 and 6 and extrapolated; 1F1B's
-  // makespan is linear in them: (64 + 1) x 6 s / 64 (a stage of two
-  // layers takes 2 s forward and 4 s backward over the whole batch).
-  Estimate e =
-      price("dp=1 pp=2 microbatches=64 schedule=1f1b stages=2", model(4, 64));
-  EXPECT_NEAR(e.pipelineTime, 65.0 * 6.0 / 64.0, 1e-9);
-  EXPECT_DOUBLE_EQ(e.activations, 2 * 16e6 / 64);
+  // makespan is linear in them: (64 + 1) x 6 s.
+  Estimate e = price("dp=1 pp=2 microbatches=64 schedule=1f1b stages=2");
+  EXPECT_NEAR(e.pipelineTime, 65.0 * 6.0, 1e-6);
+  EXPECT_DOUBLE_EQ(e.activations, 2 * 16e6);
+  // Gradient accumulation: one stage, 3 micro-batches, 12 s each.
+  Estimate acc = price("dp=1 pp=1 microbatches=3 schedule=1f1b");
+  EXPECT_NEAR(acc.pipelineTime, 36.0, 1e-6);
 }
 
 TEST(AutoParallel, InfeasiblePlansSayWhy) {
@@ -143,8 +146,7 @@ TEST(AutoParallel, InfeasiblePlansSayWhy) {
             "dp=3 does not divide the batch of 4");
   ASSERT_EQ(parsePlan("pp=8 microbatches=8", plan), "");
   EXPECT_EQ(evaluatePlan(model(), hardware(), plan, 0).infeasible,
-            "microbatches=8 does not divide the 4 samples of a data-parallel "
-            "rank");
+            "8 stages but only 4 layers");
   ASSERT_EQ(parsePlan("dp=1", plan), "");
   Estimate e = evaluatePlan(model(), hardware(), plan, 50e6);
   EXPECT_EQ(e.bound, "memory");
@@ -175,6 +177,22 @@ TEST(AutoParallel, SearchPicksTheFastestPlanThatFits) {
   ASSERT_FALSE(r.ranked.empty()) << r.error;
   for (const ScoredPlan &s : r.ranked)
     EXPECT_LE(s.estimate.memory, 40e6) << s.plan.options();
+
+  // 8 samples per step: two micro-batches of the traced 4, so plans
+  // accumulate or pipeline; every one trains on 8 samples.
+  options.memory = 0;
+  options.globalBatch = 8;
+  r = searchPlans(model(), hardware(), options);
+  ASSERT_FALSE(r.ranked.empty()) << r.error;
+  for (const ScoredPlan &s : r.ranked) {
+    EXPECT_EQ(s.plan.microbatches, 2) << s.plan.options();
+    EXPECT_DOUBLE_EQ(s.estimate.samples, 8);
+  }
+  options.globalBatch = 6;
+  EXPECT_EQ(searchPlans(model(), hardware(), options).error,
+            "batch=6 is not a multiple of the traced batch of 4 samples (a "
+            "micro-batch)");
+  options.globalBatch = 0;
 
   // Nothing fits in 1 MB: the error names the least memory.
   options.memory = 1e6;

@@ -59,7 +59,8 @@ struct LayerProfile {
 
 struct ModelProfile {
   std::vector<LayerProfile> layers;
-  /// Samples per step (dimension 0 of the inputs).
+  /// Samples of the traced batch (dimension 0 of the inputs): one
+  /// micro-batch of a step, split over the data-parallel ranks.
   int64_t batch = 1;
   /// Global sizes of the dimensions tensor parallelism splits: a degree
   /// must divide each.
@@ -109,6 +110,8 @@ std::string parsePlan(const std::string &text, Plan &plan);
 /// What a plan costs, per step and per rank.
 struct Estimate {
   double stepTime = 0;
+  /// Samples a step trains on: micro-batches x the traced batch.
+  double samples = 0;
   /// Its parts: the pipeline (compute, tensor-parallel collectives and
   /// transfers, bubbles included), the exposed data-parallel reduction and
   /// the optimizer update.
@@ -134,6 +137,9 @@ Estimate evaluatePlan(const ModelProfile &model, const HardwareProfile &hw,
 
 struct SearchOptions {
   int devices = 1;
+  /// Samples per step (0: the traced batch). A step runs it as
+  /// `batch / traced batch` micro-batches, each split over dp.
+  int64_t globalBatch = 0;
   /// Bytes per device (0: the profile's capacity).
   double memory = 0;
   /// Pipeline schedules to consider.

@@ -204,6 +204,12 @@ struct AutoParallelPass
     }
     SearchOptions options;
     options.devices = devices;
+    if (batch < 0) {
+      emitError(module.getLoc(), "batch must be a number of samples, got ")
+          << int64_t(batch);
+      return signalPassFailure();
+    }
+    options.globalBatch = batch;
     options.memory = memory * double(1ull << 30);
     options.maxTp = maxTp;
 

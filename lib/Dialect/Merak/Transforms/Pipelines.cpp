@@ -210,6 +210,10 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
   Option<int> devices{*this, "devices",
                       llvm::cl::desc("with auto: devices to plan for"),
                       llvm::cl::init(1)};
+  Option<int64_t> batch{
+      *this, "batch",
+      llvm::cl::desc("with auto: samples per step (0: the traced batch)"),
+      llvm::cl::init(0)};
   Option<double> memory{
       *this, "memory",
       llvm::cl::desc("with auto: GiB per device (0: the profile's)"),
@@ -247,16 +251,18 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   if (o.autoPlan) {
     if (o.dp != 1 || o.tp != 1 || o.pp != 1 || o.zero != 0 || o.sp != "none" ||
         o.pipelined())
-      return fail(pm, "auto chooses dp, tp, pp, zero, sp, micro-batches, "
-                      "schedule and recomputation itself; give only devices, "
-                      "memory, hardware, report, max-tp, compare and quiet "
-                      "with it");
+      return fail(pm,
+                  "auto chooses dp, tp, pp, zero, sp, micro-batches, "
+                  "schedule and recomputation itself; give only devices, "
+                  "batch, memory, hardware, report, max-tp, compare and quiet "
+                  "with it");
     if (o.devices < 1)
       return fail(pm, "devices must be at least 1");
     if (!(o.memory >= 0) || !std::isfinite(o.memory))
       return fail(pm, "memory must be a non-negative number of GiB");
     merak::AutoParallelOptions a;
     a.devices = o.devices;
+    a.batch = o.batch;
     a.memory = o.memory;
     a.hardware = o.hardware;
     a.report = o.report;

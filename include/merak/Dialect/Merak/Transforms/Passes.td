@@ -443,7 +443,10 @@ def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
     memory model of lib/Analysis/AutoParallel.h on a hardware profile
     (`hardware=` a profile JSON or a Galvatron hardware directory; the
     documented defaults without it): data, tensor and pipeline degrees,
-    ZeRO stage, recomputation, micro-batches, schedule and stage cuts.
+    ZeRO stage, recomputation, schedule and stage cuts. The traced batch is
+    one micro-batch (split over data-parallel ranks); `batch=` samples per
+    step make `batch / traced` micro-batches, run by a pipeline (of one
+    stage without pipeline parallelism).
     Tensor parallelism is first tried on a copy of the step (tp=2) to learn
     which ops it splits, which dimensions a degree must divide, what it
     all-reduces, and whether the vocabulary splits. The fastest plan that
@@ -458,6 +461,9 @@ def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"devices", "devices", "int", /*default=*/"1", "Devices to plan for">,
+    Option<"batch", "batch", "int64_t", /*default=*/"0",
+           "Samples per step (0: the traced batch); a step runs it as "
+           "micro-batches of the traced batch">,
     Option<"memory", "memory", "double", /*default=*/"0",
            "Memory per device in GiB (0: the profile's capacity)">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"\"",
