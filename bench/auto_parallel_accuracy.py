@@ -40,10 +40,17 @@ PLANS = [
     (2, "dp=1 pp=2 microbatches=4 schedule=zb-h1"),
     (2, "dp=1 pp=2 microbatches=4 schedule=1f1b recompute=full"),
     (2, "dp=1 pp=2 microbatches=8 schedule=1f1b"),
+    (2, "dp=2 pp=1 microbatches=2 schedule=1f1b"),
 ]
 
 
+GLOBAL_BATCH = 8
+
+
 def build_models(tmp):
+    """Each model traced at 8, 4, 2 and 1 samples (the micro-batch of a
+    plan with 1, 2, 4 and 8 micro-batches), same weights; one data file of
+    8 samples per step."""
     import torch
     import merak_safetensors
     import merak_trace
@@ -57,25 +64,26 @@ def build_models(tmp):
         n_head = 4
         n_embd = 256
 
-    models = []
-    torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
+    torch.manual_seed(0)
     gpt = GPT2(Config()).train()
-    idx = torch.randint(0, 2048, (12, 8, 128), generator=gen)
-    merak_trace.save(gpt, (idx[0], idx[0]), os.path.join(tmp, "gpt.pt"))
-    merak_safetensors.save({"idx": idx, "targets": idx.roll(-1, dims=2)},
-                           os.path.join(tmp, "gpt.safetensors"))
-    models.append("gpt")
+    idx = torch.randint(0, 2048, (12, GLOBAL_BATCH, 128), generator=gen)
+    torch.manual_seed(0)
     enc = EncoderClassifier(vocab=2048, width=256, heads=8, layers=4,
                             classes=10).train()
-    tokens = torch.randint(0, 2048, (12, 8, 128), generator=gen)
-    labels = torch.randint(0, 10, (12, 8), generator=gen)
-    merak_trace.save(enc, (tokens[0], labels[0]),
-                     os.path.join(tmp, "encoder.pt"))
+    tokens = torch.randint(0, 2048, (12, GLOBAL_BATCH, 128), generator=gen)
+    labels = torch.randint(0, 10, (12, GLOBAL_BATCH), generator=gen)
+    merak_safetensors.save({"idx": idx, "targets": idx.roll(-1, dims=2)},
+                           os.path.join(tmp, "gpt.safetensors"))
     merak_safetensors.save({"tokens": tokens, "labels": labels},
                            os.path.join(tmp, "encoder.safetensors"))
-    models.append("encoder")
-    return models
+    for m in (1, 2, 4, 8):
+        b = GLOBAL_BATCH // m
+        merak_trace.save(gpt, (idx[0, :b], idx[0, :b]),
+                         os.path.join(tmp, "gpt-%d.pt" % m))
+        merak_trace.save(enc, (tokens[0, :b], labels[0, :b]),
+                         os.path.join(tmp, "encoder-%d.pt" % m))
+    return ["gpt", "encoder"]
 
 
 def run(cmd, **kw):
@@ -102,20 +110,36 @@ def main():
             run([exe, "--profile-hardware", "--nproc", "2", "--threads", "1",
                  "-o", hw])
         for name in build_models(tmp):
-            model = os.path.join(tmp, name + ".pt")
             data = os.path.join(tmp, name + ".safetensors")
-            step = os.path.join(tmp, name + ".step.mlir")
-            run([opt, model, "--merak-train=optimizer=adamw lr=1e-3", "-o",
-                 step])
+            steps = {}
+            for m in (1, 2, 4, 8):
+                steps[m] = os.path.join(tmp, "%s-%d.step.mlir" % (name, m))
+                run([opt, os.path.join(tmp, "%s-%d.pt" % (name, m)),
+                     "--merak-train=optimizer=adamw lr=1e-3", "-o", steps[m]])
+            # The search's choice: the best over the micro-batch sizes.
             chosen = {}
             for devices in (1, 2):
-                report = os.path.join(tmp, "auto.json")
-                run([opt, step, "--merak-auto-parallel=devices=%d "
-                     "hardware=%s report=%s quiet" % (devices, hw, report),
-                     "-o", os.devnull])
-                with open(report) as f:
-                    chosen[devices] = json.load(f)["plan"]["options"]
+                best = None
+                for m, step in steps.items():
+                    report = os.path.join(tmp, "auto.json")
+                    done = subprocess.run(
+                        [opt, step, "--merak-auto-parallel=devices=%d "
+                         "batch=%d hardware=%s report=%s quiet" % (
+                             devices, GLOBAL_BATCH, hw, report),
+                         "-o", os.devnull], capture_output=True, text=True)
+                    if done.returncode != 0:
+                        continue
+                    with open(report) as f:
+                        plan = json.load(f)["plan"]
+                    seconds = plan["predicted"]["step_seconds"]
+                    if best is None or seconds < best[0]:
+                        best = (seconds, plan["options"])
+                chosen[devices] = best[1]
             for devices, plan in PLANS:
+                m = int(re.search(r"microbatches=(\d+)", plan).group(1)) \
+                    if "microbatches=" in plan else 1
+                step = steps[m]
+                model = os.path.join(tmp, "%s-%d.pt" % (name, m))
                 report = os.path.join(tmp, "price.json")
                 run([opt, step, "--merak-auto-parallel=devices=%d hardware=%s "
                      "report=%s quiet compare={%s}" % (devices, hw, report,
@@ -128,6 +152,8 @@ def main():
                 run([opt, step, "--merak-parallelize=" + options, "-o",
                      compiled])
                 log = os.path.join(tmp, "run.jsonl")
+                if os.path.exists(log):
+                    os.remove(log)  # merak-exec appends to its log
                 done = run([exe, compiled, "--nproc", str(devices), "--init",
                             model, "--data", data, "--steps",
                             str(args.steps), "--threads", "1",
@@ -158,7 +184,8 @@ def main():
                           100 * row["time_error"],
                           row["predicted_bytes"] / 1e6, peak / 1e6,
                           100 * row["memory_error"],
-                          "  <- chosen" if row["chosen"] else ""))
+                          "  <- chosen" if row["chosen"] else ""),
+                      flush=True)
             for devices in (1, 2):
                 mine = [r for r in rows if r["model"] == name and
                         r["devices"] == devices]
