@@ -333,6 +333,19 @@ joinRun(const LaunchEnvironment &env, const CommunicatorEntry &comm,
 
 /// `--profile-hardware -o FILE`: every rank measures (HardwareProbe.h);
 /// rank 0 prints what it found and writes the profile atomically.
+/// Runs this command again as `nproc` local ranks (each a child that knows
+/// it is one) and returns the launcher's exit status.
+static int launchLocalRanks(int64_t nproc, int argc, char **argv,
+                            std::chrono::milliseconds timeout) {
+  LocalLaunch launch;
+  launch.nproc = nproc;
+  launch.argv.assign(argv, argv + argc);
+  launch.env.push_back({"MERAK_NPROC_CHILD", "1"});
+  launch.grace = std::min<std::chrono::milliseconds>(
+      timeout, std::chrono::milliseconds(5000));
+  return runLocalRanks(launch);
+}
+
 static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
                            bool launching, int nproc,
                            std::chrono::milliseconds timeout) {
@@ -362,13 +375,7 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
     commEntry = *comm;
   }
   if (launching) {
-    LocalLaunch launch;
-    launch.nproc = nproc;
-    launch.argv.assign(argv, argv + argc);
-    launch.env.push_back({"MERAK_NPROC_CHILD", "1"});
-    launch.grace = std::min<std::chrono::milliseconds>(
-        timeout, std::chrono::milliseconds(5000));
-    return runLocalRanks(launch);
+    return launchLocalRanks(nproc, argc, argv, timeout);
   }
 
   std::unique_ptr<DistributedJob> joined;
@@ -720,13 +727,7 @@ int main(int argc, char **argv) {
   }
 
   if (launching) {
-    LocalLaunch launch;
-    launch.nproc = nproc;
-    launch.argv.assign(argv, argv + argc);
-    launch.env.push_back({"MERAK_NPROC_CHILD", "1"});
-    launch.grace = std::min<std::chrono::milliseconds>(
-        timeout, std::chrono::milliseconds(5000));
-    return runLocalRanks(launch);
+    return launchLocalRanks(nproc, argc, argv, timeout);
   }
 
   // Local ranks share the machine's cores unless told otherwise.
