@@ -6,10 +6,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Analysis/CostModel.h"
-#include "merak/Hardware/CollectiveCost.h"
 #include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Hardware/CollectiveCost.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -16,10 +16,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "merak/Hardware/CollectiveCost.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"
+#include "merak/Hardware/CollectiveCost.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
