@@ -81,6 +81,14 @@ def build_models(tmp):
         b = GLOBAL_BATCH // m
         merak_trace.save(gpt, (idx[0, :b], idx[0, :b]),
                          os.path.join(tmp, "gpt-%d.pt" % m))
+        merak_safetensors.save(
+            {"idx": idx[:, :b].contiguous(),
+             "targets": idx.roll(-1, dims=2)[:, :b].contiguous()},
+            os.path.join(tmp, "gpt-%d.data.safetensors" % m))
+        merak_safetensors.save(
+            {"tokens": tokens[:, :b].contiguous(),
+             "labels": labels[:, :b].contiguous()},
+            os.path.join(tmp, "encoder-%d.data.safetensors" % m))
         merak_trace.save(enc, (tokens[0, :b], labels[0, :b]),
                          os.path.join(tmp, "encoder-%d.pt" % m))
     return ["gpt", "encoder"]
@@ -116,6 +124,19 @@ def main():
                 steps[m] = os.path.join(tmp, "%s-%d.step.mlir" % (name, m))
                 run([opt, os.path.join(tmp, "%s-%d.pt" % (name, m)),
                      "--merak-train=optimizer=adamw lr=1e-3", "-o", steps[m]])
+            # Calibration: each traced step once on one device.
+            calib = {}
+            for m, step in steps.items():
+                calib[m] = os.path.join(tmp, "%s-%d.calib.json" % (name, m))
+                run([exe, step, "--init",
+                     os.path.join(tmp, "%s-%d.pt" % (name, m)), "--data", data,
+                     "--steps", "6", "--threads", "1", "--profile-json",
+                     calib[m]] if m == 1 else
+                    [exe, step, "--init",
+                     os.path.join(tmp, "%s-%d.pt" % (name, m)), "--data",
+                     os.path.join(tmp, "%s-%d.data.safetensors" % (name, m)),
+                     "--steps", "6", "--threads", "1", "--profile-json",
+                     calib[m]])
             # The search's choice: the best over the micro-batch sizes.
             chosen = {}
             for devices in (1, 2):
@@ -148,6 +169,12 @@ def main():
                 with open(report) as f:
                     priced = json.load(f)["compared"][0]
                 options = priced["options"]
+                run([opt, step, "--merak-auto-parallel=devices=%d hardware=%s "
+                     "calibration=%s report=%s quiet compare={%s}" % (
+                         devices, hw, calib[m], report, plan),
+                     "-o", os.devnull])
+                with open(report) as f:
+                    calibrated = json.load(f)["compared"][0]
                 compiled = os.path.join(tmp, "plan.mlir")
                 run([opt, step, "--merak-parallelize=" + options, "-o",
                      compiled])
@@ -174,14 +201,18 @@ def main():
                     "measured_bytes": peak,
                     "chosen": options == chosen[devices],
                 }
+                row["calibrated_seconds"] = \
+                    calibrated["predicted"]["step_seconds"]
+                row["calibrated_error"] = row["calibrated_seconds"] / seconds - 1
                 row["time_error"] = (row["predicted_seconds"] / seconds - 1)
                 row["memory_error"] = (row["predicted_bytes"] / peak - 1)
                 rows.append(row)
-                print("%-8s %d  %-62s %8.1f %8.1f ms %+6.1f%%  %6.1f %6.1f MB "
-                      "%+6.1f%%%s" % (
+                print("%-8s %d  %-62s %8.1f %8.1f ms %+6.1f%% (calibrated "
+                      "%+6.1f%%)  %6.1f %6.1f MB %+6.1f%%%s" % (
                           name, devices, options[:62],
                           row["predicted_seconds"] * 1e3, seconds * 1e3,
                           100 * row["time_error"],
+                          100 * row["calibrated_error"],
                           row["predicted_bytes"] / 1e6, peak / 1e6,
                           100 * row["memory_error"],
                           "  <- chosen" if row["chosen"] else ""),
@@ -205,6 +236,10 @@ def main():
     memory = [abs(r["memory_error"]) for r in rows]
     print("step time: median error %.1f%%, worst %.1f%% over %d plans" % (
         100 * statistics.median(times), 100 * max(times), len(rows)))
+    calibrated = [abs(r["calibrated_error"]) for r in rows]
+    print("step time calibrated by a one-device run: median error %.1f%%, "
+          "worst %.1f%%" % (100 * statistics.median(calibrated),
+                            100 * max(calibrated)))
     print("peak memory: median error %.1f%%, worst %.1f%%" % (
         100 * statistics.median(memory), 100 * max(memory)))
     if args.json:

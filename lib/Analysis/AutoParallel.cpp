@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -154,11 +155,12 @@ double opTime(const HardwareProfile &hw, const std::string &type,
   return std::max(compute, memory) + hw.opOverhead;
 }
 
-double opsTime(const HardwareProfile &hw, const std::string &type,
+double opsTime(const ModelProfile &model, const HardwareProfile &hw,
                const std::vector<OpWork> &ops, double scale, int tp) {
   double t = 0;
   for (const OpWork &w : ops)
-    t += opTime(hw, type, w, w.split ? scale / tp : scale);
+    t += opTime(hw, model.computeType, w, w.split ? scale / tp : scale) *
+         (w.contraction ? model.gemmScale : model.otherScale);
   return t;
 }
 
@@ -205,10 +207,9 @@ struct Evaluator {
       return count * hw.collectiveTime("allreduce", tp, cross, sent);
     };
     for (const LayerProfile &l : model.layers) {
-      t.forward.push_back(opsTime(hw, model.computeType, l.forward, scale, tp));
-      t.backward.push_back(
-          opsTime(hw, model.computeType, l.backward, scale, tp));
-      t.weight.push_back(opsTime(hw, model.computeType, l.weight, scale, tp));
+      t.forward.push_back(opsTime(model, hw, l.forward, scale, tp));
+      t.backward.push_back(opsTime(model, hw, l.backward, scale, tp));
+      t.weight.push_back(opsTime(model, hw, l.weight, scale, tp));
       t.tpForward.push_back(
           collective(l.tpForwardBytes, l.tpForwardCollectives));
       t.tpBackward.push_back(
@@ -781,6 +782,59 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
   return result;
 }
 
+std::string merak::autoparallel::calibrate(ModelProfile &model,
+                                           const HardwareProfile &hw,
+                                           const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return path + ": cannot open";
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::exception &e) {
+    return path + ": not JSON: " + e.what();
+  }
+  if (!doc.is_object() || !doc.contains("ops") || !doc["ops"].is_object())
+    return path + ": no \"ops\" object (write it with merak-exec "
+                  "--profile-json)";
+  double gemm = 0, other = 0;
+  for (auto it = doc["ops"].begin(); it != doc["ops"].end(); ++it) {
+    const std::string &kind = it.key();
+    const json &entry = *it;
+    if (!entry.is_object() || !entry.contains("ms_per_step") ||
+        !entry["ms_per_step"].is_number() ||
+        entry["ms_per_step"].get<double>() < 0)
+      return path + ": ops." + kind +
+             ".ms_per_step: expected a "
+             "non-negative number";
+    double ms = entry["ms_per_step"].get<double>();
+    llvm::StringRef name(kind);
+    if (name.starts_with("mesh.") || name == "wait" ||
+        name.ends_with("_update"))
+      continue;
+    if (name.contains("linear") || name.contains("matmul") ||
+        name.contains("conv2d"))
+      gemm += ms;
+    else
+      other += ms;
+  }
+  // What the model predicts for that run: the step on one device, the
+  // traced batch at once.
+  double predictedGemm = 0, predictedOther = 0;
+  for (const LayerProfile &l : model.layers)
+    for (const std::vector<OpWork> *ops : {&l.forward, &l.backward})
+      for (const OpWork &w : *ops)
+        (w.contraction ? predictedGemm : predictedOther) +=
+            opTime(hw, model.computeType, w, 1.0) * 1e3;
+  if (gemm <= 0 || predictedGemm <= 0)
+    return path + ": no GEMM time to calibrate with (profile the "
+                  "unpartitioned step on one device)";
+  model.gemmScale = gemm / predictedGemm;
+  model.otherScale =
+      predictedOther > 0 && other > 0 ? other / predictedOther : 1.0;
+  return "";
+}
+
 namespace {
 
 json planJson(const ScoredPlan &s) {
@@ -835,7 +889,9 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                      {"source", hw.source},
                      {"device", hw.device},
                      {"devices_per_node", hw.devicesPerNode}};
-  doc["model"] = {{"layers", model.layers.size()},
+  doc["model"] = {{"gemm_scale", model.gemmScale},
+                  {"other_scale", model.otherScale},
+                  {"layers", model.layers.size()},
                   {"traced_batch", model.batch},
                   {"optimizer_states", model.optimizerStates},
                   {"compute_type", model.computeType}};

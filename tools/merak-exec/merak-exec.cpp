@@ -93,6 +93,9 @@ ABSL_FLAG(bool, check_numerics, false,
           "back)");
 ABSL_FLAG(bool, profile, false,
           "Print kernel time per op kind at the end (steps after the first)");
+ABSL_FLAG(std::string, profile_json, "",
+          "Also write the kernel time per op kind and step as JSON to this "
+          "file (implies --profile; calibrates --merak-auto-parallel)");
 ABSL_FLAG(std::optional<int>, nproc, std::nullopt,
           "Start this many local ranks of an SPMD program (the mesh size) "
           "and wait for them");
@@ -153,6 +156,7 @@ static int64_t seqLen, batchSize, steps, warmupSteps, decaySteps;
 static std::optional<uint64_t> seedFlag;
 static std::optional<double> learningRate;
 static double minLr, commTimeout;
+static std::string profileJsonFile;
 static bool skipNonFinite, profileOps, syncCollectives, printProgramOnly,
     checkNumerics;
 static std::optional<int> nprocFlag;
@@ -492,7 +496,8 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   logJsonl = absl::GetFlag(FLAGS_log_jsonl);
   skipNonFinite = absl::GetFlag(FLAGS_skip_nonfinite);
   checkNumerics = absl::GetFlag(FLAGS_check_numerics);
-  profileOps = absl::GetFlag(FLAGS_profile);
+  profileJsonFile = absl::GetFlag(FLAGS_profile_json);
+  profileOps = absl::GetFlag(FLAGS_profile) || !profileJsonFile.empty();
   nprocFlag = absl::GetFlag(FLAGS_nproc);
   commTimeout = absl::GetFlag(FLAGS_comm_timeout);
   syncCollectives = absl::GetFlag(FLAGS_sync_collectives);
@@ -703,6 +708,10 @@ int main(int argc, char **argv) {
   if (!saveFile.empty())
     if (absl::Status s = checkOutput("--save", saveFile, false); !s.ok())
       return fail(s);
+  if (!profileJsonFile.empty() && reporter)
+    if (absl::Status s = checkOutput("--profile-json", profileJsonFile, false);
+        !s.ok())
+      return fail(s);
   if (!traceFile.empty() && reporter)
     if (absl::Status s = checkOutput("--trace", traceFile, false); !s.ok())
       return fail(s);
@@ -862,6 +871,19 @@ int main(int argc, char **argv) {
                       deviceEntry->libraries ? deviceEntry->libraries() : "")
             .c_str(),
         stdout);
+  if (!profileJsonFile.empty() && reporter) {
+    std::string tmp = profileJsonFile + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << profileJson(trained->profile, trained->profiledMs,
+                         trained->profiledSteps, inputFile);
+      if (!out.flush())
+        return fail("--profile-json: cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), profileJsonFile.c_str()) != 0)
+      return fail("--profile-json: cannot rename " + tmp + " to " +
+                  profileJsonFile);
+  }
   if (pipeline) {
     absl::StatusOr<PipelineReport> made = reportPipeline(
         *plan, pipeline->events(), backend->memoryStats().peakBytes, stateBytes,

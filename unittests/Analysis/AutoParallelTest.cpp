@@ -13,6 +13,8 @@
 
 #include "gtest/gtest.h"
 
+#include <fstream>
+
 using namespace merak;
 using namespace merak::autoparallel;
 
@@ -201,6 +203,35 @@ TEST(AutoParallel, SearchPicksTheFastestPlanThatFits) {
   EXPECT_NE(r.error.find("the plan that needs least needs"), std::string::npos)
       << r.error;
   EXPECT_GT(r.leastMemory, 1e6);
+}
+
+TEST(AutoParallel, CalibrationScalesGemmsAndTheRest) {
+  // One device predicts 12 s of GEMMs (4 layers x 3 GFLOP at 1 GFLOP/s);
+  // a run measured 24 s of them: GEMMs take twice as long.
+  std::string path = ::testing::TempDir() + "/calibration.json";
+  {
+    std::ofstream out(path);
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 20000},
+                       "merak.linear_backward": {"ms_per_step": 4000},
+                       "mesh.all_reduce": {"ms_per_step": 99999},
+                       "merak.adamw_update": {"ms_per_step": 99999}}})";
+  }
+  ModelProfile m = model();
+  ASSERT_EQ(calibrate(m, hardware(), path), "");
+  EXPECT_DOUBLE_EQ(m.gemmScale, 2.0);
+  EXPECT_DOUBLE_EQ(m.otherScale, 1.0);
+  Plan plan;
+  ASSERT_EQ(parsePlan("dp=1", plan), "");
+  EXPECT_NEAR(evaluatePlan(m, hardware(), plan, 0).pipelineTime, 24.0, 1e-9);
+  {
+    std::ofstream out(path);
+    out << R"({"ops": {"merak.linear": {"ms_per_step": -1}}})";
+  }
+  EXPECT_EQ(calibrate(m, hardware(), path),
+            path + ": ops.merak.linear.ms_per_step: expected a non-negative "
+                   "number");
+  EXPECT_EQ(calibrate(m, hardware(), path + ".missing"),
+            path + ".missing: cannot open");
 }
 
 TEST(AutoParallel, OptionsRoundTrip) {

@@ -77,7 +77,20 @@ struct ModelProfile {
   bool clipsGradients = false;
   /// Bytes of the batch's inputs (read by every data-parallel rank).
   double inputBytes = 0;
+  /// Measured over predicted kernel time of GEMMs and of the other ops
+  /// (calibrate()); 1 uncalibrated.
+  double gemmScale = 1, otherScale = 1;
 };
+
+/// Calibrates `model` by a run of its unpartitioned step on one device
+/// (`merak-exec step.mlir --profile-json calib.json`, the same traced
+/// batch): the measured kernel time per step of GEMMs (linear, matmul,
+/// convolution and their gradients) and of the other ops (collectives,
+/// waits and optimizer updates left out) over what the model predicts for
+/// that run sets gemmScale and otherScale. Returns an error naming the file
+/// and the key, or "".
+std::string calibrate(ModelProfile &model, const HardwareProfile &hw,
+                      const std::string &path);
 
 struct Plan {
   int dp = 1, tp = 1, pp = 1;

@@ -99,8 +99,10 @@ absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
                     .count();
     if (!outcome->skipped)
       ++result.doneUpdates;
-    if (options.profile && step > options.firstStep)
+    if (options.profile && step > options.firstStep) {
       result.profiledMs += ms;
+      ++result.profiledSteps;
+    }
 
     StepRecord record;
     record.step = step;
@@ -207,6 +209,21 @@ std::string profileReport(const OpProfile &profile, double stepMs,
                           kernelMs > 0 ? 100.0 * e.seconds * 1e3 / kernelMs
                                        : 0.0);
   return out;
+}
+
+std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
+                        const std::string &program) {
+  nlohmann::ordered_json doc;
+  doc["program"] = program;
+  doc["profiled_steps"] = steps;
+  doc["step_ms"] = steps > 0 ? stepMs / double(steps) : 0.0;
+  nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+  for (const auto &[kind, e] : profile.byKind)
+    ops[opFullName(kind)] = {
+        {"calls_per_step", steps > 0 ? double(e.calls) / double(steps) : 0.0},
+        {"ms_per_step", steps > 0 ? e.seconds * 1e3 / double(steps) : 0.0}};
+  doc["ops"] = ops;
+  return doc.dump(2) + "\n";
 }
 
 } // namespace merak::runtime

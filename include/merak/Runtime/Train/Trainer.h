@@ -89,6 +89,7 @@ struct TrainResult {
   /// Kernel time per op kind over the profiled steps, and their wall time.
   OpProfile profile;
   double profiledMs = 0;
+  int64_t profiledSteps = 0;
 };
 
 absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
@@ -126,6 +127,12 @@ int64_t maxRssBytes();
 /// `libraries` (the backend's notes) is printed after the header.
 std::string profileReport(const OpProfile &profile, double stepMs,
                           const std::string &libraries);
+
+/// The same figures per step as JSON (`merak-exec --profile-json`): the
+/// kernel time and calls of each op kind, which calibrate the plan model
+/// (`--merak-auto-parallel calibration=`).
+std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
+                        const std::string &program);
 
 } // namespace merak::runtime
 

@@ -216,6 +216,13 @@ struct AutoParallelPass
     FailureOr<ModelProfile> model = profileModel(module, func, hw);
     if (failed(model))
       return signalPassFailure();
+    if (!calibration.empty()) {
+      if (std::string error = calibrate(*model, hw, calibration);
+          !error.empty()) {
+        emitError(module.getLoc(), "calibration: ") << error;
+        return signalPassFailure();
+      }
+    }
     SearchResult result = searchPlans(*model, hw, options);
     double limit = options.memory > 0 ? options.memory : hw.memoryCapacity;
     llvm::SmallVector<StringRef> comparisons;

@@ -229,6 +229,11 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
   Option<int> maxTp{*this, "max-tp",
                     llvm::cl::desc("with auto: largest tensor-parallel degree"),
                     llvm::cl::init(0)};
+  Option<std::string> calibration{
+      *this, "calibration",
+      llvm::cl::desc("with auto: a one-device merak-exec --profile-json run "
+                     "of this step that calibrates op times"),
+      llvm::cl::init("")};
   Option<std::string> compare{
       *this, "compare",
       llvm::cl::desc("with auto: also price these plans (';'-separated)"),
@@ -251,11 +256,11 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   if (o.autoPlan) {
     if (o.dp != 1 || o.tp != 1 || o.pp != 1 || o.zero != 0 || o.sp != "none" ||
         o.pipelined())
-      return fail(pm,
-                  "auto chooses dp, tp, pp, zero, sp, micro-batches, "
-                  "schedule and recomputation itself; give only devices, "
-                  "batch, memory, hardware, report, max-tp, compare and quiet "
-                  "with it");
+      return fail(pm, "auto chooses dp, tp, pp, zero, sp, micro-batches, "
+                      "schedule and recomputation itself; give only devices, "
+                      "batch, memory, hardware, report, calibration, max-tp, "
+                      "compare and quiet "
+                      "with it");
     if (o.devices < 1)
       return fail(pm, "devices must be at least 1");
     if (!(o.memory >= 0) || !std::isfinite(o.memory))
@@ -269,6 +274,7 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
     a.maxTp = o.maxTp;
     a.quiet = o.quiet;
     a.compare = o.compare;
+    a.calibration = o.calibration;
     pm.addPass(merak::createAutoParallel(a));
     return success();
   }

@@ -470,6 +470,9 @@ def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
            "Hardware profile: a JSON file or a Galvatron hardware directory">,
     Option<"report", "report", "std::string", /*default=*/"\"\"",
            "Write the plan report as JSON to this file">,
+    Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
+           "Calibrate op times by a one-device run of this step "
+           "(merak-exec --profile-json)">,
     Option<"maxTp", "max-tp", "int", /*default=*/"0",
            "Largest tensor-parallel degree (0: the devices of one node)">,
     Option<"quiet", "quiet", "bool", /*default=*/"false",
