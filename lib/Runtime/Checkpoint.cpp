@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <dirent.h>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -162,6 +163,23 @@ public:
     } catch (const json::exception &e) {
       return bad(absl::StrCat("not valid JSON: ", e.what()));
     }
+    // A list of integers, each within int64_t: a float or a larger number
+    // is refused (converting one would be undefined behaviour).
+    auto integers = [](const json &v, std::vector<int64_t> &out) {
+      if (!v.is_array())
+        return false;
+      out.clear();
+      for (const json &x : v) {
+        if (x.is_number_unsigned()) {
+          if (x.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+            return false;
+        } else if (!x.is_number_integer()) {
+          return false;
+        }
+        out.push_back(x.get<int64_t>());
+      }
+      return true;
+    };
     auto result = std::make_unique<ShardedCheckpoint>();
     result->label = indexPath;
     try {
@@ -201,14 +219,20 @@ public:
             parseSafetensorsDType(t.at("dtype").get<std::string>());
         if (!dtype)
           return bad(absl::StrCat("tensor '", name, "' has an unknown dtype"));
-        entry.type = {*dtype, t.at("shape").get<std::vector<int64_t>>()};
+        entry.type.dtype = *dtype;
+        if (!integers(t.at("shape"), entry.type.shape))
+          return bad(absl::StrCat("tensor '", name,
+                                  "': shape: expected a list of integers"));
         entry.blockShape = entry.type.shape;
         if (absl::StatusOr<int64_t> bytes = checkedByteSize(entry.type);
             !bytes.ok())
           return bad(absl::StrCat("tensor '", name,
                                   "': shape: ", bytes.status().message()));
         if (t.contains("stored_shape")) {
-          entry.type.shape = t.at("stored_shape").get<std::vector<int64_t>>();
+          if (!integers(t.at("stored_shape"), entry.type.shape))
+            return bad(absl::StrCat("tensor '", name,
+                                    "': stored_shape: expected a list of "
+                                    "integers"));
           if (absl::StatusOr<int64_t> bytes = checkedByteSize(entry.type);
               !bytes.ok())
             return bad(absl::StrCat("tensor '", name, "': stored_shape: ",
@@ -221,8 +245,11 @@ public:
         }
         for (const json &b : t.at("blocks")) {
           SavedBlock saved;
-          saved.block.offsets = b.at("offsets").get<std::vector<int64_t>>();
-          saved.block.sizes = b.at("shape").get<std::vector<int64_t>>();
+          if (!integers(b.at("offsets"), saved.block.offsets) ||
+              !integers(b.at("shape"), saved.block.sizes))
+            return bad(absl::StrCat("a block of '", name,
+                                    "': offsets and shape must be lists of "
+                                    "integers"));
           auto f = fileIndex.find(b.at("file").get<std::string>());
           if (f == fileIndex.end())
             return bad(absl::StrCat("a block of '", name,

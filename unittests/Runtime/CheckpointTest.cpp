@@ -382,6 +382,14 @@ TEST_F(CheckpointTest, IndexShapesAndBlocksAreChecked) {
   EXPECT_NE(openWith(R"("offsets":[2,3])", R"("offsets":[3,3])")
                 .find("lies outside the tensor's shape [4, 6]"),
             std::string::npos);
+  // Numbers that are not int64_t integers are refused, not converted.
+  EXPECT_NE(openWith(R"("shape":[4,6])", R"("shape":[4,3.3e95])")
+                .find("tensor 'a': shape: expected a list of integers"),
+            std::string::npos);
+  EXPECT_NE(
+      openWith(R"("offsets":[2,3])", R"("offsets":[2,18446744073709551615])")
+          .find("offsets and shape must be lists of integers"),
+      std::string::npos);
   // Shards are files beside the index, never a path the index names.
   size_t files = text.find(R"("files")");
   ASSERT_NE(files, std::string::npos);

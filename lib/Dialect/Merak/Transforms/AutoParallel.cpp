@@ -210,6 +210,12 @@ struct AutoParallelPass
       return signalPassFailure();
     }
     options.globalBatch = batch;
+    if (!(memory >= 0) || !std::isfinite(memory)) {
+      emitError(module.getLoc(), "memory must be a non-negative number of "
+                                 "GiB, got ")
+          << double(memory);
+      return signalPassFailure();
+    }
     options.memory = memory * double(1ull << 30);
     options.maxTp = maxTp;
 
