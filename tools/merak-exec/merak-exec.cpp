@@ -337,6 +337,14 @@ joinRun(const LaunchEnvironment &env, const CommunicatorEntry &comm,
 
 /// `--profile-hardware -o FILE`: every rank measures (HardwareProbe.h);
 /// rank 0 prints what it found and writes the profile atomically.
+/// The communicator `--comm` names when ranks talk to each other, null
+/// when they do not.
+static absl::StatusOr<const CommunicatorEntry *> communicatorIf(bool needed) {
+  if (!needed)
+    return nullptr;
+  return findCommunicator(absl::GetFlag(FLAGS_comm));
+}
+
 /// Runs this command again as `nproc` local ranks (each a child that knows
 /// it is one) and returns the launcher's exit status.
 static int launchLocalRanks(int64_t nproc, int argc, char **argv,
@@ -370,14 +378,11 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
       findBackend(absl::GetFlag(FLAGS_device));
   if (!device.ok())
     return fail(device.status());
-  const CommunicatorEntry *commEntry = nullptr;
-  if ((launching && nproc > 1) || env.worldSize > 1) {
-    absl::StatusOr<const CommunicatorEntry *> comm =
-        findCommunicator(absl::GetFlag(FLAGS_comm));
-    if (!comm.ok())
-      return fail(comm.status());
-    commEntry = *comm;
-  }
+  absl::StatusOr<const CommunicatorEntry *> comm =
+      communicatorIf((launching && nproc > 1) || env.worldSize > 1);
+  if (!comm.ok())
+    return fail(comm.status());
+  const CommunicatorEntry *commEntry = *comm;
   if (launching) {
     return launchLocalRanks(nproc, argc, argv, timeout);
   }
@@ -726,14 +731,10 @@ int main(int argc, char **argv) {
   if (!device.ok())
     return fail(device.status());
   const BackendEntry *deviceEntry = *device;
-  const CommunicatorEntry *commEntry = nullptr;
-  if (meshSize > 1) {
-    absl::StatusOr<const CommunicatorEntry *> comm =
-        findCommunicator(absl::GetFlag(FLAGS_comm));
-    if (!comm.ok())
-      return fail(comm.status());
-    commEntry = *comm;
-  }
+  absl::StatusOr<const CommunicatorEntry *> comm = communicatorIf(meshSize > 1);
+  if (!comm.ok())
+    return fail(comm.status());
+  const CommunicatorEntry *commEntry = *comm;
 
   if (launching) {
     return launchLocalRanks(nproc, argc, argv, timeout);

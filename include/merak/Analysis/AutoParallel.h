@@ -75,8 +75,6 @@ struct ModelProfile {
   std::string computeType = "f32";
   /// Whether the step clips the gradient norm (then no pipelines).
   bool clipsGradients = false;
-  /// Bytes of the batch's inputs (read by every data-parallel rank).
-  double inputBytes = 0;
   /// Measured over predicted kernel time of GEMMs and of the other ops
   /// (calibrate()); 1 uncalibrated.
   double gemmScale = 1, otherScale = 1;

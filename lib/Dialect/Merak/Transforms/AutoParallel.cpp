@@ -341,8 +341,6 @@ struct AutoParallelPass
         model.batch = type.getDimSize(0);
         found = true;
       }
-      if (func.getArgAttr(i, kInputAttr) && type)
-        model.inputBytes += double(tensorBytes(type));
       params += func.getArgAttr(i, kParamAttr) ? 1 : 0;
       states += func.getArgAttr(i, kOptStateAttr) ? 1 : 0;
     }
