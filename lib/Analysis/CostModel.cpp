@@ -41,7 +41,7 @@ int64_t merak::tensorBytes(Type type) {
 }
 
 bool merak::isContraction(Operation *op) {
-  return isa<LinearOp, MatmulOp, Conv2dOp>(op);
+  return isa<LinearOp, MatmulOp, LinearWeightBackwardOp, Conv2dOp>(op);
 }
 
 bool merak::isConstantLike(Operation *op) {
@@ -167,6 +167,12 @@ OpCost merak::estimateOp(Operation *op) {
         cost.flops = 2.0 * double(m) * double(n) * double(k);
         if (linear.getBias())
           cost.flops += double(m) * double(n);
+      })
+      .Case<LinearWeightBackwardOp>([&](LinearWeightBackwardOp grad) {
+        auto input = cast<RankedTensorType>(grad.getInput().getType());
+        int64_t k = input.getShape().back();
+        int64_t m = k ? input.getNumElements() / k : 0;
+        cost.flops = 2.0 * double(m) * double(out);
       })
       .Case<MatmulOp>([&](MatmulOp matmul) {
         auto lhs = cast<RankedTensorType>(matmul.getLhs().getType());

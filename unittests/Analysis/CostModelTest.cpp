@@ -61,6 +61,18 @@ TEST(CostModel, BatchedMatmul) {
                    2.0 * 4 * 5 * 3 * 7);
 }
 
+TEST(CostModel, LinearWeightGradientContractsEveryLeadingDimension) {
+  ParsedModule m(R"(
+    func.func @f(%g: tensor<4x5x3xf32>, %x: tensor<4x5x7xf32>) -> tensor<3x7xf32> {
+      %w = merak.linear_weight_backward %g, %x : (tensor<4x5x3xf32>, tensor<4x5x7xf32>) -> tensor<3x7xf32>
+      return %w : tensor<3x7xf32>
+    })");
+  ASSERT_TRUE(m.module);
+  Operation *op = firstOp(m, "merak.linear_weight_backward");
+  EXPECT_DOUBLE_EQ(estimateOp(op).flops, 2.0 * 4 * 5 * 3 * 7);
+  EXPECT_TRUE(isContraction(op));
+}
+
 TEST(CostModel, MaskedAttention) {
   // 2 x 3 stacks of 5 x 5 scores, D = 8, E = 4: forward two products and
   // the softmax, backward (by rule and as an op) four products and the

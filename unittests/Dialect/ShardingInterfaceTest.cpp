@@ -96,6 +96,7 @@ func.func @all(%x: tensor<2x3xf32>, %v: tensor<3xf32>, %s: tensor<f32>,
   %k3 = merak.adaptive_avg_pool2d %img {output_size = array<i64: 1, 1>} : (tensor<2x3x8x8xf32>) -> tensor<2x3x1x1xf32>
   %ce0 = merak.cross_entropy %logits, %t : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
   %g0 = merak.gelu_backward %x, %x : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %gw = merak.linear_weight_backward %x3, %x3 : (tensor<2x5x8xf32>, tensor<2x5x8xf32>) -> tensor<8x8xf32>
   %gs = merak.softmax_backward %x3, %n0 {dim = 2 : i64} : (tensor<2x5x8xf32>, tensor<2x5x8xf32>) -> tensor<2x5x8xf32>
   %at:2 = merak.masked_attention %q4, %q4, %v4, %m4 {scale = 0.5 : f64} : (tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>, tensor<1x1x5x5xi1>) -> (tensor<2x3x5x4xf32>, tensor<2x3x5x5xf32>)
   %ab:3 = merak.masked_attention_backward %v4, %q4, %q4, %v4, %m4, %p4 {scale = 0.5 : f64} : (tensor<2x3x5x4xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>, tensor<1x1x5x5xi1>, tensor<2x3x5x5xf32>) -> (tensor<2x3x5x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x4xf32>)

@@ -950,6 +950,39 @@ TEST_F(CpuKernelsTest, GemmsSplitOverThreadsMatchATen) {
   backend = blasBackend(1);
 }
 
+TEST_F(CpuKernelsTest, LinearWeightBackwardSumsOverEveryLeadingDimension) {
+  // grad[..., N]^T input[..., K] over all leading positions, as ATen's
+  // product of the flattened operands: on ATen's GEMMs, the BLAS split over
+  // two threads and oneDNN; contiguous operands, a permuted gradient (a
+  // view, as the IR's permute gives it) and float64 (ATen's own product).
+  torch::manual_seed(5);
+  OpAttrs none;
+  at::Tensor g = torch::randn({3, 5, 7, 16}), x = torch::randn({3, 5, 7, 8});
+  at::Tensor gt = torch::randn({7, 5, 16}).permute({1, 0, 2});
+  at::Tensor xt = torch::randn({5, 7, 8});
+  for (int variant = 0; variant < 3; ++variant) {
+    backend = variant == 0 ? blasBackend(1)
+              : variant == 1
+                  ? blasBackend(2)
+                  : createCpuBackend({1, true, true, GemmLibrary::OneDnn});
+    std::string on = " on backend variant " + std::to_string(variant);
+    at::Tensor expected = at::mm(g.reshape({-1, 16}).t(), x.reshape({-1, 8}));
+    expectClose(
+        run(OpKind::LinearWeightBackward, none, {g, x}, {typeOf(expected)})[0],
+        expected, "rank-4 operands" + on, 1e-5, 1e-4);
+    expected = at::mm(gt.reshape({-1, 16}).t(), xt.reshape({-1, 8}));
+    expectClose(run(OpKind::LinearWeightBackward, none, {gt, xt},
+                    {typeOf(expected)})[0],
+                expected, "a permuted gradient" + on, 1e-5, 1e-4);
+    at::Tensor gd = g.to(at::kDouble), xd = x.to(at::kDouble);
+    expected = at::mm(gd.reshape({-1, 16}).t(), xd.reshape({-1, 8}));
+    expectClose(run(OpKind::LinearWeightBackward, none, {gd, xd},
+                    {typeOf(expected)})[0],
+                expected, "float64" + on, 1e-12, 1e-12);
+  }
+  backend = blasBackend(1);
+}
+
 /// Expects sgemm to read a `rows x cols` matrix with those strides as
 /// `trans` with leading dimension `ld`.
 void expectLayout(int64_t rows, int64_t cols, int64_t rowStride,

@@ -247,6 +247,18 @@ void registerLinearAlgebraKernels(KernelTable &table) {
   });
   table.add(OpKind::Matmul,
             [](Ctx &c) { c.set(0, matmulOnThreads(c.in(0), c.in(1))); });
+  // grad[..., N]^T input[..., K] summed over the leading dimensions: one
+  // product of the flattened operands, the transpose read in place.
+  table.add(OpKind::LinearWeightBackward, [](Ctx &c) {
+    const at::Tensor &g = c.in(0), &x = c.in(1);
+    at::Tensor g2 = g.reshape({-1, g.size(-1)}).t();
+    at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    if (!gemmsOwned())
+      return c.set(0, at::mm(g2, x2));
+    at::Tensor out = at::empty({g2.size(0), x2.size(1)}, g.options());
+    matmul2dInto(out, g2, x2, c10::nullopt);
+    c.set(0, out);
+  });
 }
 
 } // namespace merak::runtime::cpu

@@ -479,6 +479,18 @@ GRADIENT(LinearOp) {
   Value x = getInput(), w = getWeight();
   auto xt = typeOf(x), wt = typeOf(w);
   int64_t n = wt.getDimSize(0), k = wt.getDimSize(1);
+  if (xt.getRank() > 2) {
+    // Leading dimensions kept: whichever of them a mesh axis splits stays
+    // split (a flattened [M, K] could be split only along its outermost).
+    operandGrads[0] = b.create<MatmulOp>(loc, g, w);
+    operandGrads[1] = b.create<LinearWeightBackwardOp>(loc, wt, g, x);
+    if (getBias()) {
+      SmallVector<int64_t> leading =
+          llvm::to_vector(llvm::seq<int64_t>(0, xt.getRank() - 1));
+      operandGrads[2] = b.create<ReduceSumOp>(loc, g, leading, false);
+    }
+    return success();
+  }
   int64_t m = xt.getNumElements() / k;
   // Flatten leading dims: g2 [M, N], x2 [M, K].
   Value g2 = b.create<ReshapeOp>(loc, g, ArrayRef<int64_t>{m, n});

@@ -11,6 +11,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 
@@ -301,6 +302,29 @@ MERAK_INFER(MatmulOp) {
   return success();
 }
 
+LogicalResult LinearWeightBackwardOp::verify() {
+  auto g = cast<RankedTensorType>(getGrad().getType());
+  auto x = cast<RankedTensorType>(getInput().getType());
+  auto w = cast<RankedTensorType>(getType());
+  if (g.getElementType() != x.getElementType() ||
+      w.getElementType() != x.getElementType())
+    return emitOpError("grad, input and result must have one element type, "
+                       "got ")
+           << g.getElementType() << ", " << x.getElementType() << " and "
+           << w.getElementType();
+  if (g.getRank() < 1 || g.getRank() != x.getRank() ||
+      g.getShape().drop_back() != x.getShape().drop_back())
+    return emitOpError("grad ")
+           << shapeStr(g.getShape()) << " and input " << shapeStr(x.getShape())
+           << " must have the same leading dimensions";
+  if (w.getRank() != 2 || w.getDimSize(0) != g.getShape().back() ||
+      w.getDimSize(1) != x.getShape().back())
+    return emitOpError("result ")
+           << shapeStr(w.getShape()) << " must be [" << g.getShape().back()
+           << ", " << x.getShape().back() << "]";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax, normalization
 //===----------------------------------------------------------------------===//
@@ -569,6 +593,60 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor) {
   if (getInput().getType() == getType())
     return getInput();
   return {};
+}
+
+namespace {
+
+/// `reshape(linear(reshape(x -> [M, K])) -> [a..., N])` with `prod(a) == M`
+/// is `linear(reshape(x -> [a..., K]))`: a linear acts on each row of its
+/// input alone. nn.MultiheadAttention flattens the sequence and the batch
+/// into one dimension around its output projection, the batch minor; no
+/// block of that dimension is a block of the batch, so data parallelism
+/// would have to gather the batch there. Kept as `[a..., K]`, the batch
+/// stays a dimension of its own.
+struct LinearOverFlattenedRows : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(ReshapeOp outer,
+                                PatternRewriter &rewriter) const override {
+    auto linear = outer.getInput().getDefiningOp<LinearOp>();
+    if (!linear || !linear->hasOneUse())
+      return failure();
+    auto inner = linear.getInput().getDefiningOp<ReshapeOp>();
+    if (!inner)
+      return failure();
+    auto rows = cast<RankedTensorType>(inner.getType());
+    auto result = cast<RankedTensorType>(outer.getType());
+    if (rows.getRank() != 2 || result.getRank() < 2 ||
+        result.getShape().back() != linear.getType().getShape().back())
+      return failure();
+    int64_t m = 1;
+    for (int64_t d : result.getShape().drop_back())
+      m *= d;
+    if (m != rows.getDimSize(0))
+      return failure();
+    SmallVector<int64_t> shape(result.getShape().drop_back());
+    shape.push_back(rows.getDimSize(1));
+    rewriter.setInsertionPoint(linear);
+    auto input =
+        rewriter.create<ReshapeOp>(inner.getLoc(), inner.getInput(), shape);
+    input->setDiscardableAttrs(inner->getDiscardableAttrDictionary());
+    auto replacement = rewriter.create<LinearOp>(
+        linear.getLoc(), result, input, linear.getWeight(), linear.getBias());
+    replacement->setDiscardableAttrs(linear->getDiscardableAttrDictionary());
+    rewriter.replaceOp(outer, replacement.getResult());
+    rewriter.eraseOp(linear);
+    if (inner->use_empty())
+      rewriter.eraseOp(inner);
+    return success();
+  }
+};
+
+} // namespace
+
+void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                            MLIRContext *context) {
+  patterns.add<LinearOverFlattenedRows>(context);
 }
 
 MERAK_INFER(PermuteOp) {

@@ -157,6 +157,22 @@ void linear(SpaceBuilder &b, LinearOp op) {
   b.next(y);
 }
 
+/// linear_weight_backward(grad[lead..., N], input[lead..., K]) -> [N, K]:
+/// every leading loop is summed, so splitting any of them leaves a partial
+/// sum.
+void linearWeightBackward(SpaceBuilder &b, LinearWeightBackwardOp op) {
+  SmallVector<unsigned> lead;
+  for (int64_t i = 0; i + 1 < rankOf(op.getInput()); ++i)
+    lead.push_back(b.reduction(ReductionKind::Sum));
+  unsigned n = b.parallel(), k = b.parallel();
+  SmallVector<unsigned> g(lead), x(lead);
+  g.push_back(n);
+  x.push_back(k);
+  b.next(g);
+  b.next(x);
+  b.next(ArrayRef<unsigned>{n, k});
+}
+
 void matmul(SpaceBuilder &b, MatmulOp op) {
   ArrayRef<int64_t> full = shapeOf(op.getResult());
   ArrayRef<int64_t> batchShape = full.drop_back(2);
@@ -697,6 +713,10 @@ std::optional<LoopSpace> merak::getLoopSpace(Operation *op) {
           })
           .Case([&](MatmulOp o) {
             matmul(b, o);
+            return true;
+          })
+          .Case([&](LinearWeightBackwardOp o) {
+            linearWeightBackward(b, o);
             return true;
           })
           // Normalizations.

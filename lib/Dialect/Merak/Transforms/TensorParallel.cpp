@@ -458,6 +458,8 @@ struct SequenceParallelPass
     // Ids of the vocabulary-parallel embeddings whose output is split along
     // the sequence.
     llvm::SmallDenseSet<Attribute> seqEmbeddings;
+    // Ids of the column-parallel linears whose input is gathered.
+    llvm::SmallDenseSet<Attribute> columnLinears;
     func.walk([&](Operation *op) {
       if (!isForward(op))
         return;
@@ -468,9 +470,11 @@ struct SequenceParallelPass
             scatter.push_back({linear.getResult(), s});
         } else if (d == 0) {
           auto type = cast<RankedTensorType>(linear.getInput().getType());
-          if (type.getRank() == 3)
+          if (type.getRank() == 3) {
             gather[stripShards(linear.getInput())] =
                 activationSharding(mesh, type, {});
+            columnLinears.insert(op->getAttr(kIdAttr));
+          }
         }
       } else if (auto emb = dyn_cast<EmbeddingOp>(op)) {
         if (splitDim(emb.getWeight(), axis) == 0)
@@ -501,15 +505,23 @@ struct SequenceParallelPass
     for (auto [v, s] : scatter)
       annotateUses(v, s);
     for (auto [v, s] : gather) {
-      // Only the column-parallel linears' operand: other users of the
-      // value keep the sequence shard.
+      // Only the column-parallel linears' operand, and their weight
+      // gradients' (the gathered input times the output gradient's own
+      // columns, as Megatron computes it, rather than the gradient moved to
+      // the sequence split and the whole weight's partial sums reduced):
+      // other users of the value keep the sequence shard.
       for (OpOperand *use : usesOf(v)) {
-        auto linear = dyn_cast<LinearOp>(use->getOwner());
-        if (!linear || use->getOperandNumber() != 0 ||
-            splitDim(linear.getWeight(), axis) != 0)
+        Operation *user = use->getOwner();
+        auto linear = dyn_cast<LinearOp>(user);
+        auto weightGrad = dyn_cast<LinearWeightBackwardOp>(user);
+        if (linear
+                ? use->getOperandNumber() != 0 ||
+                      splitDim(linear.getWeight(), axis) != 0
+                : !weightGrad || use->getOperandNumber() != 1 ||
+                      !columnLinears.contains(weightGrad->getAttr(kGradOfAttr)))
           continue;
-        OpBuilder b(linear);
-        auto whole = b.create<ShardOp>(linear.getLoc(), use->get(), s,
+        OpBuilder b(user);
+        auto whole = b.create<ShardOp>(user->getLoc(), use->get(), s,
                                        /*annotate_for_users=*/true);
         use->set(whole);
       }

@@ -127,6 +127,30 @@ func.func @matmul_result_mismatch(%a: tensor<1x3x4xf32>, %b: tensor<7x4x6xf32>) 
 
 // -----
 
+func.func @linear_weight_backward_leading(%g: tensor<2x3x16xf32>, %x: tensor<3x2x8xf32>) {
+  // expected-error @below {{'merak.linear_weight_backward' op grad [2, 3, 16] and input [3, 2, 8] must have the same leading dimensions}}
+  %0 = merak.linear_weight_backward %g, %x : (tensor<2x3x16xf32>, tensor<3x2x8xf32>) -> tensor<16x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_weight_backward_result(%g: tensor<2x3x16xf32>, %x: tensor<2x3x8xf32>) {
+  // expected-error @below {{'merak.linear_weight_backward' op result [8, 16] must be [16, 8]}}
+  %0 = merak.linear_weight_backward %g, %x : (tensor<2x3x16xf32>, tensor<2x3x8xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_weight_backward_types(%g: tensor<2x3x16xbf16>, %x: tensor<2x3x8xf32>) {
+  // expected-error @below {{'merak.linear_weight_backward' op grad, input and result must have one element type, got 'bf16', 'f32' and 'f32'}}
+  %0 = merak.linear_weight_backward %g, %x : (tensor<2x3x16xbf16>, tensor<2x3x8xf32>) -> tensor<16x8xf32>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // softmax, log_softmax, softmax_backward
 //===----------------------------------------------------------------------===//

@@ -15,6 +15,16 @@ func.func @linear(%x: tensor<2x5x8xf32>, %w: tensor<16x8xf32>, %b: tensor<16xf32
 
 // -----
 
+// CHECK-LABEL: func.func @linear_weight_backward
+// CHECK-SAME: (%[[G:[a-z0-9]+]]: tensor<2x5x16xf32>, %[[X:[a-z0-9]+]]: tensor<2x5x8xf32>)
+func.func @linear_weight_backward(%g: tensor<2x5x16xf32>, %x: tensor<2x5x8xf32>) -> tensor<16x8xf32> {
+  // CHECK: merak.linear_weight_backward %[[G]], %[[X]] : (tensor<2x5x16xf32>, tensor<2x5x8xf32>) -> tensor<16x8xf32>
+  %0 = merak.linear_weight_backward %g, %x : (tensor<2x5x16xf32>, tensor<2x5x8xf32>) -> tensor<16x8xf32>
+  return %0 : tensor<16x8xf32>
+}
+
+// -----
+
 // bmm, mm and matmul import as matmul; batch dimensions broadcast.
 // CHECK-LABEL: func.func @matmul
 // CHECK-SAME: (%[[A:[a-z0-9]+]]: tensor<3x4xf16>, %[[B:[a-z0-9]+]]: tensor<4x5xf16>, %[[C:[a-z0-9]+]]: tensor<2x3x4xf16>, %[[D:[a-z0-9]+]]: tensor<1x8x3x4xf16>, %[[E:[a-z0-9]+]]: tensor<6x1x4x5xf16>)

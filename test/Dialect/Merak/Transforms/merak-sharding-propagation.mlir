@@ -27,6 +27,25 @@ func.func @weight_gradient(%x: tensor<8x4xf32>, %dy: tensor<8x4xf32>,
 
 mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
 
+// nn.MultiheadAttention's layout, [sequence, batch, hidden]: the batch is
+// the inner leading dimension. The weight gradient contracts every leading
+// dimension at once, so the batch split stays a split there (no gather)
+// and the gradient is a partial sum.
+// CHECK-LABEL: func.func @weight_gradient_inner_batch
+// CHECK: %[[G:.*]] = merak.linear_weight_backward
+// CHECK-NEXT: mesh.shard %[[G]] to <@mesh, {{\[\[}}]], partial = sum[0]> : tensor<16x8xf32>
+// CHECK-NOT: mesh.shard {{.*}} to <@mesh, {{\[\[}}]]> annotate_for_users : tensor<6x4x
+func.func @weight_gradient_inner_batch(%x: tensor<6x4x8xf32>, %dy: tensor<6x4x16xf32>) -> tensor<16x8xf32> {
+  %xs = mesh.shard %x to <@mesh, [[], [0]]> : tensor<6x4x8xf32>
+  %dys = mesh.shard %dy to <@mesh, [[], [0]]> : tensor<6x4x16xf32>
+  %g = merak.linear_weight_backward %dys, %xs : (tensor<6x4x16xf32>, tensor<6x4x8xf32>) -> tensor<16x8xf32>
+  return %g : tensor<16x8xf32>
+}
+
+// -----
+
+mesh.mesh @mesh(shape = 2) {merak.axes = ["dp"]}
+
 // Conflicting operands: the add follows the larger operand and reshards the
 // smaller one (fewest bytes moved), whichever comes first.
 // CHECK-LABEL: func.func @fewest_bytes

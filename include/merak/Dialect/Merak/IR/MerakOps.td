@@ -547,6 +547,7 @@ def Merak_ReshapeOp : Merak_InferOp<"reshape"> {
   let arguments = (ins Merak_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Merak_Tensor:$result);
   let hasFolder = 1;
+  let hasCanonicalizer = 1;
   let extraClassDeclaration = [{
     /// For a reshape of an activation `[batch, ..., hidden]` (rank >= 3)
     /// that splits the last dimension into `[heads, head_dim]`: heads.
@@ -714,6 +715,23 @@ class Merak_BackwardOp<string mnemonic, list<Trait> traits = []>
     : Merak_Op<mnemonic, !listconcat(traits, [Pure])> {
   let assemblyFormat =
       "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def Merak_LinearWeightBackwardOp
+    : Merak_BackwardOp<"linear_weight_backward"> {
+  let precision = "compute";
+  let summary = "gradient of linear with respect to its weight";
+  let description = [{
+    `grad` is `[..., N]` and `input` `[..., K]` with the same leading
+    dimensions; the result is `[N, K]`, the sum over every leading position
+    of `grad^T input`. One contraction over all the leading dimensions, in
+    no order: whichever of them data or sequence parallelism splits, the
+    result is a partial sum, where a product of the flattened operands
+    could only be split along the outermost.
+  }];
+  let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$input);
+  let results = (outs Merak_FloatTensor:$result);
+  let hasVerifier = 1;
 }
 
 def Merak_GeluBackwardOp : Merak_BackwardOp<"gelu_backward",
