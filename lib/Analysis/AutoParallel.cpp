@@ -398,6 +398,12 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     tpTimeOf[s] = tpTime;
   }
 
+  // A pipelined step sums each micro-batch's weight gradients into the
+  // step's (the runtime reads both and writes one), after each backward.
+  if (plan.pipelined() && plan.microbatches > 1 && hw.memoryBandwidth > 0)
+    for (int s = 0; s < stages; ++s)
+      tt.backward[s] += 3 * paramsOf[s] / hw.memoryBandwidth + hw.opOverhead;
+
   // Cheap bounds first: memory before activations, and compute alone.
   {
     std::vector<double> params(plan.pp, 0), work(plan.pp, 0);

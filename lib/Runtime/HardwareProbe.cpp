@@ -521,6 +521,101 @@ absl::Status measureCollectives(Backend &backend, DistributedJob &job,
   return absl::OkStatus();
 }
 
+/// How much a collective and compute slow each other when they overlap, as
+/// the cost model uses it: `max(c, m) + (k - 1) min(c, m)` for compute `c`
+/// and a collective `m` run together, so 1 is perfect overlap and 2 none
+/// (the collective's threads take the cores the compute needs). Timed with
+/// a 2 MiB all-reduce over every rank and 256^3 float32 GEMMs about as long:
+/// each alone, then the GEMMs while the all-reduce is in flight; the median
+/// of kMostSamples rounds, clamped to [1, 2].
+absl::StatusOr<double> measureOverlap(Backend &backend, DistributedJob &job) {
+  const int64_t world = job.worldSize();
+  absl::StatusOr<Program> program = collectiveProgram(world, world, job.rank());
+  if (!program.ok())
+    return program.status();
+  absl::StatusOr<std::unique_ptr<Communicator>> comm =
+      job.createGlooCommunicator(*program);
+  if (!comm.ok())
+    return comm.status();
+  // The all-reduce of the third message size (2 MiB).
+  const size_t index = 2;
+  const Instruction &inst = program->instructions[index];
+  absl::StatusOr<TensorHandle> operand =
+      backend.zeros(program->values[inst.operands[0]].type);
+  if (!operand.ok())
+    return operand.status();
+  StepContext step;
+  auto call = [&] {
+    KernelCall c;
+    c.instruction = &inst;
+    c.program = &*program;
+    c.step = &step;
+    c.operands = {operand->get()};
+    c.hostScalars = {std::nullopt};
+    c.inPlace = {nullptr};
+    return c;
+  };
+  const int64_t n = 256;
+  TensorType square{DType::F32, {n, n}};
+  absl::StatusOr<std::unique_ptr<KernelRun>> gemm =
+      KernelRun::create(backend, OpKind::Matmul, {square, square}, square);
+  if (!gemm.ok())
+    return gemm.status();
+  auto reduce = [&]() -> absl::Status {
+    KernelCall c = call();
+    return (*comm)->execute(c);
+  };
+  absl::StatusOr<double> warm = timeBatches(backend, reduce, {1, 2});
+  if (!warm.ok())
+    return warm.status();
+  absl::StatusOr<double> oneGemm = timeKernel(
+      backend, [&] { return (*gemm)->run(); }, 0.05);
+  if (!oneGemm.ok())
+    return oneGemm.status();
+  // Every rank runs as many GEMMs as rank 0 decides.
+  absl::StatusOr<Repetitions> count = shareRepetitions(
+      job, "hardware-probe/overlap",
+      Repetitions{std::max<int64_t>(1, int64_t(*warm / *oneGemm)),
+                  kMostSamples});
+  if (!count.ok())
+    return count.status();
+  auto gemms = [&]() -> absl::Status {
+    for (int64_t i = 0; i < count->inner; ++i)
+      if (absl::Status s = (*gemm)->run(); !s.ok())
+        return s;
+    return backend.synchronize();
+  };
+  std::vector<double> ks;
+  for (int round = 0; round < count->samples; ++round) {
+    Clock::time_point start = Clock::now();
+    if (absl::Status s = reduce(); !s.ok())
+      return s;
+    double m = secondsSince(start);
+    start = Clock::now();
+    if (absl::Status s = gemms(); !s.ok())
+      return s;
+    double c = secondsSince(start);
+    start = Clock::now();
+    KernelCall c2 = call();
+    absl::StatusOr<std::unique_ptr<PendingCollective>> pending =
+        (*comm)->start(c2);
+    if (!pending.ok())
+      return pending.status();
+    if (absl::Status s = gemms(); !s.ok())
+      return s;
+    if (absl::StatusOr<std::vector<TensorHandle>> done = (*pending)->finish();
+        !done.ok())
+      return done.status();
+    double both = secondsSince(start);
+    double shorter = std::min(c, m);
+    if (shorter > 0)
+      ks.push_back(1 + (both - std::max(c, m)) / shorter);
+  }
+  if (ks.empty())
+    return 1.0;
+  return std::clamp(median(ks), 1.0, 2.0);
+}
+
 /// One-way transfers between ranks 0 and 1 through the run's peer link:
 /// each message goes there and back, and counts half the round trip.
 absl::StatusOr<LinkFigures>
@@ -783,6 +878,14 @@ probeHardware(Backend &backend, DistributedJob *job,
     progress(absl::StrFormat(
         "%s over %d ranks: latency %.1f us, bus bandwidth %.2f GB/s", c.op,
         c.group, c.latency * 1e6, c.busBandwidth / 1e9));
+  absl::StatusOr<double> overlap = measureOverlap(backend, *job);
+  if (!overlap.ok())
+    return named(overlap.status(), "overlap of compute and an all-reduce");
+  profile.overlapCoefficient = *overlap;
+  progress(absl::StrFormat(
+      "overlap of GEMMs and a 2 MiB all-reduce over %d ranks: coefficient "
+      "%.2f (1: hidden, 2: serialized)",
+      job->worldSize(), *overlap));
   absl::StatusOr<LinkFigures> link =
       measurePeerLink(backend, *job, commSeconds * (1 - collectiveShare));
   if (!link.ok())

@@ -133,12 +133,28 @@ TEST(AutoParallel, RecomputationKeepsLayerInputs) {
 TEST(AutoParallel, LongPipelinesExtrapolateExactly) {
   // 64 micro-batches are simulated at 4 and 6 and extrapolated; 1F1B's
   // makespan is linear in them: (64 + 1) x 6 s.
+  // (Each backward also sums its 8 MB of gradients into the step's: 3 x
+  // 8 MB at 10^15 B/s.)
   Estimate e = price("dp=1 pp=2 microbatches=64 schedule=1f1b stages=2");
-  EXPECT_NEAR(e.pipelineTime, 65.0 * 6.0, 1e-6);
+  EXPECT_NEAR(e.pipelineTime, 65.0 * (6.0 + 3 * 8e6 / 1e15), 1e-9);
   EXPECT_DOUBLE_EQ(e.activations, 2 * 16e6);
   // Gradient accumulation: one stage, 3 micro-batches, 12 s each.
   Estimate acc = price("dp=1 pp=1 microbatches=3 schedule=1f1b");
-  EXPECT_NEAR(acc.pipelineTime, 36.0, 1e-6);
+  EXPECT_NEAR(acc.pipelineTime, 3 * (12.0 + 3 * 16e6 / 1e15), 1e-9);
+}
+
+TEST(AutoParallel, MicroBatchesSumTheirGradients) {
+  // At 10^7 B/s, summing 16 MB of gradients into the step's (read both,
+  // write one) takes 4.8 s after each micro-batch's backward; one batch
+  // needs none.
+  HardwareProfile hw = hardware();
+  hw.memoryBandwidth = 1e7;
+  Plan whole, three;
+  ASSERT_EQ(parsePlan("dp=1", whole), "");
+  ASSERT_EQ(parsePlan("dp=1 pp=1 microbatches=3 schedule=1f1b", three), "");
+  EXPECT_NEAR(evaluatePlan(model(), hw, whole, 0).pipelineTime, 12.0, 1e-9);
+  EXPECT_NEAR(evaluatePlan(model(), hw, three, 0).pipelineTime,
+              3 * (12.0 + 4.8), 1e-9);
 }
 
 TEST(AutoParallel, InfeasiblePlansSayWhy) {
