@@ -556,6 +556,11 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     double grads = plan.zero >= 2 ? p * sharded : p;
     double opt =
         staticMemory(p, plan.zero, plan.dp, int(states)) - params - grads;
+    // With several micro-batches the step's gradients are summed whole (the
+    // reductions wait for the update), and the last micro-batch's own are
+    // alive beside them when its backward returns.
+    if (plan.pipelined() && plan.microbatches > 1)
+      grads = 2 * p;
     double acts = heldPerRank[r] + rankTransient[r];
     double buffers = 2 * maxOut + (plan.zero >= 3 ? p / stages : 0);
     double total = params + grads + opt + acts + buffers;

@@ -152,9 +152,15 @@ TEST(AutoParallel, MicroBatchesSumTheirGradients) {
   Plan whole, three;
   ASSERT_EQ(parsePlan("dp=1", whole), "");
   ASSERT_EQ(parsePlan("dp=1 pp=1 microbatches=3 schedule=1f1b", three), "");
-  EXPECT_NEAR(evaluatePlan(model(), hw, whole, 0).pipelineTime, 12.0, 1e-9);
-  EXPECT_NEAR(evaluatePlan(model(), hw, three, 0).pipelineTime,
-              3 * (12.0 + 4.8), 1e-9);
+  Estimate one = evaluatePlan(model(), hw, whole, 0);
+  Estimate summed = evaluatePlan(model(), hw, three, 0);
+  EXPECT_NEAR(one.pipelineTime, 12.0, 1e-9);
+  EXPECT_NEAR(summed.pipelineTime, 3 * (12.0 + 4.8), 1e-9);
+  // The step's sum and the last micro-batch's own gradients, both whole;
+  // the optimizer state stays two tensors per parameter.
+  EXPECT_DOUBLE_EQ(one.gradients, 16e6);
+  EXPECT_DOUBLE_EQ(summed.gradients, 2 * 16e6);
+  EXPECT_DOUBLE_EQ(summed.optimizerState, 2 * 16e6);
 }
 
 TEST(AutoParallel, InfeasiblePlansSayWhy) {
