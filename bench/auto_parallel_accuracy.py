@@ -204,17 +204,22 @@ def main():
                 row["calibrated_seconds"] = \
                     calibrated["predicted"]["step_seconds"]
                 row["calibrated_error"] = row["calibrated_seconds"] / seconds - 1
+                row["calibrated_bytes"] = calibrated["memory"]["total_bytes"]
+                row["calibrated_memory_error"] = \
+                    row["calibrated_bytes"] / peak - 1
                 row["time_error"] = (row["predicted_seconds"] / seconds - 1)
                 row["memory_error"] = (row["predicted_bytes"] / peak - 1)
                 rows.append(row)
                 print("%-8s %d  %-62s %8.1f %8.1f ms %+6.1f%% (calibrated "
-                      "%+6.1f%%)  %6.1f %6.1f MB %+6.1f%%%s" % (
+                      "%+6.1f%%)  %6.1f %6.1f MB %+6.1f%% (calibrated "
+                      "%+6.1f%%)%s" % (
                           name, devices, options[:62],
                           row["predicted_seconds"] * 1e3, seconds * 1e3,
                           100 * row["time_error"],
                           100 * row["calibrated_error"],
                           row["predicted_bytes"] / 1e6, peak / 1e6,
                           100 * row["memory_error"],
+                          100 * row["calibrated_memory_error"],
                           "  <- chosen" if row["chosen"] else ""),
                       flush=True)
             for devices in (1, 2):
@@ -242,6 +247,10 @@ def main():
                             100 * max(calibrated)))
     print("peak memory: median error %.1f%%, worst %.1f%%" % (
         100 * statistics.median(memory), 100 * max(memory)))
+    calibrated = [abs(r["calibrated_memory_error"]) for r in rows]
+    print("peak memory calibrated by a one-device run: median error %.1f%%, "
+          "worst %.1f%%" % (100 * statistics.median(calibrated),
+                            100 * max(calibrated)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

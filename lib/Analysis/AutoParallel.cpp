@@ -561,7 +561,7 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     // alive beside them when its backward returns.
     if (plan.pipelined() && plan.microbatches > 1)
       grads = 2 * p;
-    double acts = heldPerRank[r] + rankTransient[r];
+    double acts = (heldPerRank[r] + rankTransient[r]) * model.activationScale;
     double buffers = 2 * maxOut + (plan.zero >= 3 ? p / stages : 0);
     double total = params + grads + opt + acts + buffers;
     if (total > e.memory) {
@@ -843,6 +843,28 @@ std::string merak::autoparallel::calibrate(ModelProfile &model,
   model.gemmScale = gemm / predictedGemm;
   model.otherScale =
       predictedOther > 0 && other > 0 ? other / predictedOther : 1.0;
+
+  // Memory: the run's peak above its state (parameters and optimizer
+  // state) holds the gradients, the activations kept for backward and the
+  // kernels' temporaries; over what the model keeps, it scales every
+  // plan's activations.
+  if (!doc.contains("peak_bytes") && !doc.contains("state_bytes"))
+    return "";
+  for (const char *key : {"peak_bytes", "state_bytes"})
+    if (!doc.contains(key) || !doc[key].is_number() ||
+        doc[key].get<double>() < 0)
+      return path + ": " + key +
+             ": expected a non-negative number (with the other of "
+             "peak_bytes and state_bytes)";
+  double above =
+      doc["peak_bytes"].get<double>() - doc["state_bytes"].get<double>();
+  double params = 0, saved = 0;
+  for (const LayerProfile &l : model.layers) {
+    params += l.paramBytes;
+    saved += l.savedBytes;
+  }
+  if (above > params && saved > 0)
+    model.activationScale = std::clamp((above - params) / saved, 1.0, 4.0);
   return "";
 }
 
@@ -902,6 +924,7 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                      {"devices_per_node", hw.devicesPerNode}};
   doc["model"] = {{"gemm_scale", model.gemmScale},
                   {"other_scale", model.otherScale},
+                  {"activation_scale", model.activationScale},
                   {"layers", model.layers.size()},
                   {"traced_batch", model.batch},
                   {"optimizer_states", model.optimizerStates},

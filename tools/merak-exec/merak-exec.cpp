@@ -877,7 +877,8 @@ int main(int argc, char **argv) {
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       out << profileJson(trained->profile, trained->profiledMs,
-                         trained->profiledSteps, inputFile);
+                         trained->profiledSteps, inputFile,
+                         backend->memoryStats().peakBytes, stateBytes);
       if (!out.flush())
         return fail("--profile-json: cannot write " + tmp);
     }

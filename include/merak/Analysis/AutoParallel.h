@@ -78,6 +78,10 @@ struct ModelProfile {
   /// Measured over predicted kernel time of GEMMs and of the other ops
   /// (calibrate()); 1 uncalibrated.
   double gemmScale = 1, otherScale = 1;
+  /// Measured over predicted memory above the kept activations' bytes: the
+  /// kernels' temporaries and workspaces (calibrate(), from the run's peak);
+  /// 1 uncalibrated. Scales the activations of every plan.
+  double activationScale = 1;
 };
 
 /// Calibrates `model` by a run of its unpartitioned step on one device
@@ -85,8 +89,11 @@ struct ModelProfile {
 /// batch): the measured kernel time per step of GEMMs (linear, matmul,
 /// convolution and their gradients) and of the other ops (collectives,
 /// waits and optimizer updates left out) over what the model predicts for
-/// that run sets gemmScale and otherScale. Returns an error naming the file
-/// and the key, or "".
+/// that run sets gemmScale and otherScale; where the file has the run's
+/// `peak_bytes` and `state_bytes` (parameters and optimizer state), the
+/// peak above the state and the gradients over the activations the model
+/// keeps sets activationScale. Returns an error naming the file and the
+/// key, or "".
 std::string calibrate(ModelProfile &model, const HardwareProfile &hw,
                       const std::string &path);
 

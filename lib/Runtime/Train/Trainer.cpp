@@ -212,11 +212,14 @@ std::string profileReport(const OpProfile &profile, double stepMs,
 }
 
 std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
-                        const std::string &program) {
+                        const std::string &program, int64_t peakBytes,
+                        int64_t stateBytes) {
   nlohmann::ordered_json doc;
   doc["program"] = program;
   doc["profiled_steps"] = steps;
   doc["step_ms"] = steps > 0 ? stepMs / double(steps) : 0.0;
+  doc["peak_bytes"] = peakBytes;
+  doc["state_bytes"] = stateBytes;
   nlohmann::ordered_json ops = nlohmann::ordered_json::object();
   for (const auto &[kind, e] : profile.byKind)
     ops[opFullName(kind)] = {

@@ -129,10 +129,12 @@ std::string profileReport(const OpProfile &profile, double stepMs,
                           const std::string &libraries);
 
 /// The same figures per step as JSON (`merak-exec --profile-json`): the
-/// kernel time and calls of each op kind, which calibrate the plan model
-/// (`--merak-auto-parallel calibration=`).
+/// kernel time and calls of each op kind, and the run's peak memory and the
+/// state it held before the first step (parameters, optimizer state), which
+/// calibrate the plan model (`--merak-auto-parallel calibration=`).
 std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
-                        const std::string &program);
+                        const std::string &program, int64_t peakBytes,
+                        int64_t stateBytes);
 
 } // namespace merak::runtime
 
