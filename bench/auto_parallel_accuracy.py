@@ -137,26 +137,40 @@ def main():
                      os.path.join(tmp, "%s-%d.data.safetensors" % (name, m)),
                      "--steps", "6", "--threads", "1", "--profile-json",
                      calib[m]])
-            # The search's choice: the best over the micro-batch sizes.
-            chosen = {}
+            # The search's choice, uncalibrated and calibrated: the best
+            # over the micro-batch sizes (each traced step is one size).
+            chosen, chosenCalibrated = {}, {}
             for devices in (1, 2):
-                best = None
-                for m, step in steps.items():
-                    report = os.path.join(tmp, "auto.json")
-                    done = subprocess.run(
-                        [opt, step, "--merak-auto-parallel=devices=%d "
-                         "batch=%d hardware=%s report=%s quiet" % (
-                             devices, GLOBAL_BATCH, hw, report),
-                         "-o", os.devnull], capture_output=True, text=True)
-                    if done.returncode != 0:
-                        continue
-                    with open(report) as f:
-                        plan = json.load(f)["plan"]
-                    seconds = plan["predicted"]["step_seconds"]
-                    if best is None or seconds < best[0]:
-                        best = (seconds, plan["options"])
-                chosen[devices] = best[1]
-            for devices, plan in PLANS:
+                for picks, calibrated in ((chosen, False),
+                                          (chosenCalibrated, True)):
+                    best = None
+                    for m, step in steps.items():
+                        report = os.path.join(tmp, "auto.json")
+                        options = ("devices=%d batch=%d hardware=%s "
+                                   "report=%s quiet" % (
+                                       devices, GLOBAL_BATCH, hw, report))
+                        if calibrated:
+                            options += " calibration=" + calib[m]
+                        done = subprocess.run(
+                            [opt, step, "--merak-auto-parallel=" + options,
+                             "-o", os.devnull], capture_output=True,
+                            text=True)
+                        if done.returncode != 0:
+                            continue
+                        with open(report) as f:
+                            plan = json.load(f)["plan"]
+                        seconds = plan["predicted"]["step_seconds"]
+                        if best is None or seconds < best[0]:
+                            best = (seconds, plan["options"])
+                    picks[devices] = best[1]
+            # The picks are measured too where the list lacks them.
+            plans = list(PLANS)
+            for devices in (1, 2):
+                for pick in (chosen[devices], chosenCalibrated[devices]):
+                    if (devices, pick) not in plans:
+                        plans.append((devices, pick))
+            measured = set()
+            for devices, plan in plans:
                 m = int(re.search(r"microbatches=(\d+)", plan).group(1)) \
                     if "microbatches=" in plan else 1
                 step = steps[m]
@@ -169,6 +183,9 @@ def main():
                 with open(report) as f:
                     priced = json.load(f)["compared"][0]
                 options = priced["options"]
+                if (devices, options) in measured:
+                    continue  # a pick the list has under another spelling
+                measured.add((devices, options))
                 run([opt, step, "--merak-auto-parallel=devices=%d hardware=%s "
                      "calibration=%s report=%s quiet compare={%s}" % (
                          devices, hw, calib[m], report, plan),
@@ -200,6 +217,7 @@ def main():
                     "predicted_bytes": priced["memory"]["total_bytes"],
                     "measured_bytes": peak,
                     "chosen": options == chosen[devices],
+                    "chosen_calibrated": options == chosenCalibrated[devices],
                 }
                 row["calibrated_seconds"] = \
                     calibrated["predicted"]["step_seconds"]
@@ -220,23 +238,22 @@ def main():
                           row["predicted_bytes"] / 1e6, peak / 1e6,
                           100 * row["memory_error"],
                           100 * row["calibrated_memory_error"],
-                          "  <- chosen" if row["chosen"] else ""),
+                          ("  <- chosen" if row["chosen"] else "") +
+                          ("  <- chosen calibrated"
+                           if row["chosen_calibrated"] else "")),
                       flush=True)
             for devices in (1, 2):
                 mine = [r for r in rows if r["model"] == name and
                         r["devices"] == devices]
                 fastest = min(mine, key=lambda r: r["measured_seconds"])
-                picked = [r for r in mine if r["chosen"]]
-                if picked:
-                    print("%s, %d device(s): the search picks %s, measured "
-                          "%.3f of the fastest measured (%s)" % (
-                              name, devices, picked[0]["plan"],
+                for key, how in (("chosen", "uncalibrated"),
+                                 ("chosen_calibrated", "calibrated")):
+                    picked = [r for r in mine if r[key]]
+                    print("%s, %d device(s): the search (%s) picks %s, "
+                          "measured %.3f of the fastest measured (%s)" % (
+                              name, devices, how, picked[0]["plan"],
                               picked[0]["measured_seconds"] /
                               fastest["measured_seconds"], fastest["plan"]))
-                else:
-                    print("%s, %d device(s): the search picks %s, not among "
-                          "the measured plans" % (name, devices,
-                                                  chosen[devices]))
     times = [abs(r["time_error"]) for r in rows]
     memory = [abs(r["memory_error"]) for r in rows]
     print("step time: median error %.1f%%, worst %.1f%% over %d plans" % (

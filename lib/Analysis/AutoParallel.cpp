@@ -844,27 +844,24 @@ std::string merak::autoparallel::calibrate(ModelProfile &model,
   model.otherScale =
       predictedOther > 0 && other > 0 ? other / predictedOther : 1.0;
 
-  // Memory: the run's peak above its state (parameters and optimizer
-  // state) holds the gradients, the activations kept for backward and the
-  // kernels' temporaries; over what the model keeps, it scales every
-  // plan's activations.
-  if (!doc.contains("peak_bytes") && !doc.contains("state_bytes"))
+  // Memory: the run's peak holds the parameters, their gradients and
+  // optimizer state (as the model counts them), the activations kept for
+  // backward and the kernels' temporaries (the executor's arena and what
+  // it allocates beside it); over the activations the model keeps, the
+  // rest scales every plan's activations.
+  if (!doc.contains("peak_bytes"))
     return "";
-  for (const char *key : {"peak_bytes", "state_bytes"})
-    if (!doc.contains(key) || !doc[key].is_number() ||
-        doc[key].get<double>() < 0)
-      return path + ": " + key +
-             ": expected a non-negative number (with the other of "
-             "peak_bytes and state_bytes)";
-  double above =
-      doc["peak_bytes"].get<double>() - doc["state_bytes"].get<double>();
+  if (!doc["peak_bytes"].is_number() || doc["peak_bytes"].get<double>() < 0)
+    return path + ": peak_bytes: expected a non-negative number";
   double params = 0, saved = 0;
   for (const LayerProfile &l : model.layers) {
     params += l.paramBytes;
     saved += l.savedBytes;
   }
-  if (above > params && saved > 0)
-    model.activationScale = std::clamp((above - params) / saved, 1.0, 4.0);
+  double rest =
+      doc["peak_bytes"].get<double>() - params * (2 + model.optimizerStates);
+  if (rest > 0 && saved > 0)
+    model.activationScale = std::clamp(rest / saved, 1.0, 4.0);
   return "";
 }
 

@@ -90,10 +90,9 @@ struct ModelProfile {
 /// convolution and their gradients) and of the other ops (collectives,
 /// waits and optimizer updates left out) over what the model predicts for
 /// that run sets gemmScale and otherScale; where the file has the run's
-/// `peak_bytes` and `state_bytes` (parameters and optimizer state), the
-/// peak above the state and the gradients over the activations the model
-/// keeps sets activationScale. Returns an error naming the file and the
-/// key, or "".
+/// `peak_bytes`, the peak less the parameters, gradients and optimizer
+/// state over the activations the model keeps sets activationScale.
+/// Returns an error naming the file and the key, or "".
 std::string calibrate(ModelProfile &model, const HardwareProfile &hw,
                       const std::string &path);
 
