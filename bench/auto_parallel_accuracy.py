@@ -249,6 +249,10 @@ def main():
                 for key, how in (("chosen", "uncalibrated"),
                                  ("chosen_calibrated", "calibrated")):
                     picked = [r for r in mine if r[key]]
+                    if not picked:
+                        print("%s, %d device(s): the search (%s) picks a "
+                              "plan not measured" % (name, devices, how))
+                        continue
                     print("%s, %d device(s): the search (%s) picks %s, "
                           "measured %.3f of the fastest measured (%s)" % (
                               name, devices, how, picked[0]["plan"],
