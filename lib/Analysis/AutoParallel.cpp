@@ -562,7 +562,12 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     if (plan.pipelined() && plan.microbatches > 1)
       grads = 2 * p;
     double acts = (heldPerRank[r] + rankTransient[r]) * model.activationScale;
-    double buffers = 2 * maxOut + (plan.zero >= 3 ? p / stages : 0);
+    // Transfer buffers; ZeRO-3's gathered layer; under ZeRO-1 and -2 the
+    // updated shards gathered into whole parameters, written beside the
+    // parameters they replace at the end of the step.
+    double buffers =
+        2 * maxOut + (plan.zero >= 3 ? p / stages : 0) +
+        (plan.dp > 1 && (plan.zero == 1 || plan.zero == 2) ? p : 0);
     double total = params + grads + opt + acts + buffers;
     if (total > e.memory) {
       e.memory = total;

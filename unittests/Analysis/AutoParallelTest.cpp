@@ -87,8 +87,14 @@ TEST(AutoParallel, ZeroStagesShardStateGradientsParameters) {
   Estimate z2 = price("dp=2 zero=2");
   EXPECT_DOUBLE_EQ(z2.gradients, 8e6);
   EXPECT_DOUBLE_EQ(z2.parameters, 16e6);
+  // ZeRO-1 and -2 gather the updated shards into whole parameters beside
+  // the old ones; ZeRO-3 counts its stage's parameters gathered (here all
+  // 16 MB: one stage).
+  EXPECT_DOUBLE_EQ(z0.buffers, z1.buffers - 16e6);
+  EXPECT_DOUBLE_EQ(z2.buffers, z1.buffers);
   Estimate z3 = price("dp=2 zero=3");
   EXPECT_DOUBLE_EQ(z3.parameters, 8e6);
+  EXPECT_DOUBLE_EQ(z3.buffers, z0.buffers + 16e6);
   // The all-reduce of 16 MB over 2 ranks sends 16 MB per rank: 16 ms at
   // 1 GB/s, hidden behind 4 s of backward but for the last bucket's share.
   EXPECT_GT(z0.dataParallelTime, 0);
