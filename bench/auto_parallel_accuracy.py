@@ -186,9 +186,10 @@ def main():
                 if (devices, options) in measured:
                     continue  # a pick the list has under another spelling
                 measured.add((devices, options))
+                # Calibrated: the same plan, its stage cuts as compiled.
                 run([opt, step, "--merak-auto-parallel=devices=%d hardware=%s "
                      "calibration=%s report=%s quiet compare={%s}" % (
-                         devices, hw, calib[m], report, plan),
+                         devices, hw, calib[m], report, options),
                      "-o", os.devnull])
                 with open(report) as f:
                     calibrated = json.load(f)["compared"][0]
