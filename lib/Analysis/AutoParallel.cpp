@@ -2,6 +2,7 @@
 
 #include "merak/Analysis/AutoParallel.h"
 
+#include "merak/Analysis/CostModel.h"
 #include "merak/Analysis/Layers.h"
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Hardware/CollectiveCost.h"
@@ -828,8 +829,7 @@ std::string merak::autoparallel::calibrate(ModelProfile &model,
     if (name.starts_with("mesh.") || name == "wait" ||
         name.ends_with("_update"))
       continue;
-    if (name.contains("linear") || name.contains("matmul") ||
-        name.contains("conv2d"))
+    if (isGemmOpName(name))
       gemm += ms;
     else
       other += ms;

@@ -44,6 +44,14 @@ bool merak::isContraction(Operation *op) {
   return isa<LinearOp, MatmulOp, LinearWeightBackwardOp, Conv2dOp>(op);
 }
 
+bool merak::isGemmOpName(StringRef name) {
+  return name == LinearOp::getOperationName() ||
+         name == MatmulOp::getOperationName() ||
+         name == LinearWeightBackwardOp::getOperationName() ||
+         name == Conv2dOp::getOperationName() ||
+         name == Conv2dBackwardOp::getOperationName();
+}
+
 bool merak::isConstantLike(Operation *op) {
   return isa<ConstantOp, arith::ConstantOp>(op);
 }

@@ -375,6 +375,19 @@ absl::StatusOr<Program> collectiveProgram(int64_t world, int64_t group,
   return p;
 }
 
+/// A call of the collective `inst` of `program` on one operand.
+KernelCall collectiveCall(const Program &program, const Instruction &inst,
+                          StepContext &step, DeviceTensor *operand) {
+  KernelCall call;
+  call.instruction = &inst;
+  call.program = &program;
+  call.step = &step;
+  call.operands = {operand};
+  call.hostScalars = {std::nullopt};
+  call.inPlace = {nullptr};
+  return call;
+}
+
 /// Rank 0's decision, shared with every rank that asks: the repetitions of
 /// the next measurement, or none (samples 0) to skip it.
 absl::StatusOr<Repetitions> shareRepetitions(DistributedJob &job,
@@ -483,13 +496,9 @@ absl::Status measureCollectives(Backend &backend, DistributedJob &job,
       }
       std::string what = absl::StrCat(op.name, " over ", group, " ranks");
       auto once = [&](size_t s) -> absl::Status {
-        KernelCall call;
-        call.instruction = &program->instructions[first + s];
-        call.program = &*program;
-        call.step = &step;
-        call.operands = {operands[s].get()};
-        call.hostScalars = {std::nullopt};
-        call.inPlace = {nullptr};
+        KernelCall call =
+            collectiveCall(*program, program->instructions[first + s], step,
+                           operands[s].get());
         return (*comm)->execute(call);
       };
       absl::StatusOr<std::vector<std::pair<size_t, double>>> timed =
@@ -546,14 +555,7 @@ absl::StatusOr<double> measureOverlap(Backend &backend, DistributedJob &job) {
     return operand.status();
   StepContext step;
   auto call = [&] {
-    KernelCall c;
-    c.instruction = &inst;
-    c.program = &*program;
-    c.step = &step;
-    c.operands = {operand->get()};
-    c.hostScalars = {std::nullopt};
-    c.inPlace = {nullptr};
-    return c;
+    return collectiveCall(*program, inst, step, operand->get());
   };
   const int64_t n = 256;
   TensorType square{DType::F32, {n, n}};

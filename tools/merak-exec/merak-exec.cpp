@@ -335,8 +335,6 @@ joinRun(const LaunchEnvironment &env, const CommunicatorEntry &comm,
   });
 }
 
-/// `--profile-hardware -o FILE`: every rank measures (HardwareProbe.h);
-/// rank 0 prints what it found and writes the profile atomically.
 /// The communicator `--comm` names when ranks talk to each other, null
 /// when they do not.
 static absl::StatusOr<const CommunicatorEntry *> communicatorIf(bool needed) {
@@ -358,6 +356,8 @@ static int launchLocalRanks(int64_t nproc, int argc, char **argv,
   return runLocalRanks(launch);
 }
 
+/// `--profile-hardware -o FILE`: every rank measures (HardwareProbe.h);
+/// rank 0 prints what it found and writes the profile atomically.
 static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
                            bool launching, int nproc,
                            std::chrono::milliseconds timeout) {
@@ -873,18 +873,13 @@ int main(int argc, char **argv) {
             .c_str(),
         stdout);
   if (!profileJsonFile.empty() && reporter) {
-    std::string tmp = profileJsonFile + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << profileJson(trained->profile, trained->profiledMs,
-                         trained->profiledSteps, inputFile,
-                         backend->memoryStats().peakBytes, stateBytes);
-      if (!out.flush())
-        return fail("--profile-json: cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), profileJsonFile.c_str()) != 0)
-      return fail("--profile-json: cannot rename " + tmp + " to " +
-                  profileJsonFile);
+    std::string text = profileJson(
+        trained->profile, trained->profiledMs, trained->profiledSteps,
+        inputFile, backend->memoryStats().peakBytes, stateBytes);
+    if (absl::Status s =
+            writeFileAtomically(profileJsonFile, {{text.data(), text.size()}});
+        !s.ok())
+      return fail(absl::StrCat("--profile-json: ", s.message()));
   }
   if (pipeline) {
     absl::StatusOr<PipelineReport> made = reportPipeline(

@@ -240,7 +240,7 @@ TEST(AutoParallel, CalibrationScalesGemmsAndTheRest) {
   {
     std::ofstream out(path);
     out << R"({"ops": {"merak.linear": {"ms_per_step": 20000},
-                       "merak.linear_backward": {"ms_per_step": 4000},
+                       "merak.linear_weight_backward": {"ms_per_step": 4000},
                        "mesh.all_reduce": {"ms_per_step": 99999},
                        "merak.adamw_update": {"ms_per_step": 99999}}})";
   }

@@ -71,6 +71,14 @@ TEST(CostModel, LinearWeightGradientContractsEveryLeadingDimension) {
   Operation *op = firstOp(m, "merak.linear_weight_backward");
   EXPECT_DOUBLE_EQ(estimateOp(op).flops, 2.0 * 4 * 5 * 3 * 7);
   EXPECT_TRUE(isContraction(op));
+  // A run's profile names GEMM kernels by these names.
+  for (llvm::StringRef name :
+       {"merak.linear", "merak.matmul", "merak.linear_weight_backward",
+        "merak.conv2d", "merak.conv2d_backward"})
+    EXPECT_TRUE(isGemmOpName(name)) << name.str();
+  for (llvm::StringRef name : {"merak.softmax", "merak.masked_attention",
+                               "mesh.all_reduce", "merak.bilinear"})
+    EXPECT_FALSE(isGemmOpName(name)) << name.str();
 }
 
 TEST(CostModel, MaskedAttention) {

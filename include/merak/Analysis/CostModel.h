@@ -53,8 +53,13 @@ int64_t numElements(mlir::Type type);
 /// Bytes of a statically shaped tensor type (i1 counts one byte).
 int64_t tensorBytes(mlir::Type type);
 
-/// True for the ops whose cost dominates a layer: linear, matmul, conv2d.
+/// True for the ops whose cost dominates a layer: linear, matmul, conv2d
+/// (and linear_weight_backward, a linear's weight gradient).
 bool isContraction(mlir::Operation *op);
+/// Whether the op of this full name (`merak.linear`) runs as GEMMs: the
+/// contractions and conv2d_backward, as a profile of a run names its
+/// kernels (`merak-exec --profile-json`).
+bool isGemmOpName(llvm::StringRef name);
 /// True for ops that produce a value without reading memory (constants).
 bool isConstantLike(mlir::Operation *op);
 

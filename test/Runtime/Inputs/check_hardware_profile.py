@@ -54,6 +54,9 @@ def main():
     if args.groups:
         intra = doc.get("p2p", {}).get("intra_node", {})
         positive(intra, "bandwidth")
+        overlap = doc.get("overlap_coefficient")
+        if not isinstance(overlap, (int, float)) or not 1 <= overlap <= 2:
+            fail(f"overlap_coefficient is {overlap!r}, expected 1 to 2")
     print("profile ok:", len(points), "f32 GEMM sizes,",
           len(doc.get("collectives", [])), "collectives")
 
