@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -668,6 +669,92 @@ void removeStaleCheckpoint(const std::string &path, bool sharded) {
         std::remove(stale.c_str());
     }
   }
+}
+
+namespace {
+
+constexpr const char *kStepPrefix = "step-";
+constexpr const char *kStepSuffix = ".safetensors";
+
+/// The step of a file of `dir` named as a step checkpoint's target
+/// (`step-N.safetensors`) or as one of its files (`step-N.safetensors.*`,
+/// a temporary `.step-N.safetensors*`): N, with the target's name; -1 for
+/// any other name.
+int64_t stepOfName(std::string name, std::string *target) {
+  if (!name.empty() && name[0] == '.')
+    name.erase(0, 1);
+  const std::string prefix = kStepPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0)
+    return -1;
+  size_t digits = prefix.size();
+  size_t end = digits;
+  while (end < name.size() && std::isdigit((unsigned char)name[end]))
+    ++end;
+  // Eight digits or more (a step beyond 10^8 takes more), no sign.
+  if (end - digits < 8 || end - digits > 18 ||
+      name.compare(end, std::string(kStepSuffix).size(), kStepSuffix) != 0)
+    return -1;
+  if (target)
+    *target = name.substr(0, end + std::string(kStepSuffix).size());
+  return std::stoll(name.substr(digits, end - digits));
+}
+
+} // namespace
+
+std::string stepCheckpointPath(const std::string &dir, int64_t step) {
+  std::string number = std::to_string(step);
+  if (number.size() < 8)
+    number.insert(0, 8 - number.size(), '0');
+  std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  return absl::StrCat(prefix, kStepPrefix, number, kStepSuffix);
+}
+
+std::vector<StepCheckpoint> listStepCheckpoints(const std::string &dir) {
+  std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  std::map<int64_t, StepCheckpoint> found;
+  // `filesBeside` lists the directory of a path inside `dir`.
+  for (const std::string &name : filesBeside(prefix + "x")) {
+    if (name.empty() || name[0] == '.')
+      continue;
+    std::string target;
+    int64_t step = stepOfName(name, &target);
+    if (step < 0 || (name != target && name != shardIndexPath(target)))
+      continue;
+    found[step] = StepCheckpoint{step, prefix + target};
+  }
+  std::vector<StepCheckpoint> result;
+  for (auto &[step, checkpoint] : found)
+    result.push_back(std::move(checkpoint));
+  return result;
+}
+
+void removeCheckpoint(const std::string &path) {
+  std::string index = shardIndexPath(path);
+  if (exists(index)) {
+    std::vector<std::string> files = indexedFiles(index);
+    std::remove(index.c_str());
+    for (const std::string &file : files)
+      std::remove(file.c_str());
+  }
+  if (exists(path))
+    std::remove(path.c_str());
+}
+
+void pruneStepCheckpoints(const std::string &dir, int64_t keepLast) {
+  std::vector<StepCheckpoint> committed = listStepCheckpoints(dir);
+  if (keepLast > 0 && int64_t(committed.size()) > keepLast)
+    for (size_t i = 0; i + size_t(keepLast) < committed.size(); ++i)
+      removeCheckpoint(committed[i].path);
+  std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  std::set<std::string> targets;
+  for (const std::string &name : filesBeside(prefix + "x")) {
+    std::string target;
+    if (stepOfName(name, &target) >= 0)
+      targets.insert(target);
+  }
+  for (const std::string &target : targets)
+    removeStaleTemporaries(prefix + target,
+                           indexedFiles(shardIndexPath(prefix + target)));
 }
 
 } // namespace merak::runtime

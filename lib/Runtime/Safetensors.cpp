@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <limits>
@@ -286,6 +289,62 @@ absl::Status checkWritable(const std::string &path, bool appends) {
   return absl::OkStatus();
 }
 
+namespace {
+
+/// Fault injection for the tests of interrupted saves:
+/// `MERAK_FAULT_KILL_AFTER_BYTES=N[@RANK]` makes this process (only the one
+/// whose `RANK` is RANK, when given; one without `RANK` is rank 0) kill
+/// itself with SIGKILL when its atomic writes, counted together from the
+/// start of the process, are about to write byte N + 1. N = 0 dies before
+/// the first byte; a file whose last byte is byte N is still flushed and
+/// renamed.
+class WriteKillSwitch {
+public:
+  static WriteKillSwitch &get() {
+    static WriteKillSwitch instance;
+    return instance;
+  }
+  /// How many of `n` bytes may be written before the process dies.
+  size_t allowed(size_t n) const {
+    if (!armed)
+      return n;
+    return size_t(std::min<uint64_t>(n, limit - written));
+  }
+  void wrote(size_t n) { written += n; }
+  /// Dies when bytes are left to write and the budget is spent.
+  void check(size_t left) const {
+    if (armed && left > 0 && written >= limit) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+  }
+
+private:
+  WriteKillSwitch() {
+    const char *text = std::getenv("MERAK_FAULT_KILL_AFTER_BYTES");
+    if (!text || !*text)
+      return;
+    unsigned long long bytes = 0;
+    long long rank = -1;
+    int n = std::sscanf(text, "%llu@%lld", &bytes, &rank);
+    if (n < 1)
+      return;
+    if (n == 2) {
+      // A process started alone is rank 0.
+      const char *own = std::getenv("RANK");
+      if ((own ? std::atoll(own) : 0) != rank)
+        return;
+    }
+    armed = true;
+    limit = bytes;
+  }
+  bool armed = false;
+  uint64_t limit = 0, written = 0;
+};
+
+} // namespace
+
 absl::Status writeFileAtomically(
     const std::string &path,
     const std::vector<std::pair<const void *, size_t>> &pieces) {
@@ -298,10 +357,12 @@ absl::Status writeFileAtomically(
     return absl::PermissionDeniedError(absl::StrCat(
         "cannot create a temporary file in ", dir, ": ", errnoText()));
   std::string tmp(tmpName.data());
+  WriteKillSwitch &fault = WriteKillSwitch::get();
   auto writeAll = [&](const void *p, size_t n) {
     const char *c = static_cast<const char *>(p);
     while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
+      fault.check(n);
+      ssize_t w = ::write(fd, c, fault.allowed(n));
       if (w < 0) {
         if (errno == EINTR)
           continue;
@@ -309,6 +370,7 @@ absl::Status writeFileAtomically(
       }
       c += w;
       n -= size_t(w);
+      fault.wrote(size_t(w));
     }
     return true;
   };
@@ -332,6 +394,12 @@ absl::Status writeFileAtomically(
   if (!ok) {
     ::unlink(tmp.c_str());
     return absl::InternalError(absl::StrCat("cannot write ", path, ": ", err));
+  }
+  // The rename is durable once the directory is on disk too.
+  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
   }
   return absl::OkStatus();
 }

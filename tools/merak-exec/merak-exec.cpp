@@ -34,12 +34,15 @@
 #include "absl/strings/str_join.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <thread>
 #include <unistd.h>
@@ -54,8 +57,9 @@ ABSL_FLAG(std::string, init, "",
           "Initial weights: a TorchScript archive (.pt) or a safetensors "
           "checkpoint");
 ABSL_FLAG(std::string, resume, "",
-          "Continue a run from a checkpoint written by --save (weights, "
-          "optimizer state, step, seed)");
+          "Continue a run from a checkpoint written by --save or --save-dir "
+          "(weights, optimizer state, step, seed), or from the newest "
+          "checkpoint in a --save-dir directory");
 ABSL_FLAG(std::string, data, "",
           "Inputs per step (batches.safetensors): one tensor per model "
           "input, first dimension indexing steps");
@@ -82,6 +86,16 @@ ABSL_FLAG(int64_t, decay_steps, 0,
           "Steps over which cosine decays (default: --steps)");
 ABSL_FLAG(std::string, save, "",
           "Write a checkpoint here at the end (ckpt.safetensors)");
+ABSL_FLAG(std::string, save_dir, "",
+          "Write checkpoints to this directory (step-<N>.safetensors) every "
+          "--save-every steps and after the last; a run started again with "
+          "the same flags resumes from the newest one there");
+ABSL_FLAG(int64_t, save_every, 0,
+          "With --save-dir: a checkpoint after every N steps (0: only after "
+          "the last)");
+ABSL_FLAG(int64_t, keep_last, 0,
+          "With --save-dir: keep the newest K checkpoints, removing older "
+          "ones once a save is complete (0: keep all)");
 ABSL_FLAG(std::string, log_jsonl, "",
           "Append one JSON object per step to this file");
 ABSL_FLAG(bool, skip_nonfinite, false,
@@ -151,8 +165,10 @@ ABSL_FLAG(std::string, profile_name, "local",
 
 // The flags' values, read once after parsing.
 static std::string inputFile, entry, initFile, resumeFile, dataFile, tokensFile,
-    tokenDType, lrSchedule, saveFile, logJsonl, traceFile, pipelineDelay;
-static int64_t seqLen, batchSize, steps, warmupSteps, decaySteps;
+    tokenDType, lrSchedule, saveFile, saveDir, logJsonl, traceFile,
+    pipelineDelay;
+static int64_t seqLen, batchSize, steps, warmupSteps, decaySteps, saveEvery,
+    keepLast;
 static std::optional<uint64_t> seedFlag;
 static std::optional<double> learningRate;
 static double minLr, commTimeout;
@@ -294,6 +310,55 @@ static int64_t machineMemoryBytes() {
   if (sysinfo(&info) != 0)
     return 0;
   return int64_t(info.totalram + info.totalswap) * int64_t(info.mem_unit);
+}
+
+/// --save-dir, --save-every, --keep-last and --resume DIR: checks them,
+/// creates the directory, and resumes from the newest checkpoint there
+/// (of --resume's directory, or of --save-dir when neither --resume nor a
+/// checkpoint to start from elsewhere was given: --init is then not read).
+static absl::Status resolveCheckpointDirectory(bool reporter) {
+  if (saveEvery < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--save-every must be at least 0, not ", saveEvery));
+  if (keepLast < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep-last must be at least 0, not ", keepLast));
+  if (saveDir.empty() && (saveEvery > 0 || keepLast > 0))
+    return absl::InvalidArgumentError(absl::StrCat(
+        saveEvery > 0 ? "--save-every" : "--keep-last",
+        " needs --save-dir (the directory the checkpoints go to)"));
+  struct stat st;
+  if (!resumeFile.empty() && ::stat(resumeFile.c_str(), &st) == 0 &&
+      S_ISDIR(st.st_mode)) {
+    std::vector<StepCheckpoint> found = listStepCheckpoints(resumeFile);
+    if (found.empty())
+      return absl::NotFoundError(
+          absl::StrCat("--resume ", resumeFile,
+                       ": the directory holds no checkpoint "
+                       "(step-<N>.safetensors written by --save-dir)"));
+    resumeFile = found.back().path;
+  }
+  if (saveDir.empty())
+    return absl::OkStatus();
+  if (::stat(saveDir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return absl::FailedPreconditionError(
+          absl::StrCat("--save-dir ", saveDir, " is not a directory"));
+  } else if (::mkdir(saveDir.c_str(), 0777) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "--save-dir: cannot create ", saveDir, ": ", std::strerror(errno)));
+  }
+  if (!resumeFile.empty())
+    return absl::OkStatus();
+  std::vector<StepCheckpoint> found = listStepCheckpoints(saveDir);
+  if (found.empty())
+    return absl::OkStatus();
+  resumeFile = found.back().path;
+  if (reporter)
+    note("resuming from " + resumeFile + ", the newest checkpoint in " +
+         saveDir + (initFile.empty() ? "" : " (--init is not read)"));
+  initFile.clear();
+  return absl::OkStatus();
 }
 
 /// Kernel threads of a rank: --threads, else the machine's cores shared
@@ -498,6 +563,9 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   minLr = absl::GetFlag(FLAGS_min_lr);
   decaySteps = absl::GetFlag(FLAGS_decay_steps);
   saveFile = absl::GetFlag(FLAGS_save);
+  saveDir = absl::GetFlag(FLAGS_save_dir);
+  saveEvery = absl::GetFlag(FLAGS_save_every);
+  keepLast = absl::GetFlag(FLAGS_keep_last);
   logJsonl = absl::GetFlag(FLAGS_log_jsonl);
   skipNonFinite = absl::GetFlag(FLAGS_skip_nonfinite);
   checkNumerics = absl::GetFlag(FLAGS_check_numerics);
@@ -520,6 +588,9 @@ int main(int argc, char **argv) {
         .count();
   };
   registerBuiltinComponents();
+  // A file-size limit makes a write fail with EFBIG, reported like a full
+  // disk, instead of killing the process mid-save.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> positional;
   if (int status = parseFlags(argc, argv, positional); status >= 0)
     return status;
@@ -689,6 +760,9 @@ int main(int argc, char **argv) {
   if (!initFile.empty() && !resumeFile.empty())
     return fail("give --init or --resume, not both (a checkpoint holds the "
                 "weights)");
+  if (absl::Status s = resolveCheckpointDirectory(reporter && !launching);
+      !s.ok())
+    return fail(s);
   if (!dataFile.empty() && !tokensFile.empty())
     return fail("give --data or --tokens, not both");
   absl::StatusOr<LearningRateSchedule> schedule = learningRateSchedule(
@@ -712,6 +786,11 @@ int main(int argc, char **argv) {
   };
   if (!saveFile.empty())
     if (absl::Status s = checkOutput("--save", saveFile, false); !s.ok())
+      return fail(s);
+  if (!saveDir.empty())
+    if (absl::Status s =
+            checkOutput("--save-dir", stepCheckpointPath(saveDir, 0), false);
+        !s.ok())
       return fail(s);
   if (!profileJsonFile.empty() && reporter)
     if (absl::Status s = checkOutput("--profile-json", profileJsonFile, false);
@@ -832,6 +911,7 @@ int main(int argc, char **argv) {
     return fail(global.status());
   std::unique_ptr<BatchSource> source = runner->batchesFrom(*std::move(global));
 
+  std::unique_ptr<StepReporter> report;
   TrainOptions options;
   options.firstStep = loaded->doneSteps + 1;
   options.lastStep = steps;
@@ -841,10 +921,32 @@ int main(int argc, char **argv) {
   options.schedule = *schedule;
   options.skipNonFinite = skipNonFinite;
   options.profile = profileOps;
+  // Periodic checkpoints; rank 0 then removes the ones beyond --keep-last
+  // and what killed saves left.
+  auto saveToDirectory = [&](int64_t step, int64_t updates) -> absl::Status {
+    std::string path = stepCheckpointPath(saveDir, step);
+    if (absl::Status s =
+            saveRunCheckpoint(*runner, program, plan ? &*plan : nullptr, job,
+                              path, step, updates, runSeed);
+        !s.ok())
+      return absl::Status(s.code(), absl::StrCat("--save-dir: ", s.message()));
+    if (reporter) {
+      pruneStepCheckpoints(saveDir, keepLast);
+      if (report)
+        report->clearProgress();
+      std::printf("checkpoint of step %lld saved to %s\n", (long long)step,
+                  path.c_str());
+      std::fflush(stdout);
+    }
+    return absl::OkStatus();
+  };
+  if (!saveDir.empty()) {
+    options.saveEvery = saveEvery;
+    options.save = saveToDirectory;
+  }
   if (options.firstStep > steps && reporter)
     note("the checkpoint is at step " + std::to_string(loaded->doneSteps) +
          "; nothing to run up to --steps " + std::to_string(steps));
-  std::unique_ptr<StepReporter> report;
   if (reporter) {
     absl::StatusOr<std::unique_ptr<StepReporter>> made = StepReporter::create(
         options.firstStep, steps, logJsonl, isatty(STDOUT_FILENO));
@@ -895,6 +997,9 @@ int main(int argc, char **argv) {
            " (open it in ui.perfetto.dev or chrome://tracing)");
   }
 
+  if (!saveDir.empty() && options.firstStep <= steps)
+    if (absl::Status s = saveToDirectory(steps, trained->doneUpdates); !s.ok())
+      return fail(s);
   if (!saveFile.empty())
     if (absl::Status s = saveRunCheckpoint(
             *runner, program, plan ? &*plan : nullptr, job, saveFile,

@@ -75,11 +75,12 @@ protected:
 
   /// Saves `global` as the sharded checkpoint `id` from every rank of 2x2:
   /// a split [[0], [1]], b replicated, c split over tp only.
-  std::string saveSharded(const std::string &id = "x1") {
+  std::string saveSharded(const std::string &id = "x1", std::string path = "") {
     std::vector<StateSpec> specs = {{"a", {4, 6}, Sharding{{{0}, {1}}}},
                                     {"b", {4}, Sharding{}},
                                     {"c", {8}, Sharding{{{1}}}}};
-    std::string path = dir + "/ckpt.safetensors";
+    if (path.empty())
+      path = dir + "/ckpt.safetensors";
     std::map<std::string, std::string> meta = {
         {"format", kCheckpointFormat}, {"step", "7"}, {"checkpoint_id", id}};
     for (int64_t r = 0; r < 4; ++r) {
@@ -353,6 +354,73 @@ TEST_F(CheckpointTest, SavesRemoveWhatKilledSavesLeft) {
   removeStaleCheckpoint(path, /*sharded=*/false);
   EXPECT_FALSE(present(".ckpt.safetensors.1111111111111111.rank2.Po09Iu"));
   EXPECT_TRUE(present(".ckpt.safetensors.notmine"));
+}
+
+TEST_F(CheckpointTest, StepCheckpointsAreListedPrunedAndCleaned) {
+  EXPECT_EQ(stepCheckpointPath("d", 20), "d/step-00000020.safetensors");
+  EXPECT_EQ(stepCheckpointPath("d/", 123456789),
+            "d/step-123456789.safetensors");
+  EXPECT_TRUE(listStepCheckpoints(dir + "/absent").empty());
+
+  auto touch = [&](const std::string &name, const std::string &text = "") {
+    std::ofstream(dir + "/" + name) << text;
+  };
+  auto present = [&](const std::string &name) {
+    return ::access((dir + "/" + name).c_str(), F_OK) == 0;
+  };
+  std::map<std::string, std::string> meta = {{"format", kCheckpointFormat}};
+  ASSERT_TRUE(writeSafetensors(stepCheckpointPath(dir, 10), global, meta).ok());
+  ASSERT_TRUE(writeSafetensors(stepCheckpointPath(dir, 20), global, meta).ok());
+  std::string sharded =
+      saveSharded("00000000000000aa", stepCheckpointPath(dir, 30));
+  // A save of step 40 killed midway (a temporary, and rank 1's complete
+  // file with no index), and files that are not checkpoints of the
+  // directory.
+  touch(".step-00000040.safetensors.Ab12Cd");
+  absl::StatusOr<SafetensorsFile> rank1 =
+      readSafetensors(shardFilePath(sharded, "00000000000000aa", 1));
+  ASSERT_TRUE(rank1.ok());
+  std::map<std::string, std::string> killed = rank1->metadata;
+  killed["checkpoint_id"] = "00000000000000bb";
+  ASSERT_TRUE(writeSafetensors(shardFilePath(stepCheckpointPath(dir, 40),
+                                             "00000000000000bb", 1),
+                               rank1->tensors, killed)
+                  .ok());
+  touch("notes.txt");
+  touch("step-1.safetensors");
+  touch(".step-00000010.safetensors.notmine");
+
+  std::vector<StepCheckpoint> found = listStepCheckpoints(dir);
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(found[0].step, 10);
+  EXPECT_EQ(found[0].path, stepCheckpointPath(dir, 10));
+  EXPECT_EQ(found[2].step, 30);
+  EXPECT_EQ(found[2].path, sharded);
+  EXPECT_TRUE(openCheckpoint(found[2].path).ok());
+
+  pruneStepCheckpoints(dir, 2);
+  EXPECT_FALSE(present("step-00000010.safetensors"));
+  EXPECT_TRUE(present("step-00000020.safetensors"));
+  EXPECT_TRUE(openCheckpoint(sharded).ok());
+  EXPECT_FALSE(present(".step-00000040.safetensors.Ab12Cd"));
+  EXPECT_FALSE(present("step-00000040.safetensors.00000000000000bb.rank1"));
+  EXPECT_TRUE(present("notes.txt"));
+  EXPECT_TRUE(present("step-1.safetensors"));
+  EXPECT_TRUE(present(".step-00000010.safetensors.notmine"));
+  ASSERT_EQ(listStepCheckpoints(dir).size(), 2u);
+
+  // Keeping all (0) removes nothing committed.
+  pruneStepCheckpoints(dir, 0);
+  EXPECT_EQ(listStepCheckpoints(dir).size(), 2u);
+
+  removeCheckpoint(sharded);
+  EXPECT_FALSE(present("step-00000030.safetensors.index.json"));
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_FALSE(present("step-00000030.safetensors.00000000000000aa.rank" +
+                         std::to_string(r)));
+  found = listStepCheckpoints(dir);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].step, 20);
 }
 
 TEST_F(CheckpointTest, IndexShapesAndBlocksAreChecked) {

@@ -188,6 +188,46 @@ TEST(TrainerTest, ErrorsStopTheRunAndTellTheObserver) {
   EXPECT_TRUE(idle.contexts.empty());
 }
 
+TEST(TrainerTest, PeriodicSavesFollowTheirStepsAndStopTheRunOnError) {
+  FakeRunner runner;
+  runner.skipAt = 4;
+  CountingSource source;
+  FakeBackend backend;
+  Recorder observer;
+  TrainOptions options;
+  options.firstStep = 3;
+  options.lastStep = 10;
+  options.doneUpdates = 2;
+  options.skipNonFinite = true;
+  options.saveEvery = 3;
+  std::vector<std::pair<int64_t, int64_t>> saves;
+  options.save = [&](int64_t step, int64_t updates) {
+    // Saved after the step's record.
+    EXPECT_EQ(observer.records.back().step, step);
+    saves.emplace_back(step, updates);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<TrainResult> result =
+      train(runner, source, backend, options, Throughput(), observer);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // Steps 3, 6 and 9 (not 10, the last: the caller saves it); step 4's
+  // updates were skipped.
+  std::vector<std::pair<int64_t, int64_t>> expected = {{3, 3}, {6, 5}, {9, 8}};
+  EXPECT_EQ(saves, expected);
+
+  // A save that fails stops the run there.
+  FakeRunner second;
+  Recorder stopped;
+  options.save = [](int64_t step, int64_t) {
+    return step == 6 ? absl::UnavailableError("disk full") : absl::OkStatus();
+  };
+  result = train(second, source, backend, options, Throughput(), stopped);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(), "disk full");
+  EXPECT_EQ(second.contexts.size(), 4u);
+  EXPECT_EQ(stopped.errors, 1);
+}
+
 TEST(TrainerTest, StepLinesAndJsonRecords) {
   StepRecord r;
   r.step = 3;

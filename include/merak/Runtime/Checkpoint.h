@@ -131,6 +131,36 @@ void removeStaleCheckpoint(const std::string &path, bool sharded);
 void removeStaleTemporaries(const std::string &path,
                             const std::vector<std::string> &keep);
 
+/// Periodic checkpoints in a directory (`merak-exec --save-dir`): the
+/// checkpoint after step N is `DIR/step-<N, 8 digits>.safetensors`, one
+/// file or a sharded checkpoint (its index and shard files), committed by
+/// its rename as any save is.
+std::string stepCheckpointPath(const std::string &dir, int64_t step);
+
+struct StepCheckpoint {
+  int64_t step = 0;
+  /// What `openCheckpoint` opens: the single file, or the name whose
+  /// `.index.json` exists.
+  std::string path;
+};
+
+/// The committed checkpoints of `dir`, oldest first; an empty list when it
+/// has none or does not exist. Leftovers of interrupted saves (temporaries,
+/// shard files without an index) do not count.
+std::vector<StepCheckpoint> listStepCheckpoints(const std::string &dir);
+
+/// Removes a committed checkpoint: a sharded one's index first (so that a
+/// crash meanwhile never leaves an index without its shards), then the
+/// shard files it lists; or the single file.
+void removeCheckpoint(const std::string &path);
+
+/// After a save to `dir` committed: removes the oldest committed
+/// checkpoints beyond the newest `keepLast` (0 keeps all), and what saves
+/// killed before they finished left beside every checkpoint of `dir`
+/// (`removeStaleTemporaries`). Files not named as its checkpoints are left
+/// alone.
+void pruneStepCheckpoints(const std::string &dir, int64_t keepLast);
+
 } // namespace merak::runtime
 
 #endif // MERAK_RUNTIME_CHECKPOINT_H

@@ -190,7 +190,10 @@ public:
 
   absl::StatusOr<std::string>
   shareFromRank0(const std::string &key, const std::string &value) override {
-    std::string full = absl::StrCat("merak/share/", key);
+    // Numbered like barriers: every rank shares in the same order, and a
+    // key shared again (a checkpoint id per save) must not find the value
+    // of the time before.
+    std::string full = absl::StrCat("merak/share/", shares++, "/", key);
     try {
       if (options.rank == 0)
         store->set(full, toBytes(value));
@@ -500,7 +503,7 @@ private:
   std::atomic<bool> failing{false};
   std::atomic<Clock::rep> lastBeat{0};
   std::atomic<int64_t> progressStep{0}, progressInstruction{-1};
-  int64_t barriers = 0;
+  int64_t barriers = 0, shares = 0;
   int64_t communicators = 0;
   std::shared_ptr<::gloo::transport::Device> device;
 };

@@ -118,6 +118,10 @@ absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
     record.peakBytes = backend.memoryStats().peakBytes;
     record.maxRssBytes = maxRssBytes();
     observer.afterStep(record);
+    if (options.save && options.saveEvery > 0 &&
+        step % options.saveEvery == 0 && step < options.lastStep)
+      if (absl::Status s = options.save(step, result.doneUpdates); !s.ok())
+        return failed(s);
   }
   runner.setProfile(nullptr);
   return result;

@@ -81,7 +81,8 @@ public:
   /// time-out.
   virtual absl::Status barrier(const std::string &name) = 0;
 
-  /// Rank 0's `value` on every rank (under `key`).
+  /// Rank 0's `value` on every rank (under `key`). Collective: every rank
+  /// calls it, in the same order, so one key can be shared again.
   virtual absl::StatusOr<std::string>
   shareFromRank0(const std::string &key, const std::string &value) = 0;
 

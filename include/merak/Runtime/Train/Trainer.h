@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,11 @@ struct TrainOptions {
   bool skipNonFinite = false;
   /// Profile kernels over the steps after the first (which warms up).
   bool profile = false;
+  /// Periodic checkpoints: `save(step, doneUpdates)` after every step that
+  /// is a multiple of `saveEvery` (> 0), except the last (the caller saves
+  /// after the run). An error stops the run.
+  int64_t saveEvery = 0;
+  std::function<absl::Status(int64_t step, int64_t doneUpdates)> save;
 };
 
 /// What a data rate is counted in: tokens when an input holds token ids
