@@ -235,6 +235,15 @@ struct TensorParallelPass
               other && other != first && isForward(other))
             firsts.push_back(other);
       for (LinearOp l : firsts)
+        if (!canSplit(l, Split::Column)) {
+          keepWhole(l, "MLP", l.getWeight(), 0);
+          return;
+        }
+      if (!canSplit(last, Split::Row)) {
+        keepWhole(last, "MLP", last.getWeight(), 1);
+        return;
+      }
+      for (LinearOp l : firsts)
         linears[l] = Split::Column;
       linears[last] = Split::Row;
     });
@@ -250,9 +259,8 @@ struct TensorParallelPass
             slice && isForward(slice) &&
             stripShards(slice.getInput()).getDefiningOp<LinearOp>()) {
           if (*heads % size != 0) {
-            r.emitError("fused attention projection: ")
+            r.emitRemark("fused attention projection stays whole: ")
                 << *heads << " heads are not divisible by tp=" << size;
-            failed = true;
             return;
           }
           fusedHeads.push_back(r);
@@ -262,17 +270,20 @@ struct TensorParallelPass
         if (!proj || !isForward(proj) || linears.count(proj))
           return;
         if (*heads % size != 0) {
-          proj.emitError("attention projection ")
-              << paramName(proj.getWeight()) << ": " << *heads
-              << " heads (dimension 0 of the weight, " << *heads << " x "
-              << lastDim(r.getResult()) << ") are not divisible by tp=" << size;
-          failed = true;
+          proj.emitRemark("attention projection ")
+              << paramName(proj.getWeight()) << " stays whole: " << *heads
+              << " heads are not divisible by tp=" << size;
           return;
         }
         linears[proj] = Split::Column;
         return;
       }
       if (!r.mergesHeads())
+        return;
+      // Heads tp does not divide stay whole, and so does their output
+      // projection.
+      auto merged = cast<RankedTensorType>(r.getInput().getType());
+      if (merged.getDimSize(merged.getRank() - 2) % size != 0)
         return;
       // The output projection reads the merged heads, or a reshape of them
       // that keeps the last dimension (nn.MultiheadAttention flattens the
@@ -301,6 +312,10 @@ struct TensorParallelPass
       auto idx = dyn_cast<BlockArgument>(stripShards(e.getIndices()));
       if (!idx || !func.getArgAttr(idx.getArgNumber(), kInputAttr))
         return;
+      if (!canSplit(e.getWeight(), 0)) {
+        keepWhole(e, "vocabulary-parallel embedding", e.getWeight(), 0);
+        return;
+      }
       embeddings.push_back(e);
     });
     func.walk([&](CrossEntropyOp ce) {
@@ -309,9 +324,51 @@ struct TensorParallelPass
       Value logits = stripShards(ce.getLogits());
       while (auto r = logits.getDefiningOp<ReshapeOp>())
         logits = stripShards(r.getInput());
-      if (auto head = logits.getDefiningOp<LinearOp>(); head && isForward(head))
-        linears[head] = Split::Vocab;
+      auto head = logits.getDefiningOp<LinearOp>();
+      if (!head || !isForward(head))
+        return;
+      if (!canSplit(head, Split::Vocab)) {
+        keepWhole(head, "vocabulary-parallel head", head.getWeight(), 0);
+        linears.erase(head);
+        return;
+      }
+      linears[head] = Split::Vocab;
     });
+  }
+
+  /// Whether the parameter behind `v` can be split along `dim` over tp
+  /// (what `splitParam` would do); a weight computed in the graph can.
+  bool canSplit(Value v, int64_t dim) {
+    auto [param, offset] = weightParam(v);
+    dim += offset;
+    auto arg = dyn_cast<BlockArgument>(param);
+    if (!arg || !func.getArgAttr(arg.getArgNumber(), kParamAttr))
+      return true;
+    auto type = cast<RankedTensorType>(arg.getType());
+    ShardOp existing = argAnnotation(arg);
+    SplitAxes split = splitAxesOf(
+        existing ? existing.getShard() : MeshShardingAttr(), type.getRank());
+    if (llvm::is_contained(split[dim], axis))
+      return true;
+    return (type.getDimSize(dim) / groupSize(mesh, split[dim])) % size == 0;
+  }
+
+  /// Whether linear `l` can take `split`: its weight's (and bias's) split
+  /// dimension divides by tp.
+  bool canSplit(LinearOp l, Split split) {
+    if (split == Split::Row)
+      return canSplit(l.getWeight(), 1);
+    return canSplit(l.getWeight(), 0) &&
+           (!l.getBias() || canSplit(l.getBias(), 0));
+  }
+
+  /// A part of the model tp cannot split stays whole (replicated over tp),
+  /// with a remark saying which and why.
+  void keepWhole(Operation *at, StringRef what, Value weight, int64_t dim) {
+    auto [param, offset] = weightParam(weight);
+    at->emitRemark() << what << " stays whole: dimension " << dim + offset
+                     << " of parameter " << paramName(param) << " ("
+                     << param.getType() << ") is not divisible by tp=" << size;
   }
 
   /// Splits the parameter behind `v` along `dim` over tp. `v` may be one
@@ -341,12 +398,9 @@ struct TensorParallelPass
       }
     int64_t local = type.getDimSize(dim) / groupSize(mesh, split[dim]);
     if (local % size != 0) {
-      InFlightDiagnostic diag = at->emitError()
-                                << what << ": dimension " << dim
-                                << " of parameter " << paramName(arg) << " ("
-                                << type << ") is not divisible by tp=" << size;
-      if (what.starts_with("vocabulary"))
-        diag << " (vocab-parallel=false keeps it whole)";
+      at->emitError() << what << ": dimension " << dim << " of parameter "
+                      << paramName(arg) << " (" << type
+                      << ") is not divisible by tp=" << size;
       failed = true;
       return;
     }

@@ -240,10 +240,11 @@ def TensorParallel : Pass<"merak-tensor-parallel", "mlir::ModuleOp"> {
       `cross_entropy` by classes, so the loss is a parallel cross-entropy
       and the full logits are never gathered.
 
-    A dimension that `tp` does not divide (heads, vocabulary, features) is
-    an error naming the parameter and the dimension; `vocab-parallel=false`
-    keeps the embedding and the head whole (for a vocabulary or class count
-    that `tp` does not divide). Propagation and
+    A part whose dimension `tp` does not divide (an attention block's
+    heads, an MLP's hidden width, a vocabulary or class count) stays whole,
+    replicated over tp, with a remark naming it, the parameter and the
+    dimension; the other parts are split. `vocab-parallel=false` keeps the
+    embedding and the head whole regardless. Propagation and
     `--merak-spmdize` derive the collectives of forward and backward.
   }];
   let options = [
