@@ -24,6 +24,10 @@ config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%merak_src", config.merak_src_root))
 config.substitutions.append(("%mlir_include", config.mlir_include_dir))
 config.substitutions.append(("%llvm_tblgen", config.llvm_tblgen))
+# merak-tokenize, where SentencePiece was found (scripts/install-deps.sh
+# installs it).
+if os.path.exists(os.path.join(config.merak_tools_dir, "merak-tokenize")):
+    config.available_features.add("merak-tokenize")
 # The runtime built alone (cmake/MerakRuntimeVariants.cmake), where the
 # build has it.
 runtime_only_dir = getattr(config, "runtime_only_dir", "")

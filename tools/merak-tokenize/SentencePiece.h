@@ -1,0 +1,34 @@
+//===- SentencePiece.h - a SentencePiece model behind a plain interface ---===//
+//
+// SentencePiece's header declares its own `absl::string_view`, which clashes
+// with Abseil's; only SentencePiece.cpp includes it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_TOOLS_SENTENCEPIECE_H
+#define MERAK_TOOLS_SENTENCEPIECE_H
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace merak::tokenize {
+
+class SentencePieceModel {
+public:
+  /// The model serialized in `bytes`; an empty `error` on success.
+  static std::unique_ptr<SentencePieceModel> load(std::string_view bytes,
+                                                  std::string &error);
+  virtual ~SentencePieceModel();
+  virtual int vocabSize() const = 0;
+  /// The end-of-sentence id, -1 when the model has none.
+  virtual int eosId() const = 0;
+  /// Appends the ids of `text` to `ids`; false (with `error`) on failure.
+  virtual bool encode(std::string_view text, std::vector<int> &ids,
+                      std::string &error) const = 0;
+};
+
+} // namespace merak::tokenize
+
+#endif // MERAK_TOOLS_SENTENCEPIECE_H
