@@ -591,6 +591,9 @@ int main(int argc, char **argv) {
   // A file-size limit makes a write fail with EFBIG, reported like a full
   // disk, instead of killing the process mid-save.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Gloo writes to its sockets with writev, which raises SIGPIPE when the
+  // peer has died: ignored, the write fails and the error names the peer.
+  std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> positional;
   if (int status = parseFlags(argc, argv, positional); status >= 0)
     return status;

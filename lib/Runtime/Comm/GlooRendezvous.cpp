@@ -85,6 +85,9 @@ std::string heartbeatKey(int64_t rank) {
   return absl::StrCat("merak/hb/", rank);
 }
 std::string doneKey(int64_t rank) { return absl::StrCat("merak/done/", rank); }
+std::string joinedKey(int64_t rank) {
+  return absl::StrCat("merak/joined/", rank);
+}
 
 std::vector<uint8_t> toBytes(const std::string &s) {
   return std::vector<uint8_t>(s.begin(), s.end());
@@ -121,18 +124,19 @@ public:
       return c10::make_intrusive<c10d::TCPStore>(options.masterAddr, so);
     };
     try {
-      store = open(options.rank == 0, /*countWorker=*/true);
+      store = open(options.rank == 0, /*countWorker=*/false);
     } catch (const std::exception &e) {
       if (options.rank == 0)
-        return absl::UnavailableError(absl::StrCat(
-            "rank 0 cannot host the rendezvous store on ", where,
-            " or not every rank of ", options.worldSize, " joined within ",
-            seconds(options.timeout), ": ", describe(e)));
+        return absl::UnavailableError(
+            absl::StrCat("rank 0 cannot host the rendezvous store on ", where,
+                         ": ", describe(e)));
       return absl::UnavailableError(
           absl::StrCat("cannot join the rendezvous store at ", where,
                        " (hosted by rank 0) within ", seconds(options.timeout),
                        ": ", describe(e)));
     }
+    if (absl::Status s = awaitEveryRank(where); !s.ok())
+      return s;
     try {
       beatStore = open(false, false);
     } catch (const std::exception &e) {
@@ -143,6 +147,51 @@ public:
     lastBeat.store(Clock::now().time_since_epoch().count());
     heartbeat = std::thread([this] { heartbeatLoop(); });
     watchdog = std::thread([this] { watchdogLoop(); });
+    return absl::OkStatus();
+  }
+
+  /// Each rank posts that it joined and polls until every rank has. Not
+  /// TCPStore's own wait for workers: it reads the server's reply without a
+  /// time-out (a frozen rank 0 would hang the others) and names no one.
+  /// Rank 0 posts the ranks missing at its deadline and keeps the store up
+  /// for a moment, so that the others name them too.
+  absl::Status awaitEveryRank(const std::string &where) {
+    std::vector<std::string> keys;
+    for (int64_t r = 0; r < options.worldSize; ++r)
+      keys.push_back(joinedKey(r));
+    try {
+      store->set(joinedKey(options.rank), toBytes("1"));
+      // A store wait also sets the time-out of every later reply.
+      store->wait({joinedKey(options.rank)}, options.timeout);
+      auto deadline = Clock::now() + options.timeout;
+      while (!store->check(keys)) {
+        if (store->check({kAbortKey}))
+          return absl::UnavailableError(
+              absl::StrCat("stopping: ", toText(store->get(kAbortKey))));
+        if (Clock::now() > deadline) {
+          std::vector<int64_t> missing;
+          for (int64_t r = 0; r < options.worldSize; ++r)
+            if (!store->check({joinedKey(r)}))
+              missing.push_back(r);
+          std::string message = absl::StrCat(
+              missing.size() == 1 ? "rank " : "ranks ",
+              absl::StrJoin(missing, ", "), " did not join the run within ",
+              seconds(options.timeout), " (rendezvous at ", where, ")");
+          failing.store(true);
+          postFailure(*store, message);
+          return absl::DeadlineExceededError(message);
+        }
+        std::this_thread::sleep_for(interval / 2);
+      }
+    } catch (const std::exception &e) {
+      if (options.rank == 0)
+        return absl::UnavailableError(
+            absl::StrCat("the rendezvous store failed: ", describe(e)));
+      return absl::UnavailableError(
+          absl::StrCat("rank 0, which hosts the rendezvous store at ", where,
+                       ", did not answer within ", seconds(options.timeout),
+                       " (", describe(e), ")"));
+    }
     return absl::OkStatus();
   }
 
@@ -165,9 +214,23 @@ public:
       for (int64_t r = 0; r < options.worldSize; ++r)
         result.push_back(toText(store->get(absl::StrCat(prefix, r))));
     } catch (const std::exception &e) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("not every rank sent '", key, "' within ",
-                       seconds(options.timeout), ": ", describe(e)));
+      // Name the ranks whose value is missing, and why.
+      std::vector<int64_t> missing;
+      try {
+        for (int64_t r = 0; r < options.worldSize; ++r)
+          if (!store->check({absl::StrCat(prefix, r)}))
+            missing.push_back(r);
+      } catch (const std::exception &) {
+      }
+      std::string why = diagnose(missing.empty() ? allRanks() : missing);
+      return absl::DeadlineExceededError(absl::StrCat(
+          missing.empty()
+              ? std::string("not every rank")
+              : absl::StrCat(missing.size() == 1 ? "rank " : "ranks ",
+                             absl::StrJoin(missing, ", "), " did not"),
+          missing.empty() ? " sent '" : " send '", key, "' within ",
+          seconds(options.timeout), why.empty() ? "" : ": ", why, " (",
+          describe(e), ")"));
     }
     return result;
   }
@@ -208,22 +271,7 @@ public:
   void abort(const std::string &message) override {
     // This rank's own heartbeat must not report the message back to it.
     failing.store(true);
-    try {
-      store->compareSet(kAbortKey, {}, toBytes(message));
-      if (options.rank != 0)
-        return;
-      // Rank 0 hosts the store: give the others a moment to read it (they
-      // poll every interval; a dead one never will).
-      auto deadline =
-          Clock::now() +
-          std::min<Clock::duration>(
-              options.timeout, 2 * interval + std::chrono::milliseconds(200));
-      while (Clock::now() < deadline &&
-             store->add(kAbortSeenKey, 0) < options.worldSize - 1)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } catch (const std::exception &) {
-      // The store is gone: the others find out by themselves.
-    }
+    postFailure(*store, message);
   }
 
   absl::Status finish() override {
@@ -248,6 +296,11 @@ public:
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     } catch (const std::exception &e) {
+      if (options.rank != 0)
+        return absl::UnavailableError(absl::StrCat(
+            "rank 0, which hosts the rendezvous store, stopped answering "
+            "while this rank finished (",
+            describe(e), ")"));
       return absl::UnavailableError(absl::StrCat(
           "lost the rendezvous store while finishing: ", describe(e)));
     }
@@ -322,9 +375,11 @@ private:
     };
     if (std::string r = reported(); !r.empty())
       return r;
+    // Every rank is watched, not only `ranks`: a peer may wait on a rank
+    // outside them (a pipeline transfer on a data-parallel all-reduce).
     std::map<int64_t, std::string> first;
     std::set<int64_t> alive;
-    for (int64_t r : ranks)
+    for (int64_t r : allRanks())
       if (r != options.rank)
         first[r] = store->check({heartbeatKey(r)})
                        ? toText(store->get(heartbeatKey(r)))
@@ -345,17 +400,28 @@ private:
           alive.insert(r), value = now;
       }
       if (alive.size() == first.size())
-        return behind(first, step, instruction);
+        return behind(peersOf(first, ranks), step, instruction);
     }
     std::vector<int64_t> stopped;
     for (auto &[r, value] : first)
       if (!alive.count(r) && !store->check({doneKey(r)}))
         stopped.push_back(r);
     if (stopped.empty())
-      return "";
+      return behind(peersOf(first, ranks), step, instruction);
     return absl::StrCat(
         stopped.size() == 1 ? "rank " : "ranks ", absl::StrJoin(stopped, ", "),
         stopped.size() == 1 ? " has" : " have", " stopped (no heartbeat)");
+  }
+
+  /// The entries of `beats` for `ranks`.
+  static std::map<int64_t, std::string>
+  peersOf(const std::map<int64_t, std::string> &beats,
+          const std::vector<int64_t> &ranks) {
+    std::map<int64_t, std::string> peers;
+    for (int64_t r : ranks)
+      if (auto it = beats.find(r); it != beats.end())
+        peers.insert(*it);
+    return peers;
   }
 
   /// Of live peers (by their last heartbeat, `beat step instruction`), the
@@ -383,13 +449,38 @@ private:
                         myInst, " of step ", myStep);
   }
 
-  /// Reports `message` once and ends the process.
-  void fail(const std::string &message) {
+  /// Posts `message` for the others unless a failure is posted already.
+  /// Rank 0 hosts the store: it then gives the others a moment to read the
+  /// failure (they poll every interval; a dead one never will), or they
+  /// would find the store gone and blame rank 0.
+  void postFailure(c10d::TCPStore &client, const std::string &message) {
+    try {
+      client.compareSet(kAbortKey, {}, toBytes(message));
+      if (options.rank != 0)
+        return;
+      auto deadline =
+          Clock::now() +
+          std::min<Clock::duration>(
+              options.timeout, 2 * interval + std::chrono::milliseconds(200));
+      while (Clock::now() < deadline &&
+             client.add(kAbortSeenKey, 0) < options.worldSize - 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } catch (const std::exception &) {
+      // The store is gone: the others find out by themselves.
+    }
+  }
+
+  /// Reports `message` once and ends the process; with `storeAnswers`, on
+  /// the heartbeat's thread, first posts it for the others (the main
+  /// thread, failing meanwhile, reports and ends the process instead).
+  void fail(const std::string &message, bool storeAnswers) {
     if (failing.exchange(true)) {
       // Another thread is already reporting a failure and will exit.
       while (true)
         std::this_thread::sleep_for(std::chrono::hours(1));
     }
+    if (storeAnswers)
+      postFailure(*beatStore, message);
     if (onFailure)
       onFailure(message);
     std::fflush(stdout);
@@ -419,7 +510,7 @@ private:
           std::string message = toText(beatStore->get(kAbortKey));
           beatStore->add(kAbortSeenKey, 1);
           if (!failing)
-            fail(absl::StrCat("stopping: ", message));
+            fail(absl::StrCat("stopping: ", message), true);
         }
         for (int64_t w : watched) {
           if (done.count(w))
@@ -440,10 +531,8 @@ private:
             std::string message = absl::StrCat(
                 "rank ", w, " stopped answering: no heartbeat for ",
                 seconds(options.timeout));
-            if (!failing) {
-              beatStore->compareSet(kAbortKey, {}, toBytes(message));
-              fail(message);
-            }
+            if (!failing)
+              fail(message, true);
           }
         }
       } catch (const std::exception &e) {
@@ -453,7 +542,8 @@ private:
                           ":", options.port,
                           options.rank == 0 ? "" : ", which rank 0 hosts",
                           options.rank == 0 ? "" : " (rank 0 has stopped)",
-                          ": ", describe(e)));
+                          ": ", describe(e)),
+             false);
       }
       lastBeat.store(Clock::now().time_since_epoch().count());
       lock.lock();
@@ -471,10 +561,11 @@ private:
       if (Clock::now() - last > options.timeout + 2 * interval && !failing) {
         lock.unlock();
         fail(absl::StrCat(
-            "the rendezvous store at ", options.masterAddr, ":", options.port,
-            options.rank == 0 ? "" : " (hosted by rank 0)",
-            " has not answered for ", seconds(options.timeout),
-            options.rank == 0 ? "" : ": rank 0 stopped answering"));
+                 "the rendezvous store at ", options.masterAddr, ":",
+                 options.port, options.rank == 0 ? "" : " (hosted by rank 0)",
+                 " has not answered for ", seconds(options.timeout),
+                 options.rank == 0 ? "" : ": rank 0 stopped answering"),
+             false);
       }
     }
   }
