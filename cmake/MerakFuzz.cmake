@@ -13,11 +13,10 @@ if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang" OR
     "scripts/fuzz.sh")
 endif()
 
-# vptr checks need RTTI, which the MLIR side is built without; the rest of
-# -fsanitize=undefined applies everywhere. Line tables keep the reports
-# symbolized at little build cost.
-set(MERAK_SANITIZE_FLAGS
-  -fsanitize=address,undefined -fno-sanitize=vptr
-  -fno-omit-frame-pointer -gline-tables-only)
-add_compile_options(-fsanitize=fuzzer-no-link ${MERAK_SANITIZE_FLAGS})
-add_link_options(-fsanitize=address,undefined -fno-sanitize=vptr)
+# The sanitizers are MERAK_SANITIZE's (cmake/MerakSanitize.cmake), address
+# and undefined unless it names others; coverage for the fuzzer comes on top.
+if(NOT MERAK_SANITIZE)
+  set(MERAK_SANITIZE address,undefined)
+endif()
+include(MerakSanitize)
+add_compile_options(-fsanitize=fuzzer-no-link)

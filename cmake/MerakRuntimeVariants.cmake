@@ -17,6 +17,7 @@ function(merak_runtime_variant name dir cpu)
     CMAKE_ARGS -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}
                -DMERAK_COMPILER=OFF -DMERAK_CPU_BACKEND=${cpu}
                -DMERAK_BUILD_RUNTIME_VARIANTS=OFF
+               -DMERAK_SANITIZE=${MERAK_SANITIZE}
     INSTALL_COMMAND ""
     # Rebuilt (incrementally) with every build of the main tree.
     BUILD_ALWAYS ON
