@@ -143,30 +143,45 @@ std::string TensorType::str() const {
   return os.str();
 }
 
+namespace {
+
+/// `bytes` zeroed bytes and one more (which keeps the pointer valid for
+/// empty tensors), or null when the memory is not there. Not a bad_alloc to
+/// catch: AddressSanitizer's throwing new aborts where it fails, while its
+/// nothrow new returns null as in every other build.
+std::shared_ptr<uint8_t[]> zeroedBytes(size_t bytes) {
+  return std::shared_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes + 1]());
+}
+
+HostTensor adopt(TensorType type, std::shared_ptr<uint8_t[]> storage) {
+  HostTensor t;
+  t.type = std::move(type);
+  t.data = storage.get();
+  t.owner = std::shared_ptr<const void>(storage, storage.get());
+  return t;
+}
+
+} // namespace
+
 absl::StatusOr<HostTensor> HostTensor::tryAllocate(TensorType type,
                                                    const std::string &what) {
   absl::StatusOr<int64_t> bytes = checkedByteSize(type);
   if (!bytes.ok())
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", bytes.status().message()));
-  try {
-    return allocate(type);
-  } catch (const std::bad_alloc &) {
+  std::shared_ptr<uint8_t[]> storage = zeroedBytes(*bytes);
+  if (!storage)
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", *bytes, " bytes for ", what, " (",
                      type.str(), "): out of memory"));
-  }
+  return adopt(std::move(type), std::move(storage));
 }
 
 HostTensor HostTensor::allocate(TensorType type) {
-  HostTensor t;
-  size_t bytes = type.byteSize();
-  t.type = std::move(type);
-  // One extra byte keeps the pointer valid for empty tensors.
-  std::shared_ptr<uint8_t[]> storage(new uint8_t[bytes + 1]());
-  t.data = storage.get();
-  t.owner = std::shared_ptr<const void>(storage, storage.get());
-  return t;
+  std::shared_ptr<uint8_t[]> storage = zeroedBytes(type.byteSize());
+  if (!storage)
+    throw std::bad_alloc();
+  return adopt(std::move(type), std::move(storage));
 }
 
 uint16_t floatToHalfBits(float value) {
