@@ -671,9 +671,13 @@ DistributedJob::join(const RendezvousOptions &options,
         absl::StrCat("invalid rendezvous port ", options.port));
   // c10d logs its own time-outs and retries through glog; merak-exec
   // reports each failure once, naming the rank, so only fatal ones pass
-  // unless GLOG_minloglevel asks for more.
-  if (!std::getenv("GLOG_minloglevel"))
-    FLAGS_minloglevel = google::GLOG_FATAL;
+  // unless GLOG_minloglevel asks for more. Once per process: ranks that
+  // join from threads of one process (the unit tests) would race on it.
+  static std::once_flag quietGlog;
+  std::call_once(quietGlog, [] {
+    if (!std::getenv("GLOG_minloglevel"))
+      FLAGS_minloglevel = google::GLOG_FATAL;
+  });
   auto job = std::make_unique<RendezvousJob>(options, std::move(onPeerFailure));
   if (absl::Status s = job->connect(); !s.ok())
     return s;
