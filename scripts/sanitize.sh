@@ -97,6 +97,7 @@ else
   )
 fi
 
+start=$SECONDS
 bash "$root/scripts/install-deps.sh"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   # -O1 (with the line tables MERAK_SANITIZE adds): quicker to build than
@@ -109,6 +110,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 cmake --build "$build" --target merak-opt merak-translate merak-exec \
   merak-fixtures "${units[@]}" -- -j"$(nproc)"
+echo "sanitize: configure and build took $((SECONDS - start)) s"
 
 logs="$build/sanitizer-logs"
 rm -rf "$logs"
