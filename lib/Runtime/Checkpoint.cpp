@@ -691,11 +691,12 @@ int64_t stepOfName(std::string name, std::string *target) {
   while (end < name.size() && std::isdigit((unsigned char)name[end]))
     ++end;
   // Eight digits or more (a step beyond 10^8 takes more), no sign.
+  const std::string suffix = kStepSuffix;
   if (end - digits < 8 || end - digits > 18 ||
-      name.compare(end, std::string(kStepSuffix).size(), kStepSuffix) != 0)
+      name.compare(end, suffix.size(), suffix) != 0)
     return -1;
   if (target)
-    *target = name.substr(0, end + std::string(kStepSuffix).size());
+    *target = name.substr(0, end + suffix.size());
   return std::stoll(name.substr(digits, end - digits));
 }
 

@@ -299,11 +299,11 @@ int main(int argc, char **argv) {
   manifest["validation_file"] = validationLines > 0 ? valOut : "";
   manifest["validation_tokens"] = uint64_t(held.size());
   manifest["validation_documents"] = uint64_t(validationLines);
-  std::string text_ = manifest.dump(2) + "\n";
+  std::string manifestText = manifest.dump(2) + "\n";
   // Written last: a run killed before it leaves no manifest that vouches
   // for half-written files.
   if (absl::Status s = merak::runtime::writeFileAtomically(
-          manifestPath, {{text_.data(), text_.size()}});
+          manifestPath, {{manifestText.data(), manifestText.size()}});
       !s.ok())
     return fail(std::string(s.message()));
   double s = seconds();
