@@ -165,9 +165,11 @@ public:
       store->wait({joinedKey(options.rank)}, options.timeout);
       auto deadline = Clock::now() + options.timeout;
       while (!store->check(keys)) {
-        if (store->check({kAbortKey}))
-          return absl::UnavailableError(
-              absl::StrCat("stopping: ", toText(store->get(kAbortKey))));
+        if (store->check({kAbortKey})) {
+          std::string message = toText(store->get(kAbortKey));
+          acknowledgeFailure(*store);
+          return absl::UnavailableError(absl::StrCat("stopping: ", message));
+        }
         if (Clock::now() > deadline) {
           std::vector<int64_t> missing;
           for (int64_t r = 0; r < options.worldSize; ++r)
@@ -371,7 +373,9 @@ private:
     auto reported = [&]() -> std::string {
       if (!store->check({kAbortKey}))
         return "";
-      return toText(store->get(kAbortKey));
+      std::string message = toText(store->get(kAbortKey));
+      acknowledgeFailure(*store);
+      return message;
     };
     if (std::string r = reported(); !r.empty())
       return r;
@@ -449,13 +453,27 @@ private:
                         myInst, " of step ", myStep);
   }
 
-  /// Posts `message` for the others unless a failure is posted already.
-  /// Rank 0 hosts the store: it then gives the others a moment to read the
-  /// failure (they poll every interval; a dead one never will), or they
-  /// would find the store gone and blame rank 0.
+  /// Posts `message` for the others unless a failure is posted already,
+  /// and acknowledges the failure posted.
   void postFailure(c10d::TCPStore &client, const std::string &message) {
     try {
       client.compareSet(kAbortKey, {}, toBytes(message));
+    } catch (const std::exception &) {
+      // The store is gone: the others find out by themselves.
+      return;
+    }
+    acknowledgeFailure(client);
+  }
+
+  /// Counts this rank as having read the posted failure (once). Rank 0
+  /// hosts the store: it then gives the others a moment to read it too
+  /// (they poll every interval; a dead one never will), or they would find
+  /// the store gone and blame rank 0.
+  void acknowledgeFailure(c10d::TCPStore &client) {
+    if (acknowledged.exchange(true))
+      return;
+    try {
+      client.add(kAbortSeenKey, 1);
       if (options.rank != 0)
         return;
       auto deadline =
@@ -463,7 +481,7 @@ private:
           std::min<Clock::duration>(
               options.timeout, 2 * interval + std::chrono::milliseconds(200));
       while (Clock::now() < deadline &&
-             client.add(kAbortSeenKey, 0) < options.worldSize - 1)
+             client.add(kAbortSeenKey, 0) < options.worldSize)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     } catch (const std::exception &) {
       // The store is gone: the others find out by themselves.
@@ -508,7 +526,6 @@ private:
                                             " ", progressInstruction.load())));
         if (!failing && beatStore->check({kAbortKey})) {
           std::string message = toText(beatStore->get(kAbortKey));
-          beatStore->add(kAbortSeenKey, 1);
           if (!failing)
             fail(absl::StrCat("stopping: ", message), true);
         }
@@ -592,6 +609,8 @@ private:
   std::condition_variable wake;
   bool stopping = false; // guarded by `mutex`
   std::atomic<bool> failing{false};
+  /// Set once this rank has counted itself under kAbortSeenKey.
+  std::atomic<bool> acknowledged{false};
   std::atomic<Clock::rep> lastBeat{0};
   std::atomic<int64_t> progressStep{0}, progressInstruction{-1};
   int64_t barriers = 0, shares = 0;
