@@ -78,13 +78,21 @@ using Clock = std::chrono::steady_clock;
 constexpr int kGlooThreadsPerGroup = 1;
 
 constexpr const char *kAbortKey = "merak/abort";
-constexpr const char *kAbortSeenKey = "merak/abort_seen";
 constexpr const char *kFinishedKey = "merak/finished";
 
 std::string heartbeatKey(int64_t rank) {
   return absl::StrCat("merak/hb/", rank);
 }
 std::string doneKey(int64_t rank) { return absl::StrCat("merak/done/", rank); }
+/// Set by a rank once it has read the posted failure.
+std::string abortSeenKey(int64_t rank) {
+  return absl::StrCat("merak/abort_seen/", rank);
+}
+/// Set for a rank the failure's poster knows cannot read it (dead, frozen,
+/// never joined).
+std::string abortGoneKey(int64_t rank) {
+  return absl::StrCat("merak/abort_gone/", rank);
+}
 std::string joinedKey(int64_t rank) {
   return absl::StrCat("merak/joined/", rank);
 }
@@ -167,6 +175,7 @@ public:
       while (!store->check(keys)) {
         if (store->check({kAbortKey})) {
           std::string message = toText(store->get(kAbortKey));
+          mainReporting = true;
           acknowledgeFailure(*store);
           return absl::UnavailableError(absl::StrCat("stopping: ", message));
         }
@@ -180,7 +189,7 @@ public:
               absl::StrJoin(missing, ", "), " did not join the run within ",
               seconds(options.timeout), " (rendezvous at ", where, ")");
           failing.store(true);
-          postFailure(*store, message);
+          postFailure(*store, message, missing);
           return absl::DeadlineExceededError(message);
         }
         std::this_thread::sleep_for(interval / 2);
@@ -374,6 +383,7 @@ private:
       if (!store->check({kAbortKey}))
         return "";
       std::string message = toText(store->get(kAbortKey));
+      mainReporting = true;
       acknowledgeFailure(*store);
       return message;
     };
@@ -454,10 +464,14 @@ private:
   }
 
   /// Posts `message` for the others unless a failure is posted already,
-  /// and acknowledges the failure posted.
-  void postFailure(c10d::TCPStore &client, const std::string &message) {
+  /// with the ranks it knows cannot read it, and acknowledges the failure
+  /// posted.
+  void postFailure(c10d::TCPStore &client, const std::string &message,
+                   const std::vector<int64_t> &gone = {}) {
     try {
       client.compareSet(kAbortKey, {}, toBytes(message));
+      for (int64_t r : gone)
+        client.set(abortGoneKey(r), toBytes("1"));
     } catch (const std::exception &) {
       // The store is gone: the others find out by themselves.
       return;
@@ -465,24 +479,38 @@ private:
     acknowledgeFailure(client);
   }
 
-  /// Counts this rank as having read the posted failure (once). Rank 0
-  /// hosts the store: it then gives the others a moment to read it too
-  /// (they poll every interval; a dead one never will), or they would find
-  /// the store gone and blame rank 0.
+  /// Marks this rank as having read the posted failure (once). Rank 0
+  /// hosts the store: it then keeps it up until every other rank has read
+  /// the failure, is known gone or has finished (bounded by the time-out,
+  /// and by 5 s), or they would find the store gone and blame rank 0.
   void acknowledgeFailure(c10d::TCPStore &client) {
-    if (acknowledged.exchange(true))
+    // A second thread waits for the first's linger: returning at once
+    // would let it end the process under the first.
+    std::lock_guard<std::mutex> guard(acknowledging);
+    if (acknowledged)
       return;
+    acknowledged = true;
     try {
-      client.add(kAbortSeenKey, 1);
+      client.set(abortSeenKey(options.rank), toBytes("1"));
       if (options.rank != 0)
         return;
       auto deadline =
           Clock::now() +
-          std::min<Clock::duration>(
-              options.timeout, 2 * interval + std::chrono::milliseconds(200));
-      while (Clock::now() < deadline &&
-             client.add(kAbortSeenKey, 0) < options.worldSize)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          std::min<Clock::duration>(options.timeout, std::chrono::seconds(5));
+      std::vector<int64_t> waiting;
+      for (int64_t r = 1; r < options.worldSize; ++r)
+        waiting.push_back(r);
+      while (!waiting.empty() && Clock::now() < deadline) {
+        waiting.erase(std::remove_if(waiting.begin(), waiting.end(),
+                                     [&](int64_t r) {
+                                       return client.check({abortSeenKey(r)}) ||
+                                              client.check({abortGoneKey(r)}) ||
+                                              client.check({doneKey(r)});
+                                     }),
+                      waiting.end());
+        if (!waiting.empty())
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
     } catch (const std::exception &) {
       // The store is gone: the others find out by themselves.
     }
@@ -491,14 +519,21 @@ private:
   /// Reports `message` once and ends the process; with `storeAnswers`, on
   /// the heartbeat's thread, first posts it for the others (the main
   /// thread, failing meanwhile, reports and ends the process instead).
-  void fail(const std::string &message, bool storeAnswers) {
+  void fail(const std::string &message, bool storeAnswers,
+            const std::vector<int64_t> &gone = {}) {
     if (failing.exchange(true)) {
       // Another thread is already reporting a failure and will exit.
       while (true)
         std::this_thread::sleep_for(std::chrono::hours(1));
     }
     if (storeAnswers)
-      postFailure(*beatStore, message);
+      postFailure(*beatStore, message, gone);
+    if (mainReporting) {
+      // The main thread read the failure meanwhile (in a collective that
+      // failed with it) and reports it with its context; it ends the
+      // process, or this thread does after the time-out.
+      std::this_thread::sleep_for(options.timeout);
+    }
     if (onFailure)
       onFailure(message);
     std::fflush(stdout);
@@ -549,7 +584,7 @@ private:
                 "rank ", w, " stopped answering: no heartbeat for ",
                 seconds(options.timeout));
             if (!failing)
-              fail(message, true);
+              fail(message, true, {w});
           }
         }
       } catch (const std::exception &e) {
@@ -609,8 +644,11 @@ private:
   std::condition_variable wake;
   bool stopping = false; // guarded by `mutex`
   std::atomic<bool> failing{false};
-  /// Set once this rank has counted itself under kAbortSeenKey.
-  std::atomic<bool> acknowledged{false};
+  /// Set when the main thread has read a posted failure and will report
+  /// it.
+  std::atomic<bool> mainReporting{false};
+  std::mutex acknowledging;
+  bool acknowledged = false; // guarded by `acknowledging`
   std::atomic<Clock::rep> lastBeat{0};
   std::atomic<int64_t> progressStep{0}, progressInstruction{-1};
   int64_t barriers = 0, shares = 0;
