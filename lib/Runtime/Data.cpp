@@ -70,20 +70,28 @@ class TokenFile final : public BatchSource {
 public:
   TokenFile(std::string path, std::shared_ptr<MappedTokens> map,
             TokenDType dtype, std::vector<InputSpec> inputs, int64_t batchSize,
-            int64_t seqLen, uint64_t seed)
+            int64_t seqLen, uint64_t seed, TokenWindows windows)
       : path(std::move(path)), map(std::move(map)), dtype(dtype),
         inputs(std::move(inputs)), batchSize(batchSize), seqLen(seqLen),
-        seed(seed) {
+        seed(seed), windows(windows) {
     numTokens = int64_t(this->map->size / (dtype == TokenDType::U16 ? 2 : 4));
   }
 
   absl::StatusOr<std::vector<HostTensor>> batch(int64_t step) override {
-    absl::StatusOr<std::vector<int64_t>> drawn =
-        randomIntegers(stepSeed(seed, step, RandomStream::Data),
-                       numTokens - seqLen, batchSize);
-    if (!drawn.ok())
-      return drawn.status();
-    const std::vector<int64_t> &starts = *drawn;
+    std::vector<int64_t> starts;
+    if (windows == TokenWindows::Sequential) {
+      // Whole windows of seqLen + 1 tokens starting at multiples of seqLen.
+      int64_t count = (numTokens - 1) / seqLen;
+      for (int64_t b = 0; b < batchSize; ++b)
+        starts.push_back(((step - 1) * batchSize + b) % count * seqLen);
+    } else {
+      absl::StatusOr<std::vector<int64_t>> drawn =
+          randomIntegers(stepSeed(seed, step, RandomStream::Data),
+                         numTokens - seqLen, batchSize);
+      if (!drawn.ok())
+        return drawn.status();
+      starts = *std::move(drawn);
+    }
     std::vector<HostTensor> result;
     for (size_t k = 0; k < inputs.size(); ++k) {
       absl::StatusOr<HostTensor> allocated = HostTensor::tryAllocate(
@@ -131,6 +139,7 @@ private:
   std::vector<InputSpec> inputs;
   int64_t batchSize, seqLen;
   uint64_t seed;
+  TokenWindows windows;
   int64_t numTokens = 0;
 };
 
@@ -204,7 +213,8 @@ openBatchFile(const std::string &path, const std::vector<InputSpec> &inputs,
 
 absl::StatusOr<std::unique_ptr<BatchSource>>
 openTokenFile(const std::string &path, TokenDType dtype,
-              const std::vector<InputSpec> &inputs, uint64_t seed) {
+              const std::vector<InputSpec> &inputs, uint64_t seed,
+              TokenWindows windows) {
   if (inputs.empty() || inputs.size() > 2)
     return absl::InvalidArgumentError(absl::StrCat(
         "--tokens needs a program with one or two integer inputs of shape "
@@ -256,7 +266,7 @@ openTokenFile(const std::string &path, TokenDType dtype,
                                                    " tokens; a window of ",
                                                    seqLen, " + 1 needs more"));
   return std::unique_ptr<BatchSource>(new TokenFile(
-      path, std::move(map), dtype, inputs, batchSize, seqLen, seed));
+      path, std::move(map), dtype, inputs, batchSize, seqLen, seed, windows));
 }
 
 std::unique_ptr<BatchSource>

@@ -217,10 +217,22 @@ Executor::runStep(const StepContext &step,
     return nonFiniteLoss(step.globalStep, *loss);
   };
 
+  if (step.evaluate && lossValue == kNoValue)
+    return absl::FailedPreconditionError(
+        "an evaluation needs a program that computes a loss; this one has no "
+        "merak.loss result");
   std::optional<absl::StatusOr<StepOutcome>> stopped;
   if (absl::Status s = runInstructions(
           step, live, lrValue, stepValue,
           [&]() -> absl::Status {
+            if (step.evaluate) {
+              // The loss is all an evaluation wants: stop before anything
+              // the step replaces is written.
+              if (absl::Status s = readLoss(); !s.ok())
+                return s;
+              stopped = StepOutcome{loss, /*skipped=*/false, std::nullopt};
+              return absl::CancelledError("evaluated");
+            }
             // Nothing the step replaces has been written yet (the plan
             // reuses state buffers only after the loss), so stopping here
             // drops it.

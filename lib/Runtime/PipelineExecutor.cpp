@@ -809,6 +809,12 @@ struct PipelineExecutor::Impl {
     if (!loss.ok())
       return loss.status();
     StepOutcome outcome{*loss, false, std::nullopt};
+    if (ctx.evaluate) {
+      // Dropout was off and batch norm left its statistics alone; the
+      // gradients are dropped and the optimizer does not run.
+      grads.clear();
+      return outcome;
+    }
     if (*loss && !std::isfinite(**loss)) {
       if (!skipNonFinite)
         return nonFiniteLoss(ctx.globalStep, **loss);

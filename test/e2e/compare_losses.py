@@ -3,10 +3,13 @@
 Usage:
     python3 compare_losses.py A.jsonl B.jsonl [--rtol 1e-4] [--atol 1e-6]
                               [--steps N] [--gap C.jsonl [--gap-factor F]]
+                              [--key val_loss]
 
 Each line of a log is {"step": i, "loss": x, ...}, steps consecutive (a
 log resumed from a checkpoint may start after 1); a null loss stands for a
-non-finite one, and other keys are ignored.
+non-finite one, and other keys are ignored. Evaluation records
+({"step": i, "val_loss": x, ...}) are skipped; with --key val_loss they are
+the ones compared (at the same steps in both logs, not consecutive ones).
 B is the reference: step i passes when |A_i - B_i| <= max(rtol * |B_i|,
 atol). The absolute floor lets a loss that has fallen to about 0 pass.
 Prints a table and exits 1 naming the first failing step (a NaN always
@@ -30,8 +33,13 @@ class LogError(Exception):
     pass
 
 
-def read_log(path):
-    """Returns [(step, loss)] in file order; a null loss reads as NaN."""
+def read_log(path, key="loss"):
+    """Returns [(step, loss)] in file order; a null loss reads as NaN.
+
+    `key` is "loss" (step records) or "val_loss" (evaluation records); the
+    records of the other kind are skipped.
+    """
+    other = "val_loss" if key == "loss" else "loss"
     rows = []
     try:
         with open(path) as f:
@@ -43,10 +51,12 @@ def read_log(path):
             continue
         try:
             entry = json.loads(line)
-            step, loss = entry["step"], entry["loss"]
+            if key not in entry and other in entry:
+                continue
+            step, loss = entry["step"], entry[key]
         except (ValueError, KeyError, TypeError) as e:
-            raise LogError("%s:%d: not a {\"step\", \"loss\"} line: %s"
-                           % (path, number, e))
+            raise LogError("%s:%d: not a {\"step\", \"%s\"} line: %s"
+                           % (path, number, key, e))
         if loss is None:
             loss = math.nan
         if (type(step) is not int or isinstance(loss, bool)
@@ -58,6 +68,11 @@ def read_log(path):
     if not rows:
         raise LogError("%s: no steps" % path)
     first = steps[0]
+    if key != "loss":
+        if steps != sorted(set(steps)) or first < 1:
+            raise LogError("%s: evaluation steps are %s, expected increasing "
+                           "steps" % (path, _abbrev(steps)))
+        return rows
     if first < 1 or steps != list(range(first, first + len(rows))):
         raise LogError("%s: steps are %s, expected consecutive steps from "
                        "1 or later" % (path, _abbrev(steps)))
@@ -105,7 +120,10 @@ def compare(rows_a, rows_b, rtol, atol=ATOL, steps=None, out=sys.stdout):
     print("%6s  %-24s %-24s %10s %10s"
           % ("step", "A", "B", "abs.diff", "rel.diff"), file=out)
     first_bad = None
-    for (step, a), (_, b) in zip(rows_a[:limit], rows_b[:limit]):
+    for (step, a), (step_b, b) in zip(rows_a[:limit], rows_b[:limit]):
+        if step != step_b:
+            return "the logs hold step %d and step %d in one place" % (step,
+                                                                      step_b)
         ok = within(a, b, rtol, atol)
         if not ok and first_bad is None:
             first_bad = (step, a, b)
@@ -136,19 +154,24 @@ def main(argv=None):
                         "difference from B")
     parser.add_argument("--gap-factor", type=float, default=2.0, metavar="F",
                         help="rtol = F * that difference (default 2)")
+    parser.add_argument("--key", choices=["loss", "val_loss"],
+                        default="loss",
+                        help="compare the step records' loss (default) or "
+                        "the evaluation records' val_loss")
     args = parser.parse_args(argv)
     if args.rtol < 0 or args.atol < 0:
         parser.error("--rtol and --atol must not be negative")
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be at least 1")
     try:
-        rows_a, rows_b = read_log(args.a), read_log(args.b)
+        rows_a = read_log(args.a, args.key)
+        rows_b = read_log(args.b, args.key)
     except LogError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
     if args.gap:
         try:
-            rows_c = read_log(args.gap)
+            rows_c = read_log(args.gap, args.key)
         except LogError as e:
             print("error: %s" % e, file=sys.stderr)
             return 2
@@ -168,8 +191,10 @@ def main(argv=None):
         print("FAIL: %s (%s vs %s)" % (failure, args.a, args.b),
               file=sys.stderr)
         return 1
-    print("OK: %d steps within rtol %g (atol %g)"
-          % (args.steps or len(rows_a), args.rtol, args.atol))
+    print("OK: %d %s within rtol %g (atol %g)"
+          % (args.steps or len(rows_a),
+             "steps" if args.key == "loss" else "evaluations", args.rtol,
+             args.atol))
     return 0
 
 

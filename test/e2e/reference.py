@@ -6,6 +6,8 @@ Usage:
                          [--momentum M] [--dampening D] [--nesterov]
                          [--weight-decay WD] [--betas B1 B2] [--eps E]
                          [--threads T] [--dtype float32|float64]
+                         [--eval-data val.safetensors --eval-batches M
+                          [--eval-every N] --out-eval-jsonl val.jsonl]
                          --out-jsonl losses.jsonl
 
 The TorchScript archive holds the initial weights, so every run starts from
@@ -13,6 +15,12 @@ the same point. Step i feeds slice i-1 of each input to the forward, logs
 the loss of that forward ({"step": i, "loss": ...}, the loss before the
 update), then runs backward and one optimizer step. The losses are the
 reference that merak-exec's log is compared against.
+
+With --eval-data, after every N-th step and after the last, the mean loss
+of batches 1..M of the validation file (slice k-1 for batch k, in
+micro-batches as the training steps) is logged as {"step": i, "val_loss":
+x}, under no_grad. A traced module keeps the mode it was traced in, so this
+matches merak-exec's evaluations for models without dropout or batch norm.
 """
 
 import argparse
@@ -104,20 +112,40 @@ def run(args):
         raise SystemExit("error: %s holds %d steps, %d requested"
                          % (args.data, available, args.steps))
 
-    losses = []
-    never_grad = set(id(p) for p in params)
-    for step in range(args.steps):
+    eval_data = None
+    if args.eval_data:
+        eval_data, _ = merak_safetensors.load(args.eval_data)
+        held = min(eval_data[n].shape[0] for n in names)
+        if held < args.eval_batches:
+            raise SystemExit("error: %s holds %d batches, %d requested"
+                             % (args.eval_data, held, args.eval_batches))
+
+    def micro_batches(source, index):
         inputs = []
         for name in names:
-            x = data[name][step]
+            x = source[name][index]
             inputs.append(x.to(dtype) if x.is_floating_point() else x)
         # Micro-batches: the step's loss is their mean, and so is the
         # gradient (each micro-batch's loss scaled by 1/M).
-        parts = [list(chunks) for chunks in zip(
-            *(x.chunk(args.microbatches) for x in inputs))]
         if any(len(x) % args.microbatches for x in inputs):
             raise SystemExit("error: --microbatches %d does not divide the "
                              "batch" % args.microbatches)
+        return [list(chunks) for chunks in zip(
+            *(x.chunk(args.microbatches) for x in inputs))]
+
+    def evaluate():
+        total = 0.0
+        with torch.no_grad():
+            for k in range(args.eval_batches):
+                parts = micro_batches(eval_data, k)
+                total += sum(pick_loss(module(*part)).item()
+                             for part in parts) / len(parts)
+        return total / args.eval_batches
+
+    losses, evals = [], []
+    never_grad = set(id(p) for p in params)
+    for step in range(args.steps):
+        parts = micro_batches(data, step)
         total = 0.0
         for part in parts:
             if args.autocast:
@@ -137,13 +165,18 @@ def run(args):
         # optimizer (no weight decay, no moments), the same on every step.
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        done = step + 1
+        if eval_data is not None and (
+                (args.eval_every and done % args.eval_every == 0)
+                or done == args.steps):
+            evals.append({"step": done, "val_loss": evaluate()})
     if never_grad:
         unused = [n for n, p in module.named_parameters()
                   if id(p) in never_grad]
         print("note: %d parameter(s) never got a gradient and were not "
               "updated: %s" % (len(unused), ", ".join(unused)),
               file=sys.stderr)
-    return losses
+    return losses, evals
 
 
 def write_jsonl(path, losses):
@@ -187,8 +220,14 @@ def main(argv=None):
     parser.add_argument("--microbatches", type=int, default=1, metavar="M",
                         help="split each step's batch into M micro-batches "
                         "and accumulate their gradients (default 1)")
+    parser.add_argument("--eval-data", help="validation batches .safetensors")
+    parser.add_argument("--eval-every", type=int, default=0, metavar="N")
+    parser.add_argument("--eval-batches", type=int, default=8, metavar="M")
+    parser.add_argument("--out-eval-jsonl")
     parser.add_argument("--out-jsonl", required=True)
     args = parser.parse_args(argv)
+    if args.eval_data and not args.out_eval_jsonl:
+        parser.error("--eval-data needs --out-eval-jsonl")
     if args.weight_decay is None:
         args.weight_decay = 0.01 if args.optimizer == "adamw" else 0.0
     if args.steps < 1:
@@ -199,9 +238,12 @@ def main(argv=None):
         parser.error("--nesterov needs --momentum > 0 and --dampening 0")
 
     start = time.perf_counter()
-    losses = run(args)
+    losses, evals = run(args)
     elapsed = time.perf_counter() - start
     write_jsonl(args.out_jsonl, losses)
+    if args.out_eval_jsonl:
+        with open(args.out_eval_jsonl, "w") as f:
+            f.write("".join(json.dumps(e) + "\n" for e in evals))
     print("%s: %d steps, loss %.6g -> %.6g, %.2f s"
           % (args.out_jsonl, len(losses), losses[0], losses[-1], elapsed),
           file=sys.stderr)

@@ -96,6 +96,17 @@ ABSL_FLAG(int64_t, save_every, 0,
 ABSL_FLAG(int64_t, keep_last, 0,
           "With --save-dir: keep the newest K checkpoints, removing older "
           "ones once a save is complete (0: keep all)");
+ABSL_FLAG(std::string, eval_tokens, "",
+          "Validation token file (merak-tokenize's OUT.val.bin): evaluations "
+          "take its windows in order, the same ones each time");
+ABSL_FLAG(std::string, eval_data, "",
+          "Validation batches (batches.safetensors, as --data): evaluation "
+          "batch k reads slice k - 1");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "Evaluate on the validation data after every N steps and after the "
+          "last (0: after the last only)");
+ABSL_FLAG(int64_t, eval_batches, 8,
+          "Batches per evaluation (the step's batch shape)");
 ABSL_FLAG(std::string, log_jsonl, "",
           "Append one JSON object per step to this file");
 ABSL_FLAG(bool, skip_nonfinite, false,
@@ -168,7 +179,8 @@ static std::string inputFile, entry, initFile, resumeFile, dataFile, tokensFile,
     tokenDType, lrSchedule, saveFile, saveDir, logJsonl, traceFile,
     pipelineDelay;
 static int64_t seqLen, batchSize, steps, warmupSteps, decaySteps, saveEvery,
-    keepLast;
+    keepLast, evalEvery, evalBatches;
+static std::string evalTokensFile, evalDataFile;
 static std::optional<uint64_t> seedFlag;
 static std::optional<double> learningRate;
 static double minLr, commTimeout;
@@ -288,6 +300,10 @@ public:
   void afterStep(const StepRecord &record) override {
     if (report)
       report->afterStep(record);
+  }
+  void afterEval(const EvalRecord &record) override {
+    if (report)
+      report->afterEval(record);
   }
   void onError() override {
     if (report)
@@ -566,6 +582,10 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   saveDir = absl::GetFlag(FLAGS_save_dir);
   saveEvery = absl::GetFlag(FLAGS_save_every);
   keepLast = absl::GetFlag(FLAGS_keep_last);
+  evalTokensFile = absl::GetFlag(FLAGS_eval_tokens);
+  evalDataFile = absl::GetFlag(FLAGS_eval_data);
+  evalEvery = absl::GetFlag(FLAGS_eval_every);
+  evalBatches = absl::GetFlag(FLAGS_eval_batches);
   logJsonl = absl::GetFlag(FLAGS_log_jsonl);
   skipNonFinite = absl::GetFlag(FLAGS_skip_nonfinite);
   checkNumerics = absl::GetFlag(FLAGS_check_numerics);
@@ -768,6 +788,17 @@ int main(int argc, char **argv) {
     return fail(s);
   if (!dataFile.empty() && !tokensFile.empty())
     return fail("give --data or --tokens, not both");
+  if (!evalDataFile.empty() && !evalTokensFile.empty())
+    return fail("give --eval-data or --eval-tokens, not both");
+  if (evalEvery < 0)
+    return fail(
+        absl::StrCat("--eval-every must be at least 0, not ", evalEvery));
+  if (evalBatches < 1)
+    return fail(
+        absl::StrCat("--eval-batches must be at least 1, not ", evalBatches));
+  if (evalEvery > 0 && evalDataFile.empty() && evalTokensFile.empty())
+    return fail("--eval-every needs validation data: --eval-tokens or "
+                "--eval-data");
   absl::StatusOr<LearningRateSchedule> schedule = learningRateSchedule(
       {lrSchedule, learningRate, warmupSteps, minLr, decaySteps, steps},
       program);
@@ -913,6 +944,18 @@ int main(int argc, char **argv) {
   if (!global.ok())
     return fail(global.status());
   std::unique_ptr<BatchSource> source = runner->batchesFrom(*std::move(global));
+  std::unique_ptr<BatchSource> evalSource;
+  if (!evalDataFile.empty() || !evalTokensFile.empty()) {
+    absl::StatusOr<std::unique_ptr<BatchSource>> opened = openRunBatches(
+        inputs->global,
+        {evalDataFile, evalTokensFile, tokenDType, seqLen, batchSize,
+         evalBatches, runSeed, TokenWindows::Sequential});
+    if (!opened.ok())
+      return fail(
+          absl::StrCat(evalDataFile.empty() ? "--eval-tokens" : "--eval-data",
+                       ": ", opened.status().message()));
+    evalSource = runner->batchesFrom(*std::move(opened));
+  }
 
   std::unique_ptr<StepReporter> report;
   TrainOptions options;
@@ -924,6 +967,9 @@ int main(int argc, char **argv) {
   options.schedule = *schedule;
   options.skipNonFinite = skipNonFinite;
   options.profile = profileOps;
+  options.evalEvery = evalEvery;
+  options.evalBatches = evalBatches;
+  options.evalSource = evalSource.get();
   // Periodic checkpoints; rank 0 then removes the ones beyond --keep-last
   // and what killed saves left.
   auto saveToDirectory = [&](int64_t step, int64_t updates) -> absl::Status {

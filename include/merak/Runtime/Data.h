@@ -46,15 +46,22 @@ openBatchFile(const std::string &path, const std::vector<InputSpec> &inputs,
 
 enum class TokenDType { U16, I32 };
 
+/// How a token file's windows are chosen: drawn at random per step
+/// (training), or taken in order without overlap, wrapping at the end of
+/// the file (evaluation: the same windows every time).
+enum class TokenWindows { Random, Sequential };
+
 /// Samples `batch` windows of `seqLen + 1` tokens per step (start offsets
 /// `torch.randint(n - seqLen, (batch,))` from the step's data generator,
 /// seeded with `stepSeed(seed, step, RandomStream::Data)`).
 /// With two integer inputs `[batch, seqLen]` the first gets each window's
 /// first `seqLen` tokens and the second the last `seqLen`; with one, the
-/// first `seqLen`.
+/// first `seqLen`. With `TokenWindows::Sequential`, step `s` takes windows
+/// `(s - 1) * batch + b` of those starting at multiples of `seqLen`.
 absl::StatusOr<std::unique_ptr<BatchSource>>
 openTokenFile(const std::string &path, TokenDType dtype,
-              const std::vector<InputSpec> &inputs, uint64_t seed);
+              const std::vector<InputSpec> &inputs, uint64_t seed,
+              TokenWindows windows = TokenWindows::Random);
 
 /// Random inputs from the step's data generator, in input order: floats
 /// `torch.randn`, integers and booleans `torch.randint(0, 2)`.

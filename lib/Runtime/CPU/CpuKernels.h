@@ -112,6 +112,8 @@ struct Ctx {
     return at::zeros(resultType(r).shape, optionsFor(resultType(r).dtype));
   }
   void set(size_t r, at::Tensor t) { out[r] = std::move(t); }
+  /// Whether the step evaluates (`StepContext::evaluate`).
+  bool evaluating() const { return call.step && call.step->evaluate; }
 };
 
 /// An elementwise op: into the dying operand when planned, else fresh.

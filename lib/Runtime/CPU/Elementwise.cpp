@@ -122,7 +122,7 @@ void registerElementwiseKernels(KernelTable &table) {
   });
   table.add(OpKind::Dropout, [](Ctx &c) {
     const OpAttrs &a = c.a;
-    if (!a.training || a.p == 0)
+    if (!a.training || a.p == 0 || c.evaluating())
       return c.set(0, c.in(0));
     at::Tensor mask = dropoutMask(c, c.resultType(0), a.p);
     return elementwise(
@@ -196,8 +196,9 @@ void registerElementwiseKernels(KernelTable &table) {
           at::gelu_backward_out(o, c.in(0), c.in(1), approx);
         });
   });
-  table.add(OpKind::DropoutMask,
-            [](Ctx &c) { c.set(0, dropoutMask(c, c.resultType(0), c.a.p)); });
+  table.add(OpKind::DropoutMask, [](Ctx &c) {
+    c.set(0, dropoutMask(c, c.resultType(0), c.evaluating() ? 0.0 : c.a.p));
+  });
 }
 
 #undef MERAK_UNARY

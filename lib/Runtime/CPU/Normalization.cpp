@@ -50,10 +50,12 @@ void registerNormalizationKernels(KernelTable &table) {
   table.add(OpKind::BatchNorm, [](Ctx &c) {
     const OpAttrs &a = c.a;
     // native_batch_norm updates the running statistics in place; the op
-    // returns them, so it works on copies.
+    // returns them, so it works on copies. An evaluation normalizes with
+    // them and returns them unchanged.
     at::Tensor mean = c.in(3).clone(), var = c.in(4).clone();
     at::Tensor y = std::get<0>(at::native_batch_norm(
-        c.in(0), c.in(1), c.in(2), mean, var, a.training, a.momentum, a.eps));
+        c.in(0), c.in(1), c.in(2), mean, var, a.training && !c.evaluating(),
+        a.momentum, a.eps));
     c.set(0, y);
     c.set(1, mean);
     c.set(2, var);

@@ -24,8 +24,8 @@ openRunBatches(const std::vector<InputSpec> &inputs,
     return absl::InvalidArgumentError(
         absl::StrCat("--token-dtype must be uint16 or int32, not '",
                      options.tokenDType, "'"));
-  absl::StatusOr<std::unique_ptr<BatchSource>> opened =
-      openTokenFile(options.tokensFile, width, inputs, options.seed);
+  absl::StatusOr<std::unique_ptr<BatchSource>> opened = openTokenFile(
+      options.tokensFile, width, inputs, options.seed, options.windows);
   if (!opened.ok())
     return opened.status();
   const InputSpec &first = inputs.front();

@@ -63,6 +63,72 @@ std::string stepJson(const StepRecord &r) {
   return record.dump();
 }
 
+std::string evalLine(const EvalRecord &r) {
+  return absl::StrFormat(
+      "eval after step %d/%d  val_loss %.6f  val_ppl %.2f  %d batches  "
+      "%.1f ms",
+      r.step, r.lastStep, r.loss, std::exp(r.loss), r.batches, r.ms);
+}
+
+std::string evalJson(const EvalRecord &r) {
+  nlohmann::ordered_json record;
+  record["step"] = r.step;
+  double ppl = std::exp(r.loss);
+  record["val_loss"] = std::isfinite(r.loss) ? nlohmann::ordered_json(r.loss)
+                                             : nlohmann::ordered_json(nullptr);
+  record["val_ppl"] = std::isfinite(ppl) ? nlohmann::ordered_json(ppl)
+                                         : nlohmann::ordered_json(nullptr);
+  record["eval_batches"] = r.batches;
+  record["eval_ms"] = r.ms;
+  return record.dump();
+}
+
+namespace {
+
+/// Runs the evaluation after `step`: batches 1..evalBatches of the
+/// evaluation source, their mean loss.
+absl::StatusOr<EvalRecord> evaluate(StepRunner &runner,
+                                    const TrainOptions &options, int64_t step,
+                                    int64_t doneUpdates) {
+  auto start = std::chrono::steady_clock::now();
+  double sum = 0;
+  for (int64_t k = 1; k <= options.evalBatches; ++k) {
+    absl::StatusOr<std::vector<HostTensor>> batch =
+        options.evalSource->batch(k);
+    if (!batch.ok())
+      return absl::Status(
+          batch.status().code(),
+          absl::StrCat("evaluation batch ", k, ": ", batch.status().message()));
+    StepContext ctx;
+    ctx.globalStep = k;
+    ctx.optimizerStep = doneUpdates + 1;
+    ctx.seed = options.seed;
+    ctx.evaluate = true;
+    absl::StatusOr<StepOutcome> outcome =
+        runner.runStep(ctx, *batch, /*skipNonFinite=*/false);
+    if (!outcome.ok())
+      return absl::Status(outcome.status().code(),
+                          absl::StrCat("evaluation after step ", step,
+                                       ", batch ", k, ": ",
+                                       outcome.status().message()));
+    if (!outcome->loss)
+      return absl::FailedPreconditionError(
+          "an evaluation needs a program that computes a loss");
+    sum += *outcome->loss;
+  }
+  EvalRecord record;
+  record.step = step;
+  record.lastStep = options.lastStep;
+  record.loss = sum / double(options.evalBatches);
+  record.batches = options.evalBatches;
+  record.ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  return record;
+}
+
+} // namespace
+
 absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
                                   const Backend &backend,
                                   const TrainOptions &options,
@@ -118,6 +184,19 @@ absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
     record.peakBytes = backend.memoryStats().peakBytes;
     record.maxRssBytes = maxRssBytes();
     observer.afterStep(record);
+    if (options.evalSource && options.evalBatches > 0 &&
+        ((options.evalEvery > 0 && step % options.evalEvery == 0) ||
+         step == options.lastStep)) {
+      // Kernel profiles and step times are the training steps' alone.
+      runner.setProfile(nullptr);
+      absl::StatusOr<EvalRecord> eval =
+          evaluate(runner, options, step, result.doneUpdates);
+      if (!eval.ok())
+        return failed(eval.status());
+      observer.afterEval(*eval);
+      if (options.profile && step > options.firstStep)
+        runner.setProfile(&result.profile);
+    }
     if (options.save && options.saveEvery > 0 &&
         step % options.saveEvery == 0 && step < options.lastStep)
       if (absl::Status s = options.save(step, result.doneUpdates); !s.ok())
@@ -151,6 +230,17 @@ void StepReporter::afterStep(const StepRecord &record) {
   drawProgress(record.step);
   if (jsonl.is_open()) {
     jsonl << stepJson(record) << "\n";
+    jsonl.flush();
+  }
+}
+
+void StepReporter::afterEval(const EvalRecord &record) {
+  clearProgress();
+  std::printf("%s\n", evalLine(record).c_str());
+  std::fflush(stdout);
+  drawProgress(record.step);
+  if (jsonl.is_open()) {
+    jsonl << evalJson(record) << "\n";
     jsonl.flush();
   }
 }

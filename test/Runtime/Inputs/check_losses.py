@@ -19,6 +19,8 @@ def read(path):
         for line in f:
             if line.strip():
                 entry = json.loads(line)
+                if "val_loss" in entry:
+                    continue  # an evaluation record
                 loss = entry.get("loss")
                 losses[entry["step"]] = math.nan if loss is None else loss
     return losses

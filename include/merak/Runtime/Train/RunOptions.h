@@ -32,6 +32,7 @@ struct DataOptions {
   int64_t seqLen = 0, batchSize = 0; // --seq-len, --batch (0: unchecked)
   int64_t steps = 1;
   uint64_t seed = 0;
+  TokenWindows windows = TokenWindows::Random;
 };
 
 /// The run's global batches of `inputs`: a batch file, windows sampled

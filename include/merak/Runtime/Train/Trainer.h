@@ -47,6 +47,12 @@ struct TrainOptions {
   /// after the run). An error stops the run.
   int64_t saveEvery = 0;
   std::function<absl::Status(int64_t step, int64_t doneUpdates)> save;
+  /// Evaluation: after every step that is a multiple of `evalEvery` (0:
+  /// none), and after the last, batches 1..`evalBatches` of `evalSource` (made
+  /// by the runner's `batchesFrom`) run as evaluations
+  /// (`StepContext::evaluate`) and their mean loss is reported.
+  int64_t evalEvery = 0, evalBatches = 0;
+  BatchSource *evalSource = nullptr;
 };
 
 /// What a data rate is counted in: tokens when an input holds token ids
@@ -70,9 +76,23 @@ struct StepRecord {
   int64_t peakBytes = 0, maxRssBytes = 0;
 };
 
+/// An evaluation after step `step`: the mean loss of its batches.
+struct EvalRecord {
+  int64_t step = 0, lastStep = 0;
+  double loss = 0;
+  int64_t batches = 0;
+  double ms = 0;
+};
+
 /// `step 3/10  loss 4.551037  grad_norm 1.2000  13922.4 tokens/s  2.3 ms
 /// peak 0.556 MB`.
 std::string stepLine(const StepRecord &record);
+/// `eval after step 20/100  val_loss 4.123456  val_ppl 61.80  8 batches
+/// 12.3 ms` (the perplexity is exp of the mean loss).
+std::string evalLine(const EvalRecord &record);
+/// One JSON object: step, val_loss, val_ppl (null when they are not
+/// finite), eval_batches, eval_ms.
+std::string evalJson(const EvalRecord &record);
 /// One JSON object: step, loss (null when non-finite), lr, grad_norm, ms,
 /// tokens_per_s or samples_per_s, peak_bytes, max_rss_bytes, skipped.
 std::string stepJson(const StepRecord &record);
@@ -86,6 +106,7 @@ public:
     return absl::OkStatus();
   }
   virtual void afterStep(const StepRecord &record) { (void)record; }
+  virtual void afterEval(const EvalRecord &record) { (void)record; }
   /// Before an error is returned (to clear a progress bar).
   virtual void onError() {}
 };
@@ -113,6 +134,7 @@ public:
   create(int64_t firstStep, int64_t lastStep, const std::string &jsonlPath,
          bool progressBar);
   void afterStep(const StepRecord &record) override;
+  void afterEval(const EvalRecord &record) override;
   void onError() override { clearProgress(); }
   void clearProgress();
 
