@@ -47,6 +47,12 @@ endif()
 if(NOT SentencePiece_FOUND)
   message(STATUS "Merak: SentencePiece not found: merak-tokenize is not built")
 endif()
+# yaml-cpp (Debian's libyaml-cpp-dev) for the `merak` driver's run
+# configurations.
+find_package(yaml-cpp CONFIG)
+if(NOT yaml-cpp_FOUND)
+  message(STATUS "Merak: yaml-cpp not found: the merak driver is not built")
+endif()
 find_package(GTest CONFIG)
 set(MERAK_BUILD_UNITTESTS ${GTest_FOUND})
 if(NOT GTest_FOUND)

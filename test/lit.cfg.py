@@ -28,6 +28,9 @@ config.substitutions.append(("%llvm_tblgen", config.llvm_tblgen))
 # installs it).
 if os.path.exists(os.path.join(config.merak_tools_dir, "merak-tokenize")):
     config.available_features.add("merak-tokenize")
+# The merak driver, where yaml-cpp was found.
+if os.path.exists(os.path.join(config.merak_tools_dir, "merak")):
+    config.available_features.add("merak-driver")
 # The runtime built alone (cmake/MerakRuntimeVariants.cmake), where the
 # build has it.
 runtime_only_dir = getattr(config, "runtime_only_dir", "")

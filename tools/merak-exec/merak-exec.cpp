@@ -13,6 +13,7 @@
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
 #include "merak/Runtime/Executor.h"
+#include "merak/Runtime/FlagNames.h"
 #include "merak/Runtime/HardwareProbe.h"
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/RankProgramFile.h"
@@ -535,17 +536,7 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
 /// help shows them, or with underscores. Returns an exit status when the
 /// process should end, else -1.
 int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string &arg = args[i];
-    if (arg == "--")
-      break;
-    if (arg.size() > 2 && arg[0] == '-') {
-      size_t begin = arg[1] == '-' ? 2 : 1;
-      size_t end = std::min(arg.find('='), arg.size());
-      std::replace(arg.begin() + begin, arg.begin() + end, '-', '_');
-    }
-  }
+  std::vector<std::string> args = underscoreFlagNames(argc, argv);
   std::vector<char *> pointers;
   for (std::string &arg : args)
     pointers.push_back(arg.data());

@@ -3,6 +3,7 @@
 #include "SentencePiece.h"
 
 #include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 
 namespace merak::tokenize {
 
@@ -42,6 +43,35 @@ SentencePieceModel::load(std::string_view bytes, std::string &error) {
   }
   error.clear();
   return model;
+}
+
+bool trainSentencePiece(const std::string &corpus, const std::string &modelPath,
+                        int vocabSize, std::string &error) {
+  const std::string suffix = ".model";
+  if (modelPath.size() <= suffix.size() ||
+      modelPath.compare(modelPath.size() - suffix.size(), suffix.size(),
+                        suffix) != 0) {
+    error = "the model's name must end in .model";
+    return false;
+  }
+  std::string prefix = modelPath.substr(0, modelPath.size() - suffix.size());
+  // One thread and the corpus in its order: the same model every time. A
+  // corpus too small for the vocabulary gets the largest it supports.
+  auto status = sentencepiece::SentencePieceTrainer::Train(
+      {{"input", corpus},
+       {"model_prefix", prefix},
+       {"vocab_size", std::to_string(vocabSize)},
+       {"model_type", "bpe"},
+       {"character_coverage", "1.0"},
+       {"hard_vocab_limit", "false"},
+       {"num_threads", "1"},
+       {"minloglevel", "2"}});
+  if (!status.ok()) {
+    error = status.ToString();
+    return false;
+  }
+  error.clear();
+  return true;
 }
 
 } // namespace merak::tokenize

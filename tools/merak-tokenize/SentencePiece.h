@@ -29,6 +29,13 @@ public:
                       std::string &error) const = 0;
 };
 
+/// Trains a byte-pair-encoding SentencePiece model of at most `vocabSize`
+/// pieces on `corpus` (one sentence per line) and writes it to `modelPath`
+/// (which ends in `.model`; its `.vocab` is written beside it). False,
+/// with `error`, on failure.
+bool trainSentencePiece(const std::string &corpus, const std::string &modelPath,
+                        int vocabSize, std::string &error);
+
 } // namespace merak::tokenize
 
 #endif // MERAK_TOOLS_SENTENCEPIECE_H

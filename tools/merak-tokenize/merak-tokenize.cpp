@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "SentencePiece.h"
+#include "merak/Runtime/FlagNames.h"
 #include "merak/Runtime/Safetensors.h"
 
 #include "absl/flags/flag.h"
@@ -40,6 +41,9 @@ ABSL_FLAG(std::string, text, "",
           "The corpus: UTF-8 text, one document per "
           "line");
 ABSL_FLAG(std::string, tokenizer, "", "A SentencePiece model (spm.model)");
+ABSL_FLAG(int, train_vocab, 0,
+          "When --tokenizer does not exist, train it on --text first: a "
+          "byte-pair-encoding model of at most this many pieces");
 ABSL_FLAG(std::string, o, "", "The token file to write (tokens.bin)");
 ABSL_FLAG(double, validation, 0.0,
           "Fraction of the documents (the last ones) written to the "
@@ -141,7 +145,14 @@ int main(int argc, char **argv) {
       "tokenizes a text corpus for merak-exec --tokens: merak-tokenize "
       "--text corpus.txt --tokenizer spm.model -o tokens.bin "
       "[--validation 0.05]");
-  std::vector<char *> rest = absl::ParseCommandLine(argc, argv);
+  // Flag names with dashes, as the help and docs spell them.
+  std::vector<std::string> args =
+      merak::runtime::underscoreFlagNames(argc, argv);
+  std::vector<char *> pointers;
+  for (std::string &arg : args)
+    pointers.push_back(arg.data());
+  std::vector<char *> rest =
+      absl::ParseCommandLine(int(pointers.size()), pointers.data());
   if (rest.size() > 1)
     return fail(absl::StrCat("unexpected argument '", rest[1],
                              "' (the corpus is given with --text)"));
@@ -165,9 +176,26 @@ int main(int argc, char **argv) {
     if (absl::Status s = merak::runtime::checkWritable(path, false); !s.ok())
       return fail(absl::StrCat("-o: ", s.message()));
 
+  const int trainVocab = absl::GetFlag(FLAGS_train_vocab);
+  if (trainVocab < 0 || trainVocab == 1 || trainVocab > (1 << 20))
+    return fail(
+        absl::StrCat("--train-vocab must be from 2 to 2^20, not ", trainVocab));
   MappedFile text, model;
   if (absl::Status s = mapFile(textPath, text); !s.ok())
     return fail(absl::StrCat("--text: ", s.message()));
+  if (trainVocab > 0 && ::access(modelPath.c_str(), F_OK) != 0) {
+    if (absl::Status s = merak::runtime::checkWritable(modelPath, false);
+        !s.ok())
+      return fail(absl::StrCat("--tokenizer: ", s.message()));
+    std::string error;
+    if (!merak::tokenize::trainSentencePiece(textPath, modelPath, trainVocab,
+                                             error))
+      return fail(absl::StrCat("training a tokenizer on ", textPath,
+                               " failed: ", error));
+    std::printf("trained a SentencePiece model (BPE, up to %d pieces) on %s: "
+                "%s\n",
+                trainVocab, textPath.c_str(), modelPath.c_str());
+  }
   if (absl::Status s = mapFile(modelPath, model); !s.ok())
     return fail(absl::StrCat("--tokenizer: ", s.message()));
   std::string error;
