@@ -554,6 +554,8 @@ llvm::Expected<Simulation> merak::pipeline::simulate(const Schedule &schedule,
       busy += end - start;
     sim.busy.push_back(busy);
   }
+  sim.tasks = std::move(tl->tasks);
+  sim.spans = std::move(tl->spans);
   return sim;
 }
 

@@ -136,6 +136,9 @@ struct Simulation {
   double makespan = 0;
   /// Time each rank computes.
   std::vector<double> busy;
+  /// Per rank, its compute tasks in order and when each starts and ends.
+  std::vector<std::vector<Task>> tasks;
+  std::vector<std::vector<std::pair<double, double>>> spans;
   /// Fraction of rank-time spent idle: 1 - sum(busy) / (pp * makespan).
   double bubble() const;
 };
