@@ -211,7 +211,7 @@ StepReporter::create(int64_t firstStep, int64_t lastStep,
                      const std::string &jsonlPath, bool progressBar) {
   std::unique_ptr<StepReporter> reporter(new StepReporter());
   reporter->first = firstStep;
-  reporter->last = lastStep;
+  reporter->lastStep = lastStep;
   reporter->progressBar = progressBar;
   reporter->start = std::chrono::steady_clock::now();
   if (!jsonlPath.empty()) {
@@ -227,6 +227,7 @@ void StepReporter::afterStep(const StepRecord &record) {
   clearProgress();
   std::printf("%s\n", stepLine(record).c_str());
   std::fflush(stdout);
+  last = record;
   drawProgress(record.step);
   if (jsonl.is_open()) {
     jsonl << stepJson(record) << "\n";
@@ -250,10 +251,33 @@ void StepReporter::clearProgress() {
     std::fprintf(stderr, "\r\033[K");
 }
 
+namespace {
+
+/// `13.4k`, `2.1M`, `950.0`.
+std::string compactRate(double rate) {
+  if (rate >= 1e6)
+    return absl::StrFormat("%.1fM", rate / 1e6);
+  if (rate >= 1e3)
+    return absl::StrFormat("%.1fk", rate / 1e3);
+  return absl::StrFormat("%.1f", rate);
+}
+
+/// `42s`, `3m05s`, `1h02m`.
+std::string durationText(double seconds) {
+  int64_t s = int64_t(seconds + 0.5);
+  if (s < 60)
+    return absl::StrFormat("%ds", s);
+  if (s < 3600)
+    return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60);
+}
+
+} // namespace
+
 void StepReporter::drawProgress(int64_t done) {
   if (!progressBar)
     return;
-  int64_t total = last - first + 1, count = done - first + 1;
+  int64_t total = lastStep - first + 1, count = done - first + 1;
   constexpr int kWidth = 30;
   int filled = int(kWidth * count / std::max<int64_t>(1, total));
   double elapsed =
@@ -262,8 +286,16 @@ void StepReporter::drawProgress(int64_t done) {
   double eta = count > 0 ? elapsed / count * (total - count) : 0;
   std::string bar(size_t(filled), '#');
   bar.append(size_t(kWidth - filled), '.');
-  std::fprintf(stderr, "\r[%s] %lld/%lld  eta %.1fs", bar.c_str(),
-               (long long)done, (long long)last, eta);
+  std::string line = absl::StrFormat("\r[%s] %d/%d", bar, done, lastStep);
+  if (last && last->loss)
+    absl::StrAppendFormat(&line, "  loss %.4f", *last->loss);
+  if (last)
+    absl::StrAppendFormat(&line, "  %s %s", compactRate(last->rate),
+                          last->unit);
+  absl::StrAppend(&line, "  eta ", durationText(eta));
+  if (last)
+    absl::StrAppendFormat(&line, "  %.1f MB", last->peakBytes / 1e6);
+  std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
 }
 

@@ -143,7 +143,9 @@ private:
   void drawProgress(int64_t done);
 
   bool progressBar = false;
-  int64_t first = 1, last = 1;
+  int64_t first = 1, lastStep = 1;
+  /// The latest step's record, for the progress line.
+  std::optional<StepRecord> last;
   std::chrono::steady_clock::time_point start;
   std::ofstream jsonl;
 };
