@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job: traces the in-tree GPT-2-style model with PyTorch, imports it
+# The main job. First the quick start: `merak train` trains a GPT-2 from a
+# text file with one YAML file (examples/gpt2-text), then resumes it. Then
+# each step by hand: traces the in-tree GPT-2-style model with PyTorch, imports it
 # with merak-opt (summary: parameter count, op histogram), compiles its
 # training step (autodiff + AdamW in the IR), partitions it in 3D (data x
 # tensor x pipeline parallelism, 2x2x2, 1F1B over 4 micro-batches) and trains
@@ -13,6 +15,23 @@ bash "$root/scripts/build.sh"
 out="$build/demo"
 mkdir -p "$out"
 py=/usr/bin/python3
+
+echo "== one command and a YAML file: merak train examples/gpt2-text/run.yaml"
+echo "   (a 4-layer GPT-2 from model.py, trained on docs/runtime.md with a"
+echo "   512-piece tokenizer trained on it, 4 local ranks: dp=2 x a 1F1B"
+echo "   pipeline of 2 stages, evaluation and a checkpoint every 50 steps;"
+echo "   every 50th step line shown)"
+text="$out/gpt2-text"
+rm -rf "$text"
+keys=(--run.dir="$text" --checkpoint.dir="$text/checkpoints"
+      --log.jsonl="$text/train.jsonl")
+every50th() { awk '!/^step / || /^step [0-9]*[05]0\// { print; fflush() }'; }
+"$build/bin/merak" train "$root/examples/gpt2-text/run.yaml" "${keys[@]}" \
+  --train.steps=180 | every50th
+echo "== the same command with --train.steps=300 resumes from the newest checkpoint"
+"$build/bin/merak" train "$root/examples/gpt2-text/run.yaml" "${keys[@]}" \
+  --train.steps=300 --log.trace="$text/trace.json" 2>&1 | every50th
+echo "   log: $text/train.jsonl  checkpoints: $text/checkpoints"
 
 echo "== tracing the GPT-2-style model (python3-torch)"
 $py "$root/test/fixtures/trace_all.py" --only gpt2 --out "$out"
