@@ -72,6 +72,7 @@ if [ "$mode" = address ]; then
     e2e/distributed/overlapped-collectives.test
     e2e/parallel/train-gpt2-parallel.test
     e2e/pipeline/checkpoint.test
+    e2e/eval/evaluate.test
   )
 else
   # The executor's units (pipeline plans, the trainer, lowering and
