@@ -8,7 +8,8 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #   default: 60 seconds, every target (fuzz-safetensors fuzz-rank-program
-#   fuzz-tokens fuzz-mlir fuzz-torchscript). docs/fuzzing.md explains them.
+#   fuzz-tokens fuzz-run-config fuzz-mlir fuzz-torchscript). docs/fuzzing.md
+#   explains them.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${MERAK_FUZZ_BUILD_DIR:-$root/build-fuzz}"
@@ -16,8 +17,8 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fuzz-safetensors fuzz-rank-program fuzz-tokens fuzz-mlir
-    fuzz-torchscript)
+  targets=(fuzz-safetensors fuzz-rank-program fuzz-tokens fuzz-run-config
+    fuzz-mlir fuzz-torchscript)
 fi
 case "$seconds" in
   '' | *[!0-9]*) echo "fuzz.sh: seconds must be a number, not '$seconds'" >&2; exit 2 ;;

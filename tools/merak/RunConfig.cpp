@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -110,6 +111,10 @@ const std::vector<KeySpec> &configKeys() {
       {"eval.batches", K::Int, "batches per evaluation (default 8)"},
       {"log.jsonl", K::Path, "append step and evaluation records here"},
       {"log.trace", K::Path, "a Chrome trace of the run"},
+      {"log.plan-report", K::Path,
+       "after training, the plan as an HTML page (merak report)"},
+      {"log.run-report", K::Path,
+       "after training, the losses, rates and trace as an HTML page"},
       {"run.dir", K::Path,
        "working directory: traced model, tokens, compiled plans (default "
        "FILE.merak beside the configuration FILE.yaml)"},
@@ -320,6 +325,35 @@ absl::StatusOr<nlohmann::json> readInputs(const YAML::Node &node,
   return out;
 }
 
+/// The offset of the first byte of `text` that is not valid UTF-8, if any
+/// (the values reach JSON and Python, which take UTF-8 only).
+std::optional<size_t> invalidUtf8(const std::string &text) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  size_t i = 0, n = text.size();
+  while (i < n) {
+    unsigned char c = byte(i);
+    size_t extra = c < 0x80           ? 0
+                   : (c >> 5) == 0x6  ? 1
+                   : (c >> 4) == 0xe  ? 2
+                   : (c >> 3) == 0x1e ? 3
+                                      : 4;
+    if (extra == 4 || i + extra >= n + (extra == 0 ? 1 : 0))
+      return i;
+    for (size_t k = 1; k <= extra; ++k)
+      if ((byte(i + k) >> 6) != 0x2)
+        return i;
+    // Overlong forms, surrogates and code points above U+10FFFF.
+    if ((extra == 1 && c < 0xc2) ||
+        (extra == 2 && c == 0xe0 && byte(i + 1) < 0xa0) ||
+        (extra == 2 && c == 0xed && byte(i + 1) >= 0xa0) ||
+        (extra == 3 && c == 0xf0 && byte(i + 1) < 0x90) ||
+        (extra == 3 && (c > 0xf4 || (c == 0xf4 && byte(i + 1) >= 0x90))))
+      return i;
+    i += extra + 1;
+  }
+  return std::nullopt;
+}
+
 std::string dirOf(const std::string &path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos)
@@ -345,6 +379,15 @@ absl::StatusOr<RunConfig> RunConfig::load(
         absl::StrCat("cannot read ", file, ": ", std::strerror(errno)));
   std::stringstream text;
   text << in.rdbuf();
+  if (std::optional<size_t> bad = invalidUtf8(text.str())) {
+    std::string before = text.str().substr(0, *bad);
+    size_t line = size_t(std::count(before.begin(), before.end(), '\n')) + 1;
+    size_t lineStart = before.rfind('\n');
+    size_t column =
+        lineStart == std::string::npos ? *bad + 1 : *bad - lineStart;
+    return error(absl::StrCat(file, ":", line, ":", column),
+                 absl::StrCat("not valid UTF-8 (byte ", *bad, ")"));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text.str());
@@ -410,6 +453,8 @@ absl::StatusOr<RunConfig> RunConfig::load(
   }
   for (const auto &[key, value] : overrides) {
     std::string where = "--" + key;
+    if (invalidUtf8(value))
+      return error(where, "not valid UTF-8");
     const KeySpec *spec = findKey(key);
     if (!spec)
       return error(where, absl::StrCat("unknown key '", key, "'"));
@@ -547,6 +592,7 @@ absl::Status RunConfig::check() const {
            needs("data.token-dtype", "data.tokens", ""),
            needs("data.eval-batches", "data.batches", ""),
            needs("checkpoint.every", "checkpoint.dir", ""),
+           needs("log.run-report", "log.jsonl", " (the run's records)"),
            needs("checkpoint.keep-last", "checkpoint.dir", ""),
            atLeast("train.steps", 1),
            atLeast("train.warmup-steps", 0),
