@@ -24,14 +24,16 @@ echo "   every 50th step line shown)"
 text="$out/gpt2-text"
 rm -rf "$text"
 keys=(--run.dir="$text" --checkpoint.dir="$text/checkpoints"
-      --log.jsonl="$text/train.jsonl")
+      --log.jsonl="$text/train.jsonl" --log.trace="$text/trace.json"
+      --log.plan-report="$text/plan.html" --log.run-report="$text/run.html")
 every50th() { awk '!/^step / || /^step [0-9]*[05]0\// { print; fflush() }'; }
 "$build/bin/merak" train "$root/examples/gpt2-text/run.yaml" "${keys[@]}" \
   --train.steps=180 | every50th
 echo "== the same command with --train.steps=300 resumes from the newest checkpoint"
 "$build/bin/merak" train "$root/examples/gpt2-text/run.yaml" "${keys[@]}" \
-  --train.steps=300 --log.trace="$text/trace.json" 2>&1 | every50th
+  --train.steps=300 2>&1 | every50th
 echo "   log: $text/train.jsonl  checkpoints: $text/checkpoints"
+echo "   reports (open in a browser): $text/plan.html $text/run.html"
 
 echo "== tracing the GPT-2-style model (python3-torch)"
 $py "$root/test/fixtures/trace_all.py" --only gpt2 --out "$out"

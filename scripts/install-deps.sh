@@ -11,6 +11,7 @@ PACKAGES=(
   libtorch-dev python3-torch python3-torchvision python3-numpy
   libgloo-dev libabsl-dev nlohmann-json3-dev libopenblas0-pthread libdnnl-dev
   libsleef-dev libsentencepiece-dev python3-sentencepiece libyaml-cpp-dev
+  chromium
   libgtest-dev libbenchmark-dev
 )
 if [ "${1:-}" = "--fuzz" ]; then

@@ -28,6 +28,10 @@ config.substitutions.append(("%llvm_tblgen", config.llvm_tblgen))
 # installs it).
 if os.path.exists(os.path.join(config.merak_tools_dir, "merak-tokenize")):
     config.available_features.add("merak-tokenize")
+# Headless Chromium (Debian's chromium) opens the HTML reports.
+import shutil
+if shutil.which("chromium") or shutil.which("chromium-browser"):
+    config.available_features.add("chromium")
 # The merak driver, where yaml-cpp was found.
 if os.path.exists(os.path.join(config.merak_tools_dir, "merak")):
     config.available_features.add("merak-driver")

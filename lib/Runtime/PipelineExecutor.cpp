@@ -782,6 +782,9 @@ struct PipelineExecutor::Impl {
           " micro-batches of inputs, the schedule ", plan.microbatches));
     step = &ctx;
     inputs = &batch;
+    // An evaluation is not traced: its events would join the training
+    // steps' (and the bubble measured over them).
+    const size_t eventsBefore = events.size();
     values.clear();
     grads.clear();
     sends.clear();
@@ -813,6 +816,7 @@ struct PipelineExecutor::Impl {
       // Dropout was off and batch norm left its statistics alone; the
       // gradients are dropped and the optimizer does not run.
       grads.clear();
+      events.resize(eventsBefore);
       return outcome;
     }
     if (*loss && !std::isfinite(**loss)) {

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "HtmlReport.h"
 #include "RunConfig.h"
 
 #include "absl/strings/str_cat.h"
@@ -219,6 +220,80 @@ bool writeText(const std::string &path, const std::string &text) {
       return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+/// `plan.mlir` -> `plan.html`.
+std::string htmlBeside(const std::string &input) {
+  size_t slash = input.rfind('/');
+  size_t dot = input.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return input + ".html";
+  return input.substr(0, dot) + ".html";
+}
+
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Writes the plan report of `plan` (a .mlir plan, summarized by
+/// merak-translate, or a merak-plan-v1 .json) to `out`.
+int planReport(const std::string &plan, const std::string &out) {
+  std::string summaryPath = plan;
+  if (!endsWith(plan, ".json")) {
+    summaryPath = out + ".plan.json";
+    if (int rc = run("summarize",
+                     {toolDir() + "/merak-translate", "--merak-to-plan-summary",
+                      plan, "-o", summaryPath});
+        rc != 0)
+      return fail(absl::StrCat("cannot summarize the plan ", plan,
+                               " (merak-translate exit status ", rc, ")"));
+  }
+  std::optional<std::string> text = readFile(summaryPath);
+  if (!text)
+    return fail(
+        absl::StrCat("cannot read ", summaryPath, ": ", std::strerror(errno)));
+  nlohmann::json summary;
+  try {
+    summary = nlohmann::json::parse(*text);
+  } catch (const std::exception &e) {
+    return fail(absl::StrCat(summaryPath, " is not JSON: ", e.what()));
+  }
+  std::string html, error;
+  if (!merak::driver::renderPlanReport(summary, html, error))
+    return fail(absl::StrCat(summaryPath, ": ", error));
+  if (!writeText(out, html))
+    return fail(absl::StrCat("cannot write ", out, ": ", std::strerror(errno)));
+  say(absl::StrCat("plan report: ", out));
+  return 0;
+}
+
+/// Writes the run report of a --log-jsonl file and, when given, its
+/// --trace to `out`.
+int runReport(const std::string &log, const std::string &trace,
+              const std::string &out) {
+  std::optional<std::string> text = readFile(log);
+  if (!text)
+    return fail(absl::StrCat("cannot read ", log, ": ", std::strerror(errno)));
+  nlohmann::json events;
+  if (!trace.empty()) {
+    std::optional<std::string> traceText = readFile(trace);
+    if (!traceText)
+      return fail(
+          absl::StrCat("cannot read ", trace, ": ", std::strerror(errno)));
+    try {
+      events = nlohmann::json::parse(*traceText);
+    } catch (const std::exception &e) {
+      return fail(absl::StrCat(trace, " is not JSON: ", e.what()));
+    }
+  }
+  std::string html, error;
+  if (!merak::driver::renderRunReport(*text, log, events, html, error))
+    return fail(error);
+  if (!writeText(out, html))
+    return fail(absl::StrCat("cannot write ", out, ": ", std::strerror(errno)));
+  say(absl::StrCat("run report: ", out));
+  return 0;
 }
 
 struct Driver {
@@ -527,6 +602,16 @@ struct Driver {
       return rc;
     if (config.has("checkpoint.dir"))
       say("checkpoints: " + config.path("checkpoint.dir"));
+    if (config.has("log.plan-report"))
+      if (int rc = planReport(*plan, config.path("log.plan-report")); rc != 0)
+        return rc;
+    if (config.has("log.run-report"))
+      if (int rc =
+              runReport(config.path("log.jsonl"),
+                        config.has("log.trace") ? config.path("log.trace") : "",
+                        config.path("log.run-report"));
+          rc != 0)
+        return rc;
     return 0;
   }
 };
@@ -536,6 +621,8 @@ int usage() {
                "usage: merak train RUN.yaml [--SECTION.KEY=VALUE ...] "
                "[--dry-run] [--print-config]\n"
                "       merak tokenize [merak-tokenize flags]\n"
+               "       merak report PLAN.mlir|PLAN.json [-o plan.html]\n"
+               "       merak report RUN.jsonl [TRACE.json] [-o run.html]\n"
                "       merak train --help   (every configuration key)\n");
   return 2;
 }
@@ -586,6 +673,37 @@ int trainCommand(int argc, char **argv) {
   return driver.train();
 }
 
+/// `merak report`: a plan (.mlir, or its merak-plan-v1 .json) or a run
+/// (.jsonl, with its trace) as a self-contained HTML page.
+int reportCommand(int argc, char **argv) {
+  llvm::cl::list<std::string> inputs(
+      llvm::cl::Positional, llvm::cl::OneOrMore,
+      llvm::cl::desc("<plan.mlir | plan.json | run.jsonl [trace.json]>"));
+  llvm::cl::opt<std::string> out("o",
+                                 llvm::cl::desc("The HTML page to write "
+                                                "(default: the first "
+                                                "input's name with "
+                                                ".html)"),
+                                 llvm::cl::value_desc("file"));
+  std::string name = "merak report";
+  std::vector<char *> args = {name.data()};
+  for (int i = 1; i < argc; ++i)
+    args.push_back(argv[i]);
+  llvm::cl::ParseCommandLineOptions(
+      int(args.size()), args.data(),
+      "merak report: a plan or a run as a self-contained HTML page\n");
+  const std::string &first = inputs.front();
+  std::string page = out.empty() ? htmlBeside(first) : std::string(out);
+  if (endsWith(first, ".jsonl")) {
+    if (inputs.size() > 2)
+      return fail("a run report takes RUN.jsonl and at most one TRACE.json");
+    return runReport(first, inputs.size() == 2 ? inputs[1] : "", page);
+  }
+  if (inputs.size() > 1)
+    return fail("a plan report takes one plan (.mlir or .json)");
+  return planReport(first, page);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -614,6 +732,8 @@ int main(int argc, char **argv) {
       rest.push_back(argv[i]);
     return trainCommand(int(rest.size()), rest.data());
   }
+  if (command == "report")
+    return reportCommand(argc - 1, argv + 1);
   if (command == "--help" || command == "-h" || command == "help") {
     usage();
     return 0;
