@@ -30,6 +30,8 @@ const std::vector<KeySpec> &configKeys() {
        "the forward's inputs to trace with: a list of {name, shape, dtype, "
        "high}"},
       {"model.seed", K::Int, "torch.manual_seed before building the model"},
+      {"model.init", K::Path,
+       "initial weights (a .pt or .safetensors; default: the model's own)"},
       {"data.text", K::Path, "a text corpus, one document per line"},
       {"data.tokenizer", K::Path,
        "the SentencePiece model for data.text (with data.vocab-size: "
@@ -70,6 +72,8 @@ const std::vector<KeySpec> &configKeys() {
        {"fp32", "bf16", "fp16"}},
       {"train.steps", K::Int, "steps to train (required)"},
       {"train.seed", K::Int, "seed of data sampling and dropout"},
+      {"train.skip-nonfinite", K::Bool,
+       "skip a step whose loss is not finite instead of stopping"},
       {"parallel.plan",
        K::Choice,
        "auto: the automatic search; explicit: the degrees below (default)",
@@ -120,6 +124,11 @@ const std::vector<KeySpec> &configKeys() {
        "FILE.merak beside the configuration FILE.yaml)"},
       {"run.threads", K::Int, "kernel threads per rank"},
       {"run.comm-timeout", K::Float, "seconds before a silent rank fails"},
+      {"run.device", K::String, "the backend (merak-exec --device)"},
+      {"run.comm", K::String, "the communicator (merak-exec --comm)"},
+      {"run.check-numerics", K::Bool,
+       "stop at the first op that produces a NaN or infinity"},
+      {"run.profile", K::Bool, "print kernel time per op kind"},
   };
   return keys;
 }

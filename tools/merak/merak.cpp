@@ -398,14 +398,14 @@ struct Driver {
         return absl::FailedPreconditionError(
             "data.text needs merak-tokenize, which this build lacks (it "
             "needs SentencePiece: Debian's libsentencepiece-dev)");
-      if (dryRun) {
+      if (dryRun)
         say("tokenize: " + absl::StrJoin(argv, " "));
-        return flags;
-      }
-      if (int rc = run("tokenize", argv); rc != 0)
+      else if (int rc = run("tokenize", argv); rc != 0)
         return absl::InternalError(
             absl::StrCat("tokenizing ", config.path("data.text"),
                          " failed (exit status ", rc, ")"));
+      // The width merak-tokenize chose (uint16 before a dry run's first
+      // tokenization).
       std::optional<std::string> manifest = readFile(tokens + ".json");
       std::string dtype = "uint16";
       if (manifest) {
@@ -553,7 +553,9 @@ struct Driver {
     std::vector<std::string> argv = {tool("merak-exec"), plan};
     if (ranks() > 1)
       argv.insert(argv.end(), {"--nproc", std::to_string(ranks())});
-    argv.insert(argv.end(), {"--init", modelFile});
+    argv.insert(argv.end(),
+                {"--init", config.has("model.init") ? config.path("model.init")
+                                                    : modelFile});
     argv.insert(argv.end(), data.begin(), data.end());
     argv.insert(argv.end(),
                 {"--steps", std::to_string(config.integer("train.steps"))});
@@ -577,6 +579,15 @@ struct Driver {
     flag("log.trace", "--trace", true);
     flag("run.threads", "--threads");
     flag("run.comm-timeout", "--comm-timeout");
+    flag("run.device", "--device");
+    flag("run.comm", "--comm");
+    auto boolean = [&](const char *key, const char *name) {
+      if (config.boolean(key))
+        argv.push_back(name);
+    };
+    boolean("train.skip-nonfinite", "--skip-nonfinite");
+    boolean("run.check-numerics", "--check-numerics");
+    boolean("run.profile", "--profile");
     return argv;
   }
 
