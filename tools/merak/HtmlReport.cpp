@@ -165,7 +165,7 @@ std::string lineChart(const std::vector<Series> &series,
            num(py(t), 6) + "\" y2=\"" + num(py(t), 6) +
            "\" stroke=\"#e6e6e6\"/><text x=\"" + num(L - 6) + "\" y=\"" +
            num(py(t) + 4, 6) + "\" font-size=\"11\" text-anchor=\"end\">" +
-           num(t) + "</text>";
+           num(t, 6) + "</text>";
   }
   for (double t : ticks(x0, x1))
     svg += "<text x=\"" + num(px(t), 6) + "\" y=\"" + num(H - B + 16) +
