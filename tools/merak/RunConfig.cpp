@@ -3,6 +3,7 @@
 #include "RunConfig.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 #include <yaml-cpp/yaml.h>
@@ -388,14 +389,26 @@ absl::StatusOr<RunConfig> RunConfig::load(
         absl::StrCat("cannot read ", file, ": ", std::strerror(errno)));
   std::stringstream text;
   text << in.rdbuf();
-  if (std::optional<size_t> bad = invalidUtf8(text.str())) {
+  // YAML text is UTF-8 without control characters but tab and line
+  // breaks; yaml-cpp would read others as something else.
+  std::optional<size_t> bad = invalidUtf8(text.str());
+  std::string why = "not valid UTF-8";
+  for (size_t i = 0; i < text.str().size() && (!bad || i < *bad); ++i) {
+    unsigned char c = static_cast<unsigned char>(text.str()[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      bad = i;
+      why = absl::StrFormat("control character 0x%02x", c);
+      break;
+    }
+  }
+  if (bad) {
     std::string before = text.str().substr(0, *bad);
     size_t line = size_t(std::count(before.begin(), before.end(), '\n')) + 1;
     size_t lineStart = before.rfind('\n');
     size_t column =
         lineStart == std::string::npos ? *bad + 1 : *bad - lineStart;
     return error(absl::StrCat(file, ":", line, ":", column),
-                 absl::StrCat("not valid UTF-8 (byte ", *bad, ")"));
+                 absl::StrCat(why, " (byte ", *bad, ")"));
   }
   YAML::Node root;
   try {
@@ -464,6 +477,9 @@ absl::StatusOr<RunConfig> RunConfig::load(
     std::string where = "--" + key;
     if (invalidUtf8(value))
       return error(where, "not valid UTF-8");
+    for (unsigned char c : value)
+      if ((c < 0x20 && c != '\t') || c == 0x7f)
+        return error(where, absl::StrFormat("control character 0x%02x", c));
     const KeySpec *spec = findKey(key);
     if (!spec)
       return error(where, absl::StrCat("unknown key '", key, "'"));
@@ -557,9 +573,13 @@ std::vector<TraceInput> RunConfig::traceInputs() const {
 std::string RunConfig::describe() const {
   std::string out;
   for (const auto &[key, s] : settings)
-    absl::StrAppend(&out, "  ", key, ": ",
-                    s.value.is_null() ? s.text : s.value.dump(), "  (", s.where,
-                    ")\n");
+    absl::StrAppend(
+        &out, "  ", key, ": ",
+        s.value.is_null()
+            ? s.text
+            : s.value.dump(-1, ' ', false,
+                           nlohmann::json::error_handler_t::replace),
+        "  (", s.where, ")\n");
   return out;
 }
 

@@ -332,7 +332,9 @@ struct Driver {
       return absl::NotFoundError(absl::StrCat(config.where("model.python"),
                                               ": model.python ", file,
                                               " cannot be read"));
-    key.add(job.dump());
+    // A string yaml-cpp made of odd input is replaced, not thrown over.
+    const auto replace = nlohmann::json::error_handler_t::replace;
+    key.add(job.dump(-1, ' ', false, replace));
     std::string out = absl::StrCat(dir, "/model-", key.hex(), ".pt");
     if (isFile(out)) {
       say(absl::StrCat("model: ", out, " (traced before from ", file, ")"));
@@ -341,7 +343,7 @@ struct Driver {
     job["out"] = out + ".tmp";
     job["merak_python"] = pythonDir();
     std::string jobFile = dir + "/trace-job.json";
-    if (!writeText(jobFile, job.dump(2)))
+    if (!writeText(jobFile, job.dump(2, ' ', false, replace)))
       return absl::UnavailableError("cannot write " + jobFile);
     std::string script = dir + "/trace_model.py";
     if (!writeText(script, kTraceScript))
