@@ -75,7 +75,8 @@ std::string colourOf(const std::string &kind) {
       {"recompute", "#edc948"},
       {"optimizer", "#b07aa1"},
       {"send", "#9c755f"},
-      {"recv", "#bab0ac"}};
+      {"recv", "#bab0ac"},
+      {"collective", "#e15759"}};
   auto it = fixedColours.find(kind);
   if (it != fixedColours.end())
     return it->second;
@@ -84,6 +85,9 @@ std::string colourOf(const std::string &kind) {
     h = h * 31 + static_cast<unsigned char>(c);
   return kPalette[h % 10];
 }
+
+/// The palette's colour for a row numbered `i` (which may be negative).
+const char *paletteAt(int64_t i) { return kPalette[((i % 10) + 10) % 10]; }
 
 const char *kStyle = R"(<style>
 body{font-family:sans-serif;margin:24px;color:#222;max-width:960px}
@@ -119,8 +123,16 @@ std::vector<double> ticks(double lo, double hi) {
       break;
     }
   std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step)
+  if (!std::isfinite(step) || !(step > 0))
+    return out;
+  // By index, and at most a dozen: near 1e17 adding `step` may not move t.
+  double first = std::ceil(lo / step);
+  for (int i = 0; i < 12; ++i) {
+    double t = (first + i) * step;
+    if (!(t <= hi + step * 1e-9) || (!out.empty() && t == out.back()))
+      break;
     out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
+  }
   return out;
 }
 
@@ -268,10 +280,16 @@ std::string gantt(const std::vector<std::string> &rows,
   return svg + "</svg>\n";
 }
 
-/// Reads `j[key]` as T, or fails naming `where.key`.
+/// Reads `j[key]` as T, or fails naming `where.key` (`where` is empty or
+/// ends in a dot).
 template <typename T>
 bool field(const json &j, const char *key, const std::string &where, T &out,
            std::string &error) {
+  if (!j.is_object() && !where.empty()) {
+    error =
+        "field " + where.substr(0, where.size() - 1) + " has the wrong type";
+    return false;
+  }
   if (!j.is_object() || !j.contains(key)) {
     error = "missing field " + where + key;
     return false;
@@ -285,10 +303,64 @@ bool field(const json &j, const char *key, const std::string &where, T &out,
   return true;
 }
 
-} // namespace
+/// Reads the list `plan[key]`, or fails naming it.
+bool listField(const json &plan, const char *key, json &out,
+               std::string &error) {
+  if (!field(plan, key, "", out, error))
+    return false;
+  if (!out.is_array()) {
+    error = std::string("field ") + key + " has the wrong type";
+    return false;
+  }
+  return true;
+}
 
-bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
-  if (!plan.is_object() || plan.value("format", "") != "merak-plan-v1") {
+/// `j[key]` when it is a string, else `fallback`; for the trace, whose
+/// events are skipped rather than refused when they are odd.
+std::string stringOr(const json &j, const char *key,
+                     const std::string &fallback) {
+  if (j.is_object())
+    if (auto it = j.find(key); it != j.end() && it->is_string())
+      return it->get<std::string>();
+  return fallback;
+}
+
+/// `j[key]` when it is an integer, else `fallback`.
+int64_t integerOr(const json &j, const char *key, int64_t fallback) {
+  if (j.is_object())
+    if (auto it = j.find(key); it != j.end() && it->is_number_integer())
+      return it->get<int64_t>();
+  return fallback;
+}
+
+/// `j[key]` when it is a finite number.
+std::optional<double> finiteAt(const json &j, const char *key) {
+  if (j.is_object())
+    if (auto it = j.find(key); it != j.end() && it->is_number()) {
+      double v = it->get<double>();
+      if (std::isfinite(v))
+        return v;
+    }
+  return std::nullopt;
+}
+
+const char *kMemoryParts[] = {"parameters", "gradients", "optimizer_state",
+                              "activations", "buffers"};
+
+/// One pipeline rank's estimated bytes, by kMemoryParts.
+struct RankMemory {
+  int64_t pipelineRank = 0;
+  double bytes[5] = {0, 0, 0, 0, 0};
+  double total() const {
+    double sum = 0;
+    for (double b : bytes)
+      sum += std::max(0.0, b);
+    return sum;
+  }
+};
+
+bool renderPlan(const json &plan, std::string &html, std::string &error) {
+  if (!plan.is_object() || stringOr(plan, "format", "") != "merak-plan-v1") {
     error = "not a merak-plan-v1 summary (field format)";
     return false;
   }
@@ -298,11 +370,15 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
   if (!field(plan, "source", "", source, error) ||
       !field(plan, "ranks", "", ranks, error) ||
       !field(plan, "mesh", "", mesh, error) ||
-      !field(plan, "rank_layout", "", layout, error) ||
-      !field(plan, "layers", "", layers, error) ||
-      !field(plan, "memory", "", memory, error) ||
-      !field(plan, "collectives", "", collectives, error))
+      !listField(plan, "rank_layout", layout, error) ||
+      !listField(plan, "layers", layers, error) ||
+      !listField(plan, "memory", memory, error) ||
+      !listField(plan, "collectives", collectives, error))
     return false;
+  if (!mesh.is_object()) {
+    error = "field mesh has the wrong type";
+    return false;
+  }
   std::vector<std::string> axes;
   std::vector<int64_t> shape;
   if (!field(mesh, "axes", "mesh.", axes, error) ||
@@ -319,33 +395,69 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
       {"ranks", std::to_string(ranks)},
       {"mesh (one pipeline stage)",
        meshText.empty() ? "one device" : meshText}};
+  std::string bubble;
   if (pipe.is_object()) {
-    try {
-      rows.push_back(
-          {"pipeline",
-           pipe.at("schedule").get<std::string>() + ", " +
-               std::to_string(pipe.at("pp").get<int64_t>()) + " stages x " +
-               std::to_string(pipe.at("virtual").get<int64_t>()) +
-               " virtual, " +
-               std::to_string(pipe.at("microbatches").get<int64_t>()) +
-               " micro-batches, bubble " +
-               fixed(100 * pipe.at("bubble").get<double>(), 1) +
-               " % (unit time)"});
-    } catch (const std::exception &) {
-      error = "field pipeline has a missing or ill-typed member";
+    std::string schedule;
+    int64_t pp = 0, virtualStages = 0, microbatches = 0;
+    double fraction = 0;
+    if (!field(pipe, "schedule", "pipeline.", schedule, error) ||
+        !field(pipe, "pp", "pipeline.", pp, error) ||
+        !field(pipe, "virtual", "pipeline.", virtualStages, error) ||
+        !field(pipe, "microbatches", "pipeline.", microbatches, error) ||
+        !field(pipe, "bubble", "pipeline.", fraction, error))
       return false;
-    }
+    bubble = fixed(100 * fraction, 1) + " %";
+    rows.push_back(
+        {"pipeline", schedule + ", " + std::to_string(pp) + " stages x " +
+                         std::to_string(virtualStages) + " virtual, " +
+                         std::to_string(microbatches) +
+                         " micro-batches, bubble " + bubble + " (unit time)"});
+  } else if (!pipe.is_null()) {
+    error = "field pipeline has the wrong type";
+    return false;
   } else {
     rows.push_back({"pipeline", "none"});
   }
+  std::vector<RankMemory> memoryOf;
   double fullest = 0;
-  for (const json &m : memory)
-    fullest = std::max(
-        fullest, m.value("parameters", 0.0) + m.value("gradients", 0.0) +
-                     m.value("optimizer_state", 0.0) +
-                     m.value("activations", 0.0) + m.value("buffers", 0.0));
+  for (const json &m : memory) {
+    RankMemory rm;
+    if (!field(m, "pipeline_rank", "memory[].", rm.pipelineRank, error))
+      return false;
+    for (size_t k = 0; k < 5; ++k)
+      if (m.contains(kMemoryParts[k]) &&
+          !field(m, kMemoryParts[k], "memory[].", rm.bytes[k], error))
+        return false; // an absent part (no activations) counts 0
+    fullest = std::max(fullest, rm.total());
+    memoryOf.push_back(rm);
+  }
   rows.push_back({"fullest rank (estimate)", megabytes(fullest)});
   body += summaryTable(rows);
+
+  // Which pipeline rank holds each stage (a rank holds several with virtual
+  // stages); none without a pipeline.
+  std::map<int64_t, int64_t> rankOfStage;
+  std::map<int64_t, std::string> stagesOfRank;
+  if (pipe.is_object() && pipe.contains("stages")) {
+    if (!pipe["stages"].is_array()) {
+      error = "field pipeline.stages has the wrong type";
+      return false;
+    }
+    for (const json &s : pipe["stages"]) {
+      int64_t stage = 0, pipelineRank = 0;
+      if (!field(s, "stage", "pipeline.stages[].", stage, error) ||
+          !field(s, "pipeline_rank", "pipeline.stages[].", pipelineRank, error))
+        return false;
+      rankOfStage[stage] = pipelineRank;
+    }
+    for (const auto &[stage, pipelineRank] : rankOfStage) {
+      std::string &text = stagesOfRank[pipelineRank];
+      text += (text.empty() ? "stage " : ", ") + std::to_string(stage);
+    }
+    for (auto &[pipelineRank, text] : stagesOfRank)
+      if (text.find(',') != std::string::npos)
+        text.insert(5, "s");
+  }
 
   // The mesh: pipeline ranks down, mesh ranks across.
   body += "<h2>Ranks</h2>\n";
@@ -375,14 +487,18 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
     size_t row = 0;
     for (auto &[p, cells] : grid) {
       double y = 5 + ch * double(row++);
-      svg += "<text x=\"144\" y=\"" + num(y + 24) +
+      svg += "<text x=\"144\" y=\"" + num(y + 15) +
              "\" font-size=\"12\" text-anchor=\"end\">pipeline rank " +
              std::to_string(p) + "</text>";
+      if (auto it = stagesOfRank.find(p); it != stagesOfRank.end())
+        svg += "<text x=\"144\" y=\"" + num(y + 29) +
+               "\" font-size=\"10\" fill=\"#555\" text-anchor=\"end\">" +
+               it->second + "</text>";
       for (size_t c = 0; c < cells.size(); ++c) {
         double x = 150 + cw * double(c);
         svg += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" +
                num(cw - 4) + "\" height=\"" + num(ch - 4) + "\" fill=\"" +
-               kPalette[p % 10] +
+               paletteAt(p) +
                "\" fill-opacity=\"0.25\" stroke=\"#888\"/><text x=\"" +
                num(x + (cw - 4) / 2) + "\" y=\"" + num(y + 15) +
                "\" font-size=\"11\" text-anchor=\"middle\">rank " +
@@ -397,7 +513,7 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
 
   // Stages and layers.
   body += "<h2>Layers and stages</h2>\n<table><tr><th>layer</th><th>"
-          "stage</th><th>parameters of</th></tr>";
+          "stage</th><th>pipeline rank</th><th>parameters of</th></tr>";
   for (const json &l : layers) {
     int64_t index = 0, stage = 0;
     std::string name;
@@ -405,38 +521,32 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
         !field(l, "stage", "layers[].", stage, error) ||
         !field(l, "name", "layers[].", name, error))
       return false;
+    auto holder = rankOfStage.find(stage);
     body += "<tr><td class=\"num\">" + std::to_string(index) +
-            "</td><td class=\"num\">" + std::to_string(stage) + "</td><td>" +
-            esc(name) + "</td></tr>";
+            "</td><td class=\"num\">" + std::to_string(stage) +
+            "</td><td class=\"num\">" +
+            (holder != rankOfStage.end() ? std::to_string(holder->second)
+                                         : std::string("-")) +
+            "</td><td>" + esc(name) + "</td></tr>";
   }
   body += "</table>\n";
-  if (pipe.is_object() && pipe.contains("stages")) {
-    body += "<p class=\"note\">";
-    for (const json &s : pipe["stages"])
-      body += "stage " + std::to_string(s.value("stage", 0)) +
-              " on pipeline rank " +
-              std::to_string(s.value("pipeline_rank", 0)) + "; ";
-    body += "</p>\n";
-  }
 
   // Memory per pipeline rank, stacked.
   body += "<h2>Memory per rank (estimate)</h2>\n";
   {
-    const char *parts[] = {"parameters", "gradients", "optimizer_state",
-                           "activations", "buffers"};
+    const char *const *parts = kMemoryParts;
     const double W = 900, L = 150, R = 110, rowH = 28;
     double H = rowH * double(memory.size()) + 40;
     std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
                       num(W) + "\" height=\"" + num(H) + "\">";
     size_t row = 0;
-    for (const json &m : memory) {
-      double y = 5 + rowH * double(row++), x = L, total = 0;
+    for (const RankMemory &m : memoryOf) {
+      double y = 5 + rowH * double(row++), x = L, total = m.total();
       svg += "<text x=\"144\" y=\"" + num(y + 15) +
              "\" font-size=\"12\" text-anchor=\"end\">pipeline rank " +
-             std::to_string(m.value("pipeline_rank", 0)) + "</text>";
+             std::to_string(m.pipelineRank) + "</text>";
       for (size_t k = 0; k < 5; ++k) {
-        double bytes = m.value(parts[k], 0.0);
-        total += bytes;
+        double bytes = std::max(0.0, m.bytes[k]);
         double w = fullest > 0 ? bytes / fullest * (W - L - R) : 0;
         if (w > 0)
           svg += "<rect x=\"" + num(x, 7) + "\" y=\"" + num(y) + "\" width=\"" +
@@ -465,43 +575,53 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
     body += "<p class=\"note\">None: the plan runs on one device, or its "
             "stages exchange only pipeline transfers.</p>\n";
   } else {
+    struct Row {
+      std::string layer, phase, op;
+      std::vector<std::string> axes;
+      int64_t stage = 0, count = 0;
+      double bytes = 0;
+    };
+    std::vector<Row> table;
     double most = 1;
-    for (const json &c : collectives)
-      most = std::max(most, c.value("bytes", 0.0));
+    for (const json &c : collectives) {
+      Row r;
+      if (!field(c, "layer", "collectives[].", r.layer, error) ||
+          !field(c, "phase", "collectives[].", r.phase, error) ||
+          !field(c, "op", "collectives[].", r.op, error) ||
+          !field(c, "axes", "collectives[].", r.axes, error) ||
+          !field(c, "stage", "collectives[].", r.stage, error) ||
+          !field(c, "count", "collectives[].", r.count, error) ||
+          !field(c, "bytes", "collectives[].", r.bytes, error))
+        return false;
+      most = std::max(most, r.bytes);
+      table.push_back(std::move(r));
+    }
     body += "<table><tr><th>layer</th><th>stage</th><th>phase</th><th>op"
             "</th><th>mesh axes</th><th>count</th><th>bytes per step "
             "(one micro-batch)</th><th></th></tr>";
-    for (const json &c : collectives) {
-      std::string layer, phase, op;
-      std::vector<std::string> caxes;
-      int64_t stage = 0, count = 0;
-      double bytes = 0;
-      if (!field(c, "layer", "collectives[].", layer, error) ||
-          !field(c, "phase", "collectives[].", phase, error) ||
-          !field(c, "op", "collectives[].", op, error) ||
-          !field(c, "axes", "collectives[].", caxes, error) ||
-          !field(c, "stage", "collectives[].", stage, error) ||
-          !field(c, "count", "collectives[].", count, error) ||
-          !field(c, "bytes", "collectives[].", bytes, error))
-        return false;
+    for (const Row &r : table) {
       std::string joined;
-      for (const std::string &a : caxes)
+      for (const std::string &a : r.axes)
         joined += (joined.empty() ? "" : ", ") + a;
-      body += "<tr><td>" + esc(layer) + "</td><td class=\"num\">" +
-              std::to_string(stage) + "</td><td>" + esc(phase) + "</td><td>" +
-              esc(op) + "</td><td>" + esc(joined) + "</td><td class=\"num\">" +
-              std::to_string(count) + "</td><td class=\"num\">" +
-              num(bytes, 12) + "</td><td><span class=\"bar\" style=\"width:" +
-              fixed(200 * bytes / most, 1) + "px\"></span></td></tr>";
+      body += "<tr><td>" + esc(r.layer) + "</td><td class=\"num\">" +
+              std::to_string(r.stage) + "</td><td>" + esc(r.phase) +
+              "</td><td>" + esc(r.op) + "</td><td>" + esc(joined) +
+              "</td><td class=\"num\">" + std::to_string(r.count) +
+              "</td><td class=\"num\">" + num(r.bytes, 12) +
+              "</td><td><span class=\"bar\" style=\"width:" +
+              fixed(200 * std::max(0.0, r.bytes) / most, 1) +
+              "px\"></span></td></tr>";
     }
     body += "</table>\n";
   }
 
   // The schedule.
-  body += "<h2>Pipeline schedule (unit-time simulation)</h2>\n";
   if (!pipe.is_object()) {
-    body += "<p class=\"note\">No pipeline.</p>\n";
+    body += "<h2>Pipeline schedule</h2>\n<p class=\"note\">No "
+            "pipeline.</p>\n";
   } else {
+    body += "<h2>Pipeline schedule (unit-time simulation): bubble " + bubble +
+            "</h2>\n";
     std::vector<std::string> names;
     std::vector<std::vector<Box>> rowsOfBoxes;
     const json &tasks = pipe.contains("tasks") ? pipe["tasks"] : json();
@@ -511,6 +631,10 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
     }
     for (size_t r = 0; r < tasks.size(); ++r) {
       names.push_back("pipeline rank " + std::to_string(r));
+      if (!tasks[r].is_array()) {
+        error = "field pipeline.tasks[] has the wrong type";
+        return false;
+      }
       std::vector<Box> row;
       for (const json &t : tasks[r]) {
         std::string kind;
@@ -536,8 +660,8 @@ bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
   return true;
 }
 
-bool renderRunReport(const std::string &jsonl, const std::string &jsonlName,
-                     const json &trace, std::string &html, std::string &error) {
+bool renderRun(const std::string &jsonl, const std::string &jsonlName,
+               const json &trace, std::string &html, std::string &error) {
   struct Step {
     std::optional<double> loss;
     std::optional<double> rate, ms;
@@ -662,30 +786,32 @@ bool renderRunReport(const std::string &jsonl, const std::string &jsonlName,
     for (const json &e : events) {
       if (!e.is_object())
         continue;
-      if (e.value("ph", "") == "M" && e.value("name", "") == "process_name" &&
-          e.contains("args") && e["args"].is_object())
-        processNames[e.value("pid", int64_t(0))] = e["args"].value("name", "");
-      if (e.value("ph", "") == "X" && e.contains("args") &&
-          e["args"].is_object() && e["args"].contains("step") &&
-          e["args"]["step"].is_number_integer()) {
-        int64_t s = e["args"]["step"].get<int64_t>();
+      std::string ph = stringOr(e, "ph", "");
+      const json args = e.contains("args") ? e["args"] : json();
+      if (ph == "M" && stringOr(e, "name", "") == "process_name")
+        processNames[integerOr(e, "pid", 0)] = stringOr(args, "name", "");
+      if (ph == "X" && args.is_object() && args.contains("step") &&
+          args["step"].is_number_integer()) {
+        int64_t s = args["step"].get<int64_t>();
         firstStep = firstStep ? std::min(*firstStep, s) : s;
       }
     }
     std::map<int64_t, std::vector<Box>> byProcess;
     for (const json &e : events) {
-      if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("ts") ||
-          !e["ts"].is_number() || !e.contains("dur") || !e["dur"].is_number())
+      std::optional<double> start = finiteAt(e, "ts"),
+                            length = finiteAt(e, "dur");
+      if (stringOr(e, "ph", "") != "X" || !start || !length)
         continue;
+      // An event of another step is left out; one without a step is kept.
       if (firstStep && e.contains("args") && e["args"].is_object() &&
-          e["args"].value("step", int64_t(-1)) != *firstStep)
+          integerOr(e["args"], "step", *firstStep) != *firstStep)
         continue;
-      double ts = e["ts"].get<double>() / 1000,
-             dur = e["dur"].get<double>() / 1000;
-      std::string cat = e.value("cat", "other"), name = e.value("name", "");
-      byProcess[e.value("pid", int64_t(0))].push_back(
+      double ts = *start / 1000, dur = *length / 1000;
+      std::string cat = stringOr(e, "cat", "other"),
+                  name = stringOr(e, "name", "");
+      byProcess[integerOr(e, "pid", 0)].push_back(
           {ts, ts + dur, cat, "", name + " " + fixed(dur, 2) + " ms",
-           e.value("tid", int64_t(0)) != 0});
+           integerOr(e, "tid", 0) != 0});
     }
     std::vector<std::string> names;
     std::vector<std::vector<Box>> boxes;
@@ -703,6 +829,29 @@ bool renderRunReport(const std::string &jsonl, const std::string &jsonlName,
   }
   html = page("Merak run: " + jsonlName, body);
   return true;
+}
+
+} // namespace
+
+// The readers above check every field they use; the catch is a net for one
+// they missed, so that odd input is an error and never ends the program.
+bool renderPlanReport(const json &plan, std::string &html, std::string &error) {
+  try {
+    return renderPlan(plan, html, error);
+  } catch (const std::exception &e) {
+    error = std::string("the plan summary is ill-formed: ") + e.what();
+    return false;
+  }
+}
+
+bool renderRunReport(const std::string &jsonl, const std::string &jsonlName,
+                     const json &trace, std::string &html, std::string &error) {
+  try {
+    return renderRun(jsonl, jsonlName, trace, html, error);
+  } catch (const std::exception &e) {
+    error = jsonlName + ": ill-formed log or trace: " + e.what();
+    return false;
+  }
 }
 
 } // namespace merak::driver

@@ -1,5 +1,4 @@
-//===- HtmlReportTest.cpp - merak report's pages
-//---------------------------===//
+//===- HtmlReportTest.cpp - merak report's pages --------------------------===//
 
 #include "HtmlReport.h"
 
@@ -22,17 +21,23 @@ size_t count(const std::string &text, const std::string &what) {
   return n;
 }
 
-/// The `width` attribute of every `<rect ... fill="COLOUR"` with a title
+/// The `x` (or `width`) attribute of every `<rect ...>` with a title
 /// starting with `title`.
-std::vector<double> widthsOf(const std::string &html,
-                             const std::string &title) {
-  std::vector<double> widths;
+std::vector<double> rectsOf(const std::string &html, const std::string &title,
+                            bool width) {
+  std::vector<double> values;
   std::regex rect(
-      R"re(<rect x="[^"]*" y="[^"]*" width="([^"]*)"[^>]*><title>)re" + title);
+      R"re(<rect x="([^"]*)" y="[^"]*" width="([^"]*)"[^>]*><title>)re" +
+      title);
   for (auto it = std::sregex_iterator(html.begin(), html.end(), rect);
        it != std::sregex_iterator(); ++it)
-    widths.push_back(std::stod((*it)[1]));
-  return widths;
+    values.push_back(std::stod((*it)[width ? 2 : 1]));
+  return values;
+}
+
+std::vector<double> widthsOf(const std::string &html,
+                             const std::string &title) {
+  return rectsOf(html, title, /*width=*/true);
 }
 
 json samplePlan() {
@@ -86,6 +91,20 @@ TEST(HtmlReportTest, PlanPageDrawsEveryPart) {
   ASSERT_EQ(f.size(), 4u);
   ASSERT_EQ(b.size(), 4u);
   EXPECT_NEAR(b[0], 2 * f[0], 1e-3);
+  // Boxes start in proportion to their start: rank 0's F(0,0) at 0, F(0,1)
+  // at 1, B(0,0) at 4 and B(0,1) at 6 of the 0..8 axis.
+  std::vector<double> fx = rectsOf(html, "F\\(0,", /*width=*/false),
+                      bx = rectsOf(html, "B\\(0,", /*width=*/false);
+  ASSERT_EQ(fx.size(), 2u);
+  ASSERT_EQ(bx.size(), 2u);
+  double unit = fx[1] - fx[0];
+  EXPECT_NEAR(f[0], unit, 1e-3);
+  EXPECT_NEAR(bx[0] - fx[0], 4 * unit, 1e-3);
+  EXPECT_NEAR(bx[1] - fx[0], 6 * unit, 1e-3);
+  EXPECT_NE(html.find("(unit-time simulation): bubble 33.3 %</h2>"),
+            std::string::npos);
+  // Each row of ranks says which stage it runs.
+  EXPECT_NE(html.find(">stage 1</text>"), std::string::npos);
   // Memory bars in proportion to bytes: rank 1 holds half of rank 0.
   std::vector<double> params = widthsOf(html, "parameters:");
   ASSERT_EQ(params.size(), 2u);
@@ -98,6 +117,65 @@ TEST(HtmlReportTest, PlanPageDrawsEveryPart) {
                 html.find("http://www.w3.org/2000/svg") != std::string::npos,
             true);
   EXPECT_EQ(html.find("https://"), std::string::npos);
+  std::string again;
+  ASSERT_TRUE(renderPlanReport(samplePlan(), again, error));
+  EXPECT_EQ(html, again);
+}
+
+TEST(HtmlReportTest, IllTypedPlansAreErrorsNotCrashes) {
+  std::string html, error;
+  json plan = samplePlan();
+  plan["memory"][0]["parameters"] = "12";
+  EXPECT_FALSE(renderPlanReport(plan, html, error));
+  EXPECT_EQ(error, "field memory[].parameters has the wrong type");
+  plan = samplePlan();
+  plan["memory"] = 3;
+  EXPECT_FALSE(renderPlanReport(plan, html, error));
+  EXPECT_EQ(error, "field memory has the wrong type");
+  plan = samplePlan();
+  plan["collectives"][0]["bytes"] = json::array();
+  EXPECT_FALSE(renderPlanReport(plan, html, error));
+  EXPECT_EQ(error, "field collectives[].bytes has the wrong type");
+  plan = samplePlan();
+  plan["collectives"][0] = 1;
+  EXPECT_FALSE(renderPlanReport(plan, html, error));
+  EXPECT_EQ(error, "field collectives[] has the wrong type");
+  plan = samplePlan();
+  plan["pipeline"]["stages"][0] = nullptr;
+  EXPECT_FALSE(renderPlanReport(plan, html, error));
+  EXPECT_EQ(error, "field pipeline.stages[] has the wrong type");
+  plan = samplePlan();
+  plan["pipeline"].erase("bubble");
+  EXPECT_FALSE(renderPlanReport(plan, html, error));
+  EXPECT_EQ(error, "missing field pipeline.bubble");
+  plan = samplePlan();
+  plan["format"] = 1;
+  EXPECT_FALSE(renderPlanReport(plan, html, error));
+  EXPECT_EQ(error, "not a merak-plan-v1 summary (field format)");
+  // Odd but well-typed: a negative pipeline rank, no activations.
+  plan = samplePlan();
+  plan["rank_layout"][0]["pipeline_rank"] = -1;
+  plan["memory"][0].erase("activations");
+  EXPECT_TRUE(renderPlanReport(plan, html, error)) << error;
+  // Every value of the sample replaced by each other type in turn: an
+  // error or a page, never an exception.
+  json base = samplePlan(), flat = base.flatten();
+  std::vector<json> others = {nullptr,        -1,  0.5, "x", json::array(),
+                              json::object(), true};
+  for (const auto &[path, value] : flat.items()) {
+    std::string at = path;
+    for (std::string cut = at; !cut.empty();
+         cut = cut.substr(0, cut.rfind('/')))
+      for (const json &other : others) {
+        json changed = base;
+        changed[json::json_pointer(cut)] = other;
+        bool ok = true;
+        EXPECT_NO_THROW(ok = renderPlanReport(changed, html, error)) << cut;
+        // Refused by a reader that names the field, not by the net.
+        if (!ok)
+          EXPECT_EQ(error.find("ill-formed"), std::string::npos) << error;
+      }
+  }
 }
 
 TEST(HtmlReportTest, PlanWithoutPipelineOrCollectivesSaysSo) {
@@ -174,6 +252,29 @@ TEST(HtmlReportTest, RunTimelineShowsTheFirstStepOfEachRank) {
   EXPECT_NE(html.find(">rank 1</text>"), std::string::npos);
   EXPECT_EQ(count(html, "<title>F("), 2u); // step 2 is left out
   EXPECT_EQ(count(html, "<title>send "), 1u);
+  // Odd events are skipped, not refused.
+  trace["traceEvents"].push_back(
+      {{"ph", 1}, {"pid", "0"}, {"ts", "0"}, {"dur", nullptr}});
+  trace["traceEvents"].push_back({{"ph", "X"},
+                                  {"pid", "0"},
+                                  {"ts", 0},
+                                  {"dur", 1},
+                                  {"args", {{"step", "x"}}}});
+  trace["traceEvents"].push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", 0}, {"args", 3}});
+  ASSERT_TRUE(renderRunReport("{\"step\":1,\"loss\":1.0,\"ms\":3}\n",
+                              "run.jsonl", trace, html, error))
+      << error;
+}
+
+TEST(HtmlReportTest, CurvesOfValuesCloseTogetherEnd) {
+  // 1e17 and the next double: the axis' ticks must not loop.
+  std::string html, error;
+  ASSERT_TRUE(renderRunReport("{\"step\":1,\"loss\":1e17}\n"
+                              "{\"step\":2,\"loss\":100000000000000016}\n",
+                              "run.jsonl", nullptr, html, error))
+      << error;
+  EXPECT_NE(html.find("<polyline"), std::string::npos);
 }
 
 TEST(HtmlReportTest, BadLogsNameTheLine) {
@@ -189,6 +290,16 @@ TEST(HtmlReportTest, BadLogsNameTheLine) {
   EXPECT_FALSE(renderRunReport("{\"step\":1,\"loss\":1}\n", "run.jsonl",
                                json::parse("{\"x\": 1}"), html, error));
   EXPECT_EQ(error, "the trace has no traceEvents list");
+  EXPECT_FALSE(
+      renderRunReport("{\"step\":\"1\"}\n", "run.jsonl", nullptr, html, error));
+  EXPECT_EQ(error, "run.jsonl:1: a record needs an integer step");
+  // Null and non-numeric losses are left out of the curve.
+  ASSERT_TRUE(renderRunReport("{\"step\":1,\"loss\":null}\n"
+                              "{\"step\":2,\"loss\":\"nan\"}\n"
+                              "{\"step\":3,\"loss\":2}\n",
+                              "run.jsonl", nullptr, html, error))
+      << error;
+  EXPECT_NE(html.find("<th>steps</th><td>3</td>"), std::string::npos);
 }
 
 } // namespace
