@@ -69,14 +69,42 @@ if(MERAK_COMPILER)
   set(MERAK_LLVM_TOOLS_DIR "${MERAK_LLVM_ROOT}/bin")
 endif()
 
-# CUDA and NCCL are optional; the CUDA backend builds only where both exist.
-find_program(MERAK_NVCC nvcc HINTS /usr/local/cuda/bin)
-find_path(MERAK_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/include)
-if(MERAK_NVCC)
-  message(STATUS "CUDA: nvcc found at ${MERAK_NVCC}")
-else()
-  message(STATUS "CUDA: nvcc not found; the CUDA backend is skipped")
+# CUDA (the toolkit under /usr/local/cuda: nvcc, cuBLASLt, cuDNN) is
+# optional: the CUDA backend builds where the toolkit is, for the
+# architectures in MERAK_CUDA_ARCHITECTURES only (machine code for each, so
+# ptxas assembles every kernel at build time).
+option(MERAK_CUDA "Build the CUDA backend where the CUDA toolkit is found" ON)
+set(MERAK_CUDA_ARCHITECTURES "80;90" CACHE STRING
+  "GPU architectures the CUDA kernels are compiled for")
+set(MERAK_CUDA_BACKEND OFF)
+if(MERAK_CUDA AND NOT MERAK_FUZZ)
+  find_program(MERAK_NVCC nvcc HINTS /usr/local/cuda/bin)
+  if(MERAK_NVCC)
+    if(NOT CMAKE_CUDA_COMPILER)
+      set(CMAKE_CUDA_COMPILER ${MERAK_NVCC})
+    endif()
+    set(CMAKE_CUDA_ARCHITECTURES ${MERAK_CUDA_ARCHITECTURES})
+    if(MERAK_CCACHE)
+      set(CMAKE_CUDA_COMPILER_LAUNCHER ${MERAK_CCACHE})
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    find_library(MERAK_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
+    find_path(MERAK_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(TARGET CUDA::cublasLt AND MERAK_CUDNN_LIBRARY AND MERAK_CUDNN_INCLUDE)
+      set(MERAK_CUDA_BACKEND ON)
+      message(STATUS "CUDA: toolkit ${CUDAToolkit_VERSION} at "
+        "${CUDAToolkit_BIN_DIR}; the CUDA backend is built for "
+        "sm_${MERAK_CUDA_ARCHITECTURES}")
+    else()
+      message(STATUS "CUDA: cuBLASLt or cuDNN not found beside nvcc; "
+        "the CUDA backend is skipped")
+    endif()
+  else()
+    message(STATUS "CUDA: nvcc not found; the CUDA backend is skipped")
+  endif()
 endif()
+find_path(MERAK_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/include)
 if(MERAK_NCCL_INCLUDE)
   message(STATUS "NCCL: headers in ${MERAK_NCCL_INCLUDE}")
 else()

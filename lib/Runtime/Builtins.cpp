@@ -1,7 +1,8 @@
 //===- Builtins.cpp - the components this build registers ----------------===//
 //
 // Compiled with one definition per optional component the build has
-// (MERAK_HAVE_CPU_BACKEND, MERAK_HAVE_GLOO), so the registry holds exactly
+// (MERAK_HAVE_CPU_BACKEND, MERAK_HAVE_GLOO,
+// MERAK_HAVE_CUDA_BACKEND), so the registry holds exactly
 // what was built.
 //
 //===----------------------------------------------------------------------===//
@@ -16,6 +17,9 @@ void registerCpuBackend();
 #if MERAK_HAVE_GLOO
 void registerGlooCommunicator();
 #endif
+#if MERAK_HAVE_CUDA_BACKEND
+void registerCudaBackend();
+#endif
 
 void registerBuiltinComponents() {
   static const bool registered = [] {
@@ -24,6 +28,9 @@ void registerBuiltinComponents() {
 #endif
 #if MERAK_HAVE_GLOO
     registerGlooCommunicator();
+#endif
+#if MERAK_HAVE_CUDA_BACKEND
+    registerCudaBackend();
 #endif
     return true;
   }();

@@ -51,6 +51,13 @@ std::vector<std::string> communicatorNames() {
 }
 
 absl::StatusOr<const BackendEntry *> findBackend(const std::string &name) {
+  if (name == "auto") {
+    auto cuda = backends().find("cuda");
+    if (cuda != backends().end() &&
+        (!cuda->second.available || cuda->second.available(nullptr)))
+      return &cuda->second;
+    return findBackend("cpu");
+  }
   auto it = backends().find(name);
   if (it == backends().end())
     return absl::NotFoundError(

@@ -144,7 +144,11 @@ ABSL_FLAG(bool, no_arena, false,
           "Allocate every result from the allocator instead of placing the "
           "step's temporaries in the planned arena");
 ABSL_FLAG(std::string, device, "cpu",
-          "Backend that runs the kernels (this build's: see --help)");
+          "Backend that runs the kernels (this build's: see --help); auto: "
+          "cuda where this build has it and a GPU can be used, else cpu");
+ABSL_FLAG(bool, tf32, false,
+          "--device=cuda: float32 GEMMs on TF32 tensor cores (off: full "
+          "float32, as PyTorch's default)");
 ABSL_FLAG(std::string, comm, "gloo",
           "Communicator for collectives and pipeline transfers");
 ABSL_FLAG(bool, blas_threads, false,
@@ -392,11 +396,14 @@ static int kernelThreadsFor(const LaunchEnvironment &env) {
 /// The backend of --device, with the CPU flags.
 static absl::StatusOr<std::unique_ptr<Backend>>
 createBackend(const BackendEntry &entry, int threads) {
-  return entry.create(DeviceOptions{
-      threads,
-      !absl::GetFlag(FLAGS_no_arena),
-      {{"gemm", absl::GetFlag(FLAGS_gemm)},
-       {"blas-threads", absl::GetFlag(FLAGS_blas_threads) ? "1" : "0"}}});
+  DeviceOptions options{threads, !absl::GetFlag(FLAGS_no_arena), {}};
+  if (entry.name == "cpu")
+    options.settings = {
+        {"gemm", absl::GetFlag(FLAGS_gemm)},
+        {"blas-threads", absl::GetFlag(FLAGS_blas_threads) ? "1" : "0"}};
+  else if (entry.name == "cuda")
+    options.settings = {{"tf32", absl::GetFlag(FLAGS_tf32) ? "1" : "0"}};
+  return entry.create(options);
 }
 
 /// Joins the run `env` describes through `comm` (rank 0 hosts the store).

@@ -46,6 +46,10 @@ struct BackendEntry {
       create;
   /// The kernel libraries it uses, for `--profile` (may be empty).
   std::function<std::string()> libraries;
+  /// Whether the backend can run on this machine (a GPU backend: a device
+  /// and its driver), for `--device=auto`; `why` says why not. Unset:
+  /// always.
+  std::function<bool(std::string *why)> available;
 };
 
 struct CommunicatorEntry {
@@ -66,6 +70,8 @@ void registerCommunicator(CommunicatorEntry entry);
 void registerBuiltinComponents();
 
 /// The named entry, or an error naming what this build has instead.
+/// `auto` is the CUDA backend where this build has it and a GPU can be
+/// used, else the CPU backend.
 absl::StatusOr<const BackendEntry *> findBackend(const std::string &name);
 absl::StatusOr<const CommunicatorEntry *>
 findCommunicator(const std::string &name);

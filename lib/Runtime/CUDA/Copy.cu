@@ -1,0 +1,207 @@
+//===- Copy.cu - copies, conversions, fills and in-place arithmetic -------===//
+
+#include "Copy.h"
+
+#include <cmath>
+
+namespace merak::runtime::cuda {
+
+const char *elemTypeName(ElemType t) {
+  switch (t) {
+  case ElemType::F16:
+    return "f16";
+  case ElemType::BF16:
+    return "bf16";
+  case ElemType::F32:
+    return "f32";
+  case ElemType::F64:
+    return "f64";
+  case ElemType::Bool:
+    return "i1";
+  case ElemType::I32:
+    return "i32";
+  case ElemType::I64:
+    return "i64";
+  }
+  return "?";
+}
+
+void check(cudaError_t status, const char *what) {
+  if (status != cudaSuccess)
+    throw CudaError(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+namespace {
+
+/// Reads an element as the widest type of its kind, so one kernel per
+/// destination type converts from any source type.
+template <typename S> __device__ double loadWide(const View &v, int64_t off) {
+  return double(toAcc(v.ptr<S>()[off]));
+}
+
+__device__ double loadAny(const View &v, int64_t off) {
+  switch (v.type) {
+  case ElemType::F16:
+    return loadWide<__half>(v, off);
+  case ElemType::BF16:
+    return loadWide<__nv_bfloat16>(v, off);
+  case ElemType::F32:
+    return loadWide<float>(v, off);
+  case ElemType::F64:
+    return loadWide<double>(v, off);
+  case ElemType::Bool:
+    return v.ptr<bool>()[off] ? 1.0 : 0.0;
+  case ElemType::I32:
+    return double(v.ptr<int32_t>()[off]);
+  case ElemType::I64:
+    return double(v.ptr<int64_t>()[off]);
+  }
+  return 0;
+}
+
+template <typename D>
+__global__ void convertKernel(View src, View dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t so = src.offsetOf(i);
+    D *out = dst.ptr<D>() + dst.offsetOf(i);
+    if constexpr (std::is_same_v<D, int64_t>) {
+      // Exact for integer sources wider than a double's mantissa.
+      if (src.type == ElemType::I64) {
+        *out = src.ptr<int64_t>()[so];
+        continue;
+      }
+    }
+    *out = convertTo<D>(loadAny(src, so));
+  }
+}
+
+template <typename T>
+__global__ void sameTypeKernel(View src, View dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst.ptr<T>()[dst.offsetOf(i)] = src.ptr<T>()[src.offsetOf(i)];
+}
+
+template <typename T> __global__ void fillKernel(View dst, T value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst.ptr<T>()[dst.offsetOf(i)] = value;
+}
+
+template <typename T>
+__global__ void addIntoKernel(View into, View addend, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    T *p = into.ptr<T>() + into.offsetOf(i);
+    *p = convertTo<T>(toAcc(*p) + toAcc(addend.ptr<T>()[addend.offsetOf(i)]));
+  }
+}
+
+template <typename T>
+__global__ void scaleKernel(View v, double factor, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    T *p = v.ptr<T>() + v.offsetOf(i);
+    *p = convertTo<T>(toAcc(*p) * Acc<T>(factor));
+  }
+}
+
+/// `src` re-read in `dst`'s shape when only their shapes differ (a reshape
+/// of a contiguous tensor); a strided source of another shape is read
+/// through its own shape by a first pass into a contiguous buffer.
+View sameShapeSource(const View &src, const View &dst) {
+  View s = src;
+  bool same = src.rank == dst.rank;
+  for (int d = 0; same && d < src.rank; ++d)
+    same = src.sizes[d] == dst.sizes[d];
+  if (same)
+    return s;
+  // Only a contiguous source can be re-read in another shape this way.
+  s.rank = dst.rank;
+  for (int d = 0; d < dst.rank; ++d)
+    s.sizes[d] = dst.sizes[d];
+  contiguousStrides(s.sizes, s.rank, s.strides);
+  return s;
+}
+
+} // namespace
+
+void copyStrided(const View &src, const View &dst, cudaStream_t stream) {
+  int64_t n = dst.numel();
+  if (n == 0)
+    return;
+  if (src.numel() != n)
+    throw CudaError("copy: " + std::to_string(src.numel()) + " elements into " +
+                    std::to_string(n));
+  bool sameShape = src.rank == dst.rank;
+  for (int d = 0; sameShape && d < src.rank; ++d)
+    sameShape = src.sizes[d] == dst.sizes[d];
+  if (!sameShape && !src.isContiguous()) {
+    // A strided source of another shape: the caller first makes it
+    // contiguous (Ctx::contiguous); refusing here keeps a wrong order out.
+    throw CudaError("copy: a strided source of another shape");
+  }
+  View views[2] = {sameShapeSource(src, dst), dst};
+  if (src.type == dst.type && src.isContiguous() && dst.isContiguous()) {
+    check(cudaMemcpyAsync(dst.data, src.data, size_t(n) * elemSize(dst.type),
+                          cudaMemcpyDeviceToDevice, stream),
+          "copy");
+    return;
+  }
+  coalesceDims(views, 2);
+  Launch l = linearLaunch(n);
+  if (src.type == dst.type) {
+    MERAK_CUDA_DISPATCH_ALL(dst.type, "copy", T,
+                            sameTypeKernel<T><<<l.grid, l.block, 0, stream>>>(
+                                views[0], views[1], n));
+  } else {
+    MERAK_CUDA_DISPATCH_ALL(dst.type, "convert", T,
+                            convertKernel<T><<<l.grid, l.block, 0, stream>>>(
+                                views[0], views[1], n));
+  }
+  checkLaunch("copy");
+}
+
+void fill(const View &dst, double value, cudaStream_t stream) {
+  int64_t n = dst.numel();
+  if (n == 0)
+    return;
+  View v = dst;
+  coalesceDims(&v, 1);
+  Launch l = linearLaunch(n);
+  MERAK_CUDA_DISPATCH_ALL(
+      dst.type, "fill", T,
+      fillKernel<T><<<l.grid, l.block, 0, stream>>>(v, convertTo<T>(value), n));
+  checkLaunch("fill");
+}
+
+void addInto(const View &into, const View &addend, cudaStream_t stream) {
+  int64_t n = into.numel();
+  if (n == 0)
+    return;
+  if (addend.type != into.type || addend.numel() != n)
+    throw CudaError("accumulate: operands of different types or sizes");
+  View views[2] = {into, sameShapeSource(addend, into)};
+  coalesceDims(views, 2);
+  Launch l = linearLaunch(n);
+  MERAK_CUDA_DISPATCH_ALL(
+      into.type, "accumulate", T,
+      addIntoKernel<T><<<l.grid, l.block, 0, stream>>>(views[0], views[1], n));
+  checkLaunch("accumulate");
+}
+
+void scaleInPlace(const View &tensor, double factor, cudaStream_t stream) {
+  int64_t n = tensor.numel();
+  if (n == 0)
+    return;
+  View v = tensor;
+  coalesceDims(&v, 1);
+  Launch l = linearLaunch(n);
+  MERAK_CUDA_DISPATCH_FLOAT(tensor.type, "scale", T,
+                            scaleKernel<T>
+                            <<<l.grid, l.block, 0, stream>>>(v, factor, n));
+  checkLaunch("scale");
+}
+
+} // namespace merak::runtime::cuda
