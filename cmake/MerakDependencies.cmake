@@ -77,7 +77,9 @@ option(MERAK_CUDA "Build the CUDA backend where the CUDA toolkit is found" ON)
 set(MERAK_CUDA_ARCHITECTURES "80;90" CACHE STRING
   "GPU architectures the CUDA kernels are compiled for")
 set(MERAK_CUDA_BACKEND OFF)
-if(MERAK_CUDA AND NOT MERAK_FUZZ)
+# Not in sanitized builds: their flags are for the host compiler, and the
+# CUDA runtime is not built with them.
+if(MERAK_CUDA AND NOT MERAK_FUZZ AND NOT MERAK_SANITIZE)
   find_program(MERAK_NVCC nvcc HINTS /usr/local/cuda/bin)
   if(MERAK_NVCC)
     if(NOT CMAKE_CUDA_COMPILER)

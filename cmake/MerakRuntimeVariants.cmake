@@ -1,6 +1,7 @@
 # The runtime built alone, as a machine that only trains builds it: once
 # with MERAK_COMPILER=OFF (no MLIR or LLVM; the CPU backend and Gloo on
-# LibTorch) and once with MERAK_CPU_BACKEND=OFF too (no LibTorch either).
+# LibTorch) and once with MERAK_CPU_BACKEND=OFF too (no LibTorch either,
+# the CUDA backend where the toolkit is).
 # Each is a configure of this same tree in its own directory, built with
 # the main build; the tests in test/Runtime/runtime-only.test and the
 # entries below check what they link and that they train a .mrp.
@@ -9,7 +10,7 @@ include(ExternalProject)
 set(MERAK_RUNTIME_ONLY_DIR ${CMAKE_BINARY_DIR}/runtime-only)
 set(MERAK_RUNTIME_MINIMAL_DIR ${CMAKE_BINARY_DIR}/runtime-minimal)
 
-function(merak_runtime_variant name dir cpu)
+function(merak_runtime_variant name dir cpu cuda)
   ExternalProject_Add(${name}
     SOURCE_DIR ${CMAKE_SOURCE_DIR}
     BINARY_DIR ${dir}
@@ -17,6 +18,7 @@ function(merak_runtime_variant name dir cpu)
     CMAKE_ARGS -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}
                -DMERAK_COMPILER=OFF -DMERAK_CPU_BACKEND=${cpu}
                -DMERAK_BUILD_RUNTIME_VARIANTS=OFF
+               -DMERAK_CUDA=${cuda}
                -DMERAK_SANITIZE=${MERAK_SANITIZE}
     INSTALL_COMMAND ""
     # Rebuilt (incrementally) with every build of the main tree.
@@ -26,5 +28,9 @@ function(merak_runtime_variant name dir cpu)
     COMMAND ${dir}/unittests/Runtime/MerakRuntimeTests)
 endfunction()
 
-merak_runtime_variant(merak-runtime-only ${MERAK_RUNTIME_ONLY_DIR} ON)
-merak_runtime_variant(merak-runtime-minimal ${MERAK_RUNTIME_MINIMAL_DIR} OFF)
+# The CUDA backend is built into the minimal variant (what a GPU machine
+# without this project's packages runs: scripts/gpu-bundle.sh) and not
+# again into the other, which would only compile the same kernels twice.
+merak_runtime_variant(merak-runtime-only ${MERAK_RUNTIME_ONLY_DIR} ON OFF)
+merak_runtime_variant(merak-runtime-minimal ${MERAK_RUNTIME_MINIMAL_DIR} OFF
+  ${MERAK_CUDA_BACKEND})

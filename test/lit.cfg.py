@@ -44,3 +44,17 @@ if runtime_only_dir and os.path.exists(
     config.substitutions.append(("%runtime_only", config.runtime_only_dir))
     config.substitutions.append(("%runtime_minimal",
                                  config.runtime_minimal_dir))
+# The CUDA backend, where the build has it; `cuda-gpu` where this machine
+# has a GPU it can use (never in CI: the tests that need one live in
+# scripts/gpu-check.sh).
+if getattr(config, "cuda_backend", "") == "ON":
+    config.available_features.add("cuda-backend")
+    config.substitutions.append(
+        ("%cuobjdump", os.path.join(config.cuda_bin_dir, "cuobjdump")))
+    import subprocess
+    try:
+        if subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                          timeout=20).returncode == 0:
+            config.available_features.add("cuda-gpu")
+    except (OSError, subprocess.TimeoutExpired):
+        pass

@@ -53,10 +53,16 @@ std::vector<std::string> communicatorNames() {
 absl::StatusOr<const BackendEntry *> findBackend(const std::string &name) {
   if (name == "auto") {
     auto cuda = backends().find("cuda");
+    std::string why = "this build has no CUDA backend";
     if (cuda != backends().end() &&
-        (!cuda->second.available || cuda->second.available(nullptr)))
+        (!cuda->second.available || cuda->second.available(&why)))
       return &cuda->second;
-    return findBackend("cpu");
+    if (backends().count("cpu"))
+      return findBackend("cpu");
+    return absl::NotFoundError(
+        absl::StrCat("--device=auto: no GPU backend can run here (", why,
+                     ") and this build has no 'cpu' backend; it has: ",
+                     listOrNone(backendNames())));
   }
   auto it = backends().find(name);
   if (it == backends().end())

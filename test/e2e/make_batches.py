@@ -78,6 +78,9 @@ def make_batches(fixture_name, fixtures_dir, steps, seed, cycle=0,
                          % (fixture_name, ", ".join(sorted(fixtures))))
     fixture = fixtures[fixture_name]
     described = read_inputs(fixtures_dir, fixture_name)
+    # The batch size the archive was traced with (trace_all.py --batch):
+    # every fixture's first input leads with it.
+    trace_all.BATCH = described[0]["shape"][0]
     per_input = [[] for _ in described]
     if microbatches < 1:
         raise ValueError("microbatches must be at least 1")

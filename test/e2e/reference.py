@@ -6,6 +6,7 @@ Usage:
                          [--momentum M] [--dampening D] [--nesterov]
                          [--weight-decay WD] [--betas B1 B2] [--eps E]
                          [--threads T] [--dtype float32|float64]
+                         [--device cpu|cuda]
                          [--eval-data val.safetensors --eval-batches M
                           [--eval-every N] --out-eval-jsonl val.jsonl]
                          --out-jsonl losses.jsonl
@@ -92,7 +93,15 @@ def make_optimizer(args, params):
 def run(args):
     torch.set_num_threads(args.threads)
     dtype = DTYPES[args.dtype]
-    module = torch.jit.load(args.model)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        # Full float32 matrix products and convolutions (no TF32), and
+        # deterministic kernels, as merak-exec's CUDA backend runs them.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    module = torch.jit.load(args.model, map_location=device)
     if dtype != torch.float32:
         # Converts floating parameters and buffers only; masks and counters
         # keep their types.
@@ -123,7 +132,7 @@ def run(args):
     def micro_batches(source, index):
         inputs = []
         for name in names:
-            x = source[name][index]
+            x = source[name][index].to(device)
             inputs.append(x.to(dtype) if x.is_floating_point() else x)
         # Micro-batches: the step's loss is their mean, and so is the
         # gradient (each micro-batch's loss scaled by 1/M).
@@ -149,7 +158,7 @@ def run(args):
         total = 0.0
         for part in parts:
             if args.autocast:
-                with torch.autocast("cpu", dtype=torch.bfloat16):
+                with torch.autocast(device.type, dtype=torch.bfloat16):
                     outputs = module(*part)
             else:
                 outputs = module(*part)
@@ -195,6 +204,8 @@ def main(argv=None):
     parser.add_argument("--model", required=True, help="traced .pt archive")
     parser.add_argument("--data", required=True, help="batches .safetensors")
     parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--device", default="cpu",
+                        help="where PyTorch trains: cpu (default) or cuda")
     parser.add_argument("--optimizer", choices=["sgd", "adamw"],
                         required=True)
     parser.add_argument("--lr", type=float, required=True)

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Checks the CUDA backend on a machine with an NVIDIA GPU, CUDA and a
+# PyTorch with CUDA, and nothing else of this project's package list. It
+# runs from a bundle made by scripts/gpu-bundle.sh on a machine with the
+# full build (the runtime built alone with the CUDA backend, rank
+# programs, kernel cases), and prints a table:
+#
+#  1. every kernel case (test/cuda/cases) on the GPU against the CPU
+#     backend's results (ATen's kernels);
+#  2. each model fixture trained 10 steps on the GPU, every loss
+#     against PyTorch eager on the same GPU from the same weights and
+#     batches (TF32 off on both sides, dropout off), within 1e-4 relative;
+#  3. compute-sanitizer memcheck and racecheck on one step of GPT-2.
+#
+# Usage: gpu-check.sh BUNDLE_DIR [OUT_DIR]    (exit status 1 if a row fails)
+set -uo pipefail
+B=$(cd "${1:?usage: gpu-check.sh BUNDLE_DIR [OUT_DIR]}" && pwd)
+O=${2:-gpu-check-out}
+mkdir -p "$O" && O=$(cd "$O" && pwd)
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-10}
+MODELS=${MODELS:-"gpt2 llama bert t5 resnet18 vit_b_16"}
+# DEVICE=cpu runs the same rows on the CPU (a dry run of this script).
+DEVICE=${DEVICE:-cuda}
+
+# The CUDA libraries: the toolkit's, else those PyTorch's wheels bring.
+libs=$B/lib
+for d in /usr/local/cuda/lib64 $("$PY" - <<'PYEOF'
+import glob, os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except Exception:
+    roots = []
+for r in roots:
+    for d in sorted(set(os.path.dirname(p) for p in glob.glob(os.path.join(r, "**", "lib*.so*"), recursive=True))):
+        print(d)
+PYEOF
+); do libs=$libs:$d; done
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONDONTWRITEBYTECODE=1
+
+rows=()
+failed=0
+row() { rows+=("$(printf '| %-28s | %-6s | %s |' "$1" "$2" "$3")"); [[ $2 == ok ]] || failed=1; }
+
+echo "== machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt" ||
+  echo "no nvidia-smi" | tee "$O/gpu.txt"
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$O/gpu.txt"
+"$B/bin/merak-exec" --help 2>&1 | grep -i "backends in this build" | tee -a "$O/gpu.txt"
+
+echo "== kernels"
+"$B/bin/merak-kernel-check" --cases "$(ls "$B"/cases/*.json | paste -sd,)" \
+  --device "$DEVICE" --expected "$B/cases/expected.safetensors" > "$O/kernels.txt" 2>&1
+status=$?
+grep -v "^ok " "$O/kernels.txt" | head -60
+summary=$(tail -1 "$O/kernels.txt")
+row "kernel cases" "$([[ $status == 0 ]] && echo ok || echo FAIL)" "$summary"
+
+echo "== models"
+FIX=$O/fixtures
+mkdir -p "$FIX"
+for m in $MODELS; do
+  dir=$O/$m
+  mkdir -p "$dir"
+  # Optimizer, learning rate, weight decay, repeated batch, batch size
+  # (scripts/gpu-bundle.sh says why ResNet-18's differ from its e2e test).
+  read -r opt lr wd cycle batch < "$B/models/$m.settings"
+  rm -f "$dir"/*.jsonl
+  pt=$B/models/$m.pt
+  if [[ ! -f $pt ]]; then
+    # Traced here from the same model code (the archive is too large to
+    # carry); the rank program was compiled from the same architecture.
+    "$PY" "$B/src/test/fixtures/trace_all.py" --out "$FIX" --only "$m" --batch "$batch" > "$dir/trace.log" 2>&1 ||
+      { row "$m" FAIL "tracing failed: $(tail -1 "$dir/trace.log")"; continue; }
+    pt=$FIX/$m.pt
+  else
+    cp "$B/models/$m.inputs.json" "$FIX/"
+  fi
+  "$PY" "$B/src/python/merak_trace.py" weights "$pt" "$dir/weights.safetensors" > "$dir/weights.log" 2>&1 ||
+    { row "$m" FAIL "weights: $(tail -1 "$dir/weights.log")"; continue; }
+  "$PY" "$B/src/test/e2e/make_batches.py" --fixture "$m" --fixtures-dir "$FIX" \
+    --steps "$STEPS" --seed 0 --cycle "$cycle" --out "$dir/batches.safetensors" > "$dir/batches.log" 2>&1 ||
+    { row "$m" FAIL "batches: $(tail -1 "$dir/batches.log")"; continue; }
+  start=$(date +%s%N)
+  "$B/bin/merak-exec" "$B/models/$m.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+    --data "$dir/batches.safetensors" --steps "$STEPS" --log-jsonl "$dir/merak.jsonl" \
+    > "$dir/merak.log" 2>&1 ||
+    { row "$m" FAIL "merak-exec: $(grep -m1 error "$dir/merak.log" || tail -1 "$dir/merak.log")"; continue; }
+  merak_s=$(( ($(date +%s%N) - start) / 1000000 ))
+  start=$(date +%s%N)
+  "$PY" "$B/src/test/e2e/reference.py" --model "$pt" --data "$dir/batches.safetensors" \
+    --steps "$STEPS" --optimizer "$opt" --lr "$lr" --weight-decay "$wd" --device "$DEVICE" \
+    --out-jsonl "$dir/ref.jsonl" > "$dir/ref.log" 2>&1 ||
+    { row "$m" FAIL "PyTorch: $(tail -1 "$dir/ref.log")"; continue; }
+  ref_s=$(( ($(date +%s%N) - start) / 1000000 ))
+  if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/merak.jsonl" "$dir/ref.jsonl" \
+      --rtol 1e-4 > "$dir/compare.log" 2>&1; then
+    verdict=ok
+  else
+    verdict=FAIL
+  fi
+  worst=$("$PY" - "$dir/merak.jsonl" "$dir/ref.jsonl" <<'PYEOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+b = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
+a = {r["step"]: r["loss"] for r in a}
+b = {r["step"]: r["loss"] for r in b}
+rel = max(abs(a[s] - b[s]) / max(abs(b[s]), 1e-30) for s in b if s in a)
+print("first loss %.6f, last %.6f (PyTorch %.6f), largest relative difference %.2e"
+      % (a[min(a)], a[max(a)], b[max(b)], rel))
+PYEOF
+)
+  row "$m ($opt, ${STEPS} steps, fp32)" "$verdict" "$worst; wall ${merak_s} ms vs PyTorch ${ref_s} ms"
+  [[ $verdict == ok ]] || head -20 "$dir/compare.log"
+done
+
+echo "== compute-sanitizer"
+if [[ $DEVICE == cuda ]] && command -v compute-sanitizer > /dev/null && [[ -f $O/gpt2/weights.safetensors ]]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/bin/merak-exec" "$B/models/gpt2.mrp" \
+      --device "$DEVICE" --init "$O/gpt2/weights.safetensors" --data "$O/gpt2/batches.safetensors" \
+      --steps 1 > "$O/sanitizer-$tool.log" 2>&1
+    s=$?
+    row "compute-sanitizer $tool" "$([[ $s == 0 ]] && echo ok || echo FAIL)" \
+      "one GPT-2 step: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/sanitizer-$tool.log" || tail -1 "$O/sanitizer-$tool.log")"
+  done
+else
+  row "compute-sanitizer" skip "compute-sanitizer not found or GPT-2 not run"
+fi
+
+{
+  echo
+  echo "| check | result | detail |"
+  echo "| --- | --- | --- |"
+  printf '%s\n' "${rows[@]}"
+} | tee "$O/table.md"
+exit $failed

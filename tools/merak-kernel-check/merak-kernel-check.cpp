@@ -1,0 +1,534 @@
+//===- merak-kernel-check.cpp - each op alone against the CPU backend -----===//
+//
+// Runs the kernel cases of test/cuda/cases (see its README.md): each case
+// is one op on random operands, built as a one-instruction program and run
+// by a backend. With --write-expected, the operands and the results of the
+// backend (the CPU backend: PyTorch's ATen kernels) are written to a
+// safetensors file; with --expected, a backend (the CUDA backend on a GPU)
+// runs the same operands and its results are compared with that file,
+// element by element, within each case's tolerance. The check prints one
+// line per case and `N passed, M failed`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "merak/Runtime/Backend.h"
+#include "merak/Runtime/FlagNames.h"
+#include "merak/Runtime/Program.h"
+#include "merak/Runtime/Registry.h"
+#include "merak/Runtime/Safetensors.h"
+#include "merak/Runtime/Tensor.h"
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+ABSL_FLAG(std::vector<std::string>, cases, {},
+          "Case files (JSON lists, test/cuda/cases/*.json), comma-separated");
+ABSL_FLAG(std::string, device, "cpu", "Backend that runs the cases");
+ABSL_FLAG(std::string, write_expected, "",
+          "Write every case's operands and results to this safetensors file");
+ABSL_FLAG(std::string, expected, "",
+          "Compare the results with this file's (made by --write-expected)");
+ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this");
+ABSL_FLAG(bool, tf32, false, "--device=cuda: TF32 GEMMs");
+
+using namespace merak::runtime;
+using json = nlohmann::json;
+
+namespace {
+
+absl::StatusOr<OpKind> parseOpKind(const std::string &name) {
+  for (size_t k = 0; k < kNumOpKinds; ++k)
+    if (name == opKindName(OpKind(k)))
+      return OpKind(k);
+  return absl::InvalidArgumentError(absl::StrCat("no op '", name, "'"));
+}
+
+absl::StatusOr<TensorType> parseType(const std::string &text) {
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  static const std::map<std::string, DType> dtypes = {
+      {"f16", DType::F16}, {"bf16", DType::BF16}, {"f32", DType::F32},
+      {"f64", DType::F64}, {"i1", DType::Bool},   {"i32", DType::I32},
+      {"i64", DType::I64}};
+  auto it = dtypes.find(parts.back());
+  if (it == dtypes.end())
+    return absl::InvalidArgumentError(
+        absl::StrCat("type '", text, "': unknown element type"));
+  TensorType type;
+  type.dtype = it->second;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    int64_t d;
+    if (!absl::SimpleAtoi(parts[i], &d) || d < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("type '", text, "': bad dimension '", parts[i], "'"));
+    type.shape.push_back(d);
+  }
+  return type;
+}
+
+// Attribute values by the type of the OpAttrs field.
+void setAttr(int64_t &field, const json &v) { field = v.get<int64_t>(); }
+void setAttr(int &field, const json &v) { field = v.get<int>(); }
+void setAttr(double &field, const json &v) { field = v.get<double>(); }
+void setAttr(bool &field, const json &v) { field = v.get<bool>(); }
+void setAttr(std::vector<int64_t> &field, const json &v) {
+  field = v.get<std::vector<int64_t>>();
+}
+template <typename T> void setAttr(std::optional<T> &field, const json &v) {
+  if (v.is_null()) {
+    field.reset();
+  } else {
+    T value{};
+    setAttr(value, v);
+    field = value;
+  }
+}
+void setAttr(ComparePredicate &field, const json &v) {
+  static const std::map<std::string, ComparePredicate> names = {
+      {"eq", ComparePredicate::Eq}, {"ne", ComparePredicate::Ne},
+      {"lt", ComparePredicate::Lt}, {"le", ComparePredicate::Le},
+      {"gt", ComparePredicate::Gt}, {"ge", ComparePredicate::Ge}};
+  field = names.at(v.get<std::string>());
+}
+void setAttr(LossReduction &field, const json &v) {
+  static const std::map<std::string, LossReduction> names = {
+      {"none", LossReduction::None},
+      {"mean", LossReduction::Mean},
+      {"sum", LossReduction::Sum}};
+  field = names.at(v.get<std::string>());
+}
+void setAttr(CollectiveReduction &, const json &) {
+  throw std::invalid_argument("collectives have no kernel case");
+}
+
+absl::StatusOr<OpAttrs> parseAttrs(const json &attrs) {
+  OpAttrs a;
+  std::set<std::string> known;
+  try {
+#define MERAK_SET_ATTR(Type, Name, Default)                                    \
+  known.insert(#Name);                                                         \
+  if (attrs.contains(#Name))                                                   \
+    setAttr(a.Name, attrs.at(#Name));
+    MERAK_OP_ATTRS(MERAK_SET_ATTR)
+#undef MERAK_SET_ATTR
+  } catch (const std::exception &e) {
+    return absl::InvalidArgumentError(absl::StrCat("attrs: ", e.what()));
+  }
+  for (const auto &[key, value] : attrs.items())
+    if (!known.count(key))
+      return absl::InvalidArgumentError(
+          absl::StrCat("attrs: no attribute '", key, "'"));
+  return a;
+}
+
+/// Random operand values as `init` says (test/cuda/cases/README.md).
+absl::StatusOr<HostTensor> makeOperand(const TensorType &type,
+                                       const std::string &init,
+                                       std::mt19937_64 &rng) {
+  HostTensor t = HostTensor::allocate(type);
+  int64_t n = type.numElements();
+  std::vector<std::string> parts = absl::StrSplit(init, ':');
+  const std::string &kind = parts[0];
+  auto number = [&](size_t i) -> absl::StatusOr<double> {
+    double v;
+    if (i >= parts.size() || !absl::SimpleAtod(parts[i], &v))
+      return absl::InvalidArgumentError(
+          absl::StrCat("init '", init, "': expected a number"));
+    return v;
+  };
+  std::vector<double> values(size_t(std::max<int64_t>(n, 0)));
+  if (kind == "normal") {
+    std::normal_distribution<double> d(0, 1);
+    for (double &v : values)
+      v = d(rng);
+  } else if (kind == "uniform") {
+    absl::StatusOr<double> a = number(1), b = number(2);
+    if (!a.ok() || !b.ok())
+      return a.ok() ? b.status() : a.status();
+    std::uniform_real_distribution<double> d(*a, *b);
+    for (double &v : values)
+      v = d(rng);
+  } else if (kind == "randint") {
+    absl::StatusOr<double> a = number(1), b = number(2);
+    if (!a.ok() || !b.ok())
+      return a.ok() ? b.status() : a.status();
+    std::uniform_int_distribution<int64_t> d(int64_t(*a), int64_t(*b) - 1);
+    for (double &v : values)
+      v = double(d(rng));
+  } else if (kind == "bernoulli") {
+    absl::StatusOr<double> p = number(1);
+    if (!p.ok())
+      return p.status();
+    std::bernoulli_distribution d(*p);
+    for (double &v : values)
+      v = d(rng) ? 1 : 0;
+  } else if (kind == "tril") {
+    int64_t cols = type.shape.empty() ? 1 : type.shape.back();
+    int64_t rows =
+        type.shape.size() < 2 ? 1 : type.shape[type.shape.size() - 2];
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = (i % cols) <= ((i / cols) % rows) ? 1 : 0;
+  } else if (kind == "ones" || kind == "zeros") {
+    for (double &v : values)
+      v = kind == "ones" ? 1 : 0;
+  } else if (kind == "scalar") {
+    absl::StatusOr<double> v = number(1);
+    if (!v.ok())
+      return v.status();
+    for (double &x : values)
+      x = *v;
+  } else if (kind == "arange") {
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = double(i);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown init '", init, "'"));
+  }
+  uint8_t *bytes = t.mutableBytes();
+  for (int64_t i = 0; i < n; ++i) {
+    double v = values[i];
+    switch (type.dtype) {
+    case DType::F16: {
+      uint16_t b = floatToHalfBits(float(v));
+      std::memcpy(bytes + 2 * i, &b, 2);
+      break;
+    }
+    case DType::BF16: {
+      uint16_t b = floatToBFloat16Bits(float(v));
+      std::memcpy(bytes + 2 * i, &b, 2);
+      break;
+    }
+    case DType::F32: {
+      float f = float(v);
+      std::memcpy(bytes + 4 * i, &f, 4);
+      break;
+    }
+    case DType::F64:
+      std::memcpy(bytes + 8 * i, &v, 8);
+      break;
+    case DType::Bool:
+      bytes[i] = v != 0;
+      break;
+    case DType::I32: {
+      int32_t x = int32_t(v);
+      std::memcpy(bytes + 4 * i, &x, 4);
+      break;
+    }
+    case DType::I64: {
+      int64_t x = int64_t(v);
+      std::memcpy(bytes + 8 * i, &x, 8);
+      break;
+    }
+    }
+  }
+  return t;
+}
+
+struct Case {
+  std::string name;
+  Program program;
+  std::vector<HostTensor> operands; // one per instruction operand
+  std::vector<std::optional<double>> hostScalars;
+  std::set<size_t> skip;
+  double rtol = 1e-5, atol = 1e-6;
+  bool evaluate = false;
+};
+
+absl::StatusOr<Case> parseCase(const json &spec) {
+  Case c;
+  c.name = spec.at("name").get<std::string>();
+  auto fail = [&](const absl::Status &s) {
+    return absl::Status(s.code(), absl::StrCat(c.name, ": ", s.message()));
+  };
+  absl::StatusOr<OpKind> kind = parseOpKind(spec.at("op").get<std::string>());
+  if (!kind.ok())
+    return fail(kind.status());
+  absl::StatusOr<OpAttrs> attrs =
+      parseAttrs(spec.value("attrs", json::object()));
+  if (!attrs.ok())
+    return fail(attrs.status());
+  c.rtol = spec.value("rtol", 1e-5);
+  c.atol = spec.value("atol", 1e-6);
+  c.evaluate = spec.value("evaluate", false);
+  for (size_t r : spec.value("skip", std::vector<size_t>{}))
+    c.skip.insert(r);
+
+  Program &p = c.program;
+  p.function = "kernel_case";
+  Instruction inst;
+  inst.kind = *kind;
+  inst.attrs = *attrs;
+  inst.location = c.name;
+  std::mt19937_64 rng(std::hash<std::string>{}(c.name));
+  for (const json &operand : spec.at("operands")) {
+    if (operand.is_null()) {
+      inst.operands.push_back(kNoValue);
+      c.operands.emplace_back();
+      c.hostScalars.emplace_back();
+      continue;
+    }
+    absl::StatusOr<TensorType> type =
+        parseType(operand.at("type").get<std::string>());
+    if (!type.ok())
+      return fail(type.status());
+    absl::StatusOr<HostTensor> value =
+        makeOperand(*type, operand.value("init", "normal"), rng);
+    if (!value.ok())
+      return fail(value.status());
+    ValueId id = ValueId(p.values.size());
+    p.values.push_back(ValueInfo{*type});
+    Argument arg;
+    arg.value = id;
+    arg.role = ArgumentRole::Input;
+    arg.name = absl::StrCat("in", inst.operands.size());
+    p.arguments.push_back(arg);
+    inst.operands.push_back(id);
+    c.operands.push_back(*value);
+    c.hostScalars.push_back(operand.contains("host")
+                                ? std::optional<double>(operand.at("host"))
+                                : std::nullopt);
+  }
+  for (const json &result : spec.at("results")) {
+    absl::StatusOr<TensorType> type = parseType(result.get<std::string>());
+    if (!type.ok())
+      return fail(type.status());
+    ValueId id = ValueId(p.values.size());
+    ValueInfo info{*type};
+    info.definedBy = 0;
+    p.values.push_back(info);
+    inst.results.push_back(id);
+    ResultInfo out;
+    out.value = id;
+    p.results.push_back(out);
+  }
+  if (std::string e = arityError(inst); !e.empty())
+    return fail(absl::InvalidArgumentError(e));
+  p.instructions.push_back(std::move(inst));
+  if (absl::Status s = planProgram(p); !s.ok())
+    return fail(s);
+  return c;
+}
+
+/// Runs `c` on `backend`: the results on the host.
+absl::StatusOr<std::vector<HostTensor>> run(Backend &backend, const Case &c) {
+  const Instruction &inst = c.program.instructions[0];
+  StepContext step;
+  step.evaluate = c.evaluate;
+  if (absl::Status s = backend.beginStep(step); !s.ok())
+    return s;
+  std::vector<TensorHandle> operands;
+  KernelCall call;
+  call.instruction = &inst;
+  call.program = &c.program;
+  call.step = &step;
+  for (size_t k = 0; k < inst.operands.size(); ++k) {
+    if (inst.operands[k] == kNoValue) {
+      call.operands.push_back(nullptr);
+      continue;
+    }
+    absl::StatusOr<TensorHandle> t = backend.upload(c.operands[k]);
+    if (!t.ok())
+      return t.status();
+    operands.push_back(*t);
+    call.operands.push_back(t->get());
+  }
+  call.hostScalars = c.hostScalars;
+  call.inPlace.assign(inst.results.size(), nullptr);
+  for (size_t r = 0; r < inst.storage.size(); ++r)
+    if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
+      call.inPlace[r] = call.operands[inst.storage[r].operand];
+  TensorHandle arena;
+  if (c.program.arenaBytes > 0) {
+    absl::StatusOr<TensorHandle> made =
+        backend.allocateArena(c.program.arenaBytes);
+    if (!made.ok())
+      return made.status();
+    arena = *made;
+    call.arena = arena.get();
+  }
+  if (absl::Status s = backend.execute(call); !s.ok())
+    return s;
+  std::vector<HostTensor> results;
+  for (size_t r = 0; r < inst.results.size(); ++r) {
+    absl::StatusOr<HostTensor> host = backend.download(
+        *call.results[r], c.program.values[inst.results[r]].type);
+    if (!host.ok())
+      return host.status();
+    results.push_back(*host);
+  }
+  if (absl::Status s = backend.synchronize(); !s.ok())
+    return s;
+  return results;
+}
+
+/// Empty when `got` matches `want` within the case's tolerance, else the
+/// worst element.
+std::string compare(const Case &c, size_t r, const HostTensor &got,
+                    const HostTensor &want, double &worst) {
+  if (got.type != want.type)
+    return absl::StrCat("result #", r, " is ", got.type.str(), ", expected ",
+                        want.type.str());
+  bool exact = !isFloat(want.type.dtype);
+  int64_t bad = -1;
+  double badExcess = 0;
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < want.type.numElements(); ++i) {
+    double g = got.elementAsDouble(i), w = want.elementAsDouble(i);
+    if (std::isnan(w) && std::isnan(g))
+      continue;
+    double err = std::fabs(g - w);
+    double allowed = exact ? 0 : c.atol + c.rtol * std::fabs(w);
+    if (!exact && std::fabs(w) > 0)
+      worst = std::max(worst, err / std::fabs(w));
+    if (!(err <= allowed) || std::isnan(g) != std::isnan(w)) {
+      ++mismatches;
+      double excess = std::isnan(err) ? INFINITY : err - allowed;
+      if (bad < 0 || excess > badExcess) {
+        bad = i;
+        badExcess = excess;
+      }
+    }
+  }
+  if (bad < 0)
+    return "";
+  return absl::StrFormat(
+      "result #%d: %d of %d elements differ; worst at element %d: got %.9g, "
+      "expected %.9g (rtol %g, atol %g)",
+      r, mismatches, want.type.numElements(), bad, got.elementAsDouble(bad),
+      want.elementAsDouble(bad), c.rtol, c.atol);
+}
+
+int fail(const std::string &message) {
+  std::fprintf(stderr, "merak-kernel-check: error: %s\n", message.c_str());
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  absl::SetProgramUsageMessage(
+      "Runs each op alone on random operands (test/cuda/cases) on a backend; "
+      "writes or checks expected results.\n"
+      "  merak-kernel-check --cases a.json,b.json --device cpu "
+      "--write-expected expected.safetensors\n"
+      "  merak-kernel-check --cases a.json,b.json --device cuda --expected "
+      "expected.safetensors");
+  std::vector<std::string> args = underscoreFlagNames(argc, argv);
+  std::vector<char *> pointers;
+  for (std::string &arg : args)
+    pointers.push_back(arg.data());
+  absl::ParseCommandLine(int(pointers.size()), pointers.data());
+  registerBuiltinComponents();
+  std::string writePath = absl::GetFlag(FLAGS_write_expected);
+  std::string expectedPath = absl::GetFlag(FLAGS_expected);
+  if (writePath.empty() == expectedPath.empty())
+    return fail("give one of --write-expected and --expected");
+
+  std::vector<Case> cases;
+  for (const std::string &path : absl::GetFlag(FLAGS_cases)) {
+    std::ifstream in(path);
+    if (!in)
+      return fail(absl::StrCat(path, ": cannot open"));
+    json list;
+    try {
+      list = json::parse(in);
+      for (const json &spec : list) {
+        std::string name = spec.at("name").get<std::string>();
+        if (name.find(absl::GetFlag(FLAGS_filter)) == std::string::npos)
+          continue;
+        absl::StatusOr<Case> c = parseCase(spec);
+        if (!c.ok())
+          return fail(absl::StrCat(path, ": ", c.status().message()));
+        cases.push_back(*std::move(c));
+      }
+    } catch (const std::exception &e) {
+      return fail(absl::StrCat(path, ": ", e.what()));
+    }
+  }
+  if (cases.empty())
+    return fail("no cases (--cases, --filter)");
+
+  absl::StatusOr<const BackendEntry *> entry =
+      findBackend(absl::GetFlag(FLAGS_device));
+  if (!entry.ok())
+    return fail(std::string(entry.status().message()));
+  DeviceOptions options;
+  if ((*entry)->name == "cuda")
+    options.settings["tf32"] = absl::GetFlag(FLAGS_tf32) ? "1" : "0";
+  absl::StatusOr<std::unique_ptr<Backend>> backend = (*entry)->create(options);
+  if (!backend.ok())
+    return fail(std::string(backend.status().message()));
+
+  SafetensorsFile expected;
+  if (!expectedPath.empty()) {
+    absl::StatusOr<SafetensorsFile> read = readSafetensors(expectedPath);
+    if (!read.ok())
+      return fail(std::string(read.status().message()));
+    expected = *std::move(read);
+  }
+  std::map<std::string, HostTensor> written;
+  int passed = 0, failed = 0;
+  for (const Case &c : cases) {
+    absl::StatusOr<std::vector<HostTensor>> results = run(**backend, c);
+    if (!results.ok()) {
+      std::printf("FAIL %s: %s\n", c.name.c_str(),
+                  std::string(results.status().message()).c_str());
+      ++failed;
+      continue;
+    }
+    if (!writePath.empty()) {
+      for (size_t k = 0; k < c.operands.size(); ++k)
+        if (c.operands[k].data || c.operands[k].type.numElements() == 0)
+          if (c.program.instructions[0].operands[k] != kNoValue)
+            written[absl::StrCat(c.name, "/in", k)] = c.operands[k];
+      for (size_t r = 0; r < results->size(); ++r)
+        written[absl::StrCat(c.name, "/out", r)] = (*results)[r];
+      ++passed;
+      continue;
+    }
+    std::string problem;
+    double worst = 0;
+    for (size_t r = 0; r < results->size() && problem.empty(); ++r) {
+      if (c.skip.count(r))
+        continue;
+      auto it = expected.tensors.find(absl::StrCat(c.name, "/out", r));
+      if (it == expected.tensors.end()) {
+        problem = absl::StrCat("result #", r, " is not in ", expectedPath);
+        break;
+      }
+      problem = compare(c, r, (*results)[r], it->second, worst);
+    }
+    if (problem.empty()) {
+      std::printf("ok   %s (largest relative error %.3g)\n", c.name.c_str(),
+                  worst);
+      ++passed;
+    } else {
+      std::printf("FAIL %s: %s\n", c.name.c_str(), problem.c_str());
+      ++failed;
+    }
+  }
+  if (!writePath.empty()) {
+    if (absl::Status s = writeSafetensors(writePath, written, {}); !s.ok())
+      return fail(std::string(s.message()));
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}

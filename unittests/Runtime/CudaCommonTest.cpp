@@ -1,0 +1,143 @@
+//===- CudaCommonTest.cpp - the CUDA backend's index arithmetic ----------===//
+//
+// Broadcasting, dimension merging and launch shapes (CudaCommon.h) on the
+// host; and the backend's answer where there is no GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../../lib/Runtime/CUDA/CudaCommon.h"
+#include "merak/Runtime/CUDA/CudaBackend.h"
+#include "merak/Runtime/Registry.h"
+
+#include <gtest/gtest.h>
+
+using namespace merak::runtime;
+using namespace merak::runtime::cuda;
+
+namespace {
+
+View dense(std::initializer_list<int64_t> sizes) {
+  View v;
+  v.rank = int(sizes.size());
+  int d = 0;
+  for (int64_t s : sizes)
+    v.sizes[d++] = s;
+  contiguousStrides(v.sizes, v.rank, v.strides);
+  return v;
+}
+
+TEST(CudaCommon, ContiguousStridesAndOffsets) {
+  View v = dense({2, 3, 4});
+  EXPECT_EQ(v.strides[0], 12);
+  EXPECT_EQ(v.strides[1], 4);
+  EXPECT_EQ(v.strides[2], 1);
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_TRUE(v.isContiguous());
+  for (int64_t i = 0; i < 24; ++i)
+    EXPECT_EQ(v.offsetOf(i), i);
+  // The transpose of the last two dimensions: element (a, b, c) of the
+  // view is element (a, c, b) of the storage.
+  View t = v;
+  std::swap(t.sizes[1], t.sizes[2]);
+  std::swap(t.strides[1], t.strides[2]);
+  EXPECT_FALSE(t.isContiguous());
+  EXPECT_EQ(t.offsetOf(1), 4); // (0, 0, 1) -> storage (0, 1, 0)
+  EXPECT_EQ(t.offsetOf(3), 1); // (0, 1, 0) -> storage (0, 0, 1)
+  EXPECT_EQ(t.offsetOf(12 + 5), 12 + 2 * 4 + 1);
+}
+
+TEST(CudaCommon, SizeOneDimensionsDoNotBreakContiguity) {
+  View v = dense({3, 1, 5});
+  v.strides[1] = 999;
+  EXPECT_TRUE(v.isContiguous());
+}
+
+TEST(CudaCommon, BroadcastRightAligned) {
+  int64_t shape[3] = {4, 3, 5};
+  View out;
+  ASSERT_TRUE(broadcastView(dense({5}), shape, 3, out));
+  EXPECT_EQ(out.rank, 3);
+  EXPECT_EQ(out.strides[0], 0);
+  EXPECT_EQ(out.strides[1], 0);
+  EXPECT_EQ(out.strides[2], 1);
+  ASSERT_TRUE(broadcastView(dense({3, 1}), shape, 3, out));
+  EXPECT_EQ(out.strides[0], 0);
+  EXPECT_EQ(out.strides[1], 1);
+  EXPECT_EQ(out.strides[2], 0);
+  EXPECT_EQ(out.offsetOf(2 * 15 + 1 * 5 + 4), 1);
+  EXPECT_FALSE(broadcastView(dense({2}), shape, 3, out));
+  EXPECT_FALSE(broadcastView(dense({1, 4, 3, 5}), shape, 3, out));
+  // A scalar broadcasts everywhere.
+  ASSERT_TRUE(broadcastView(dense({}), shape, 3, out));
+  EXPECT_EQ(out.offsetOf(59), 0);
+}
+
+TEST(CudaCommon, CoalesceMergesWhatEveryViewAllows) {
+  View views[2] = {dense({2, 3, 4}), dense({2, 3, 4})};
+  coalesceDims(views, 2);
+  EXPECT_EQ(views[0].rank, 1);
+  EXPECT_EQ(views[0].sizes[0], 24);
+  EXPECT_EQ(views[1].strides[0], 1);
+
+  // A broadcast row vector: the leading dimensions merge, the last stays.
+  int64_t shape[3] = {2, 3, 4};
+  View row;
+  ASSERT_TRUE(broadcastView(dense({4}), shape, 3, row));
+  View pair[2] = {dense({2, 3, 4}), row};
+  coalesceDims(pair, 2);
+  ASSERT_EQ(pair[0].rank, 2);
+  EXPECT_EQ(pair[0].sizes[0], 6);
+  EXPECT_EQ(pair[0].sizes[1], 4);
+  EXPECT_EQ(pair[1].strides[0], 0);
+  EXPECT_EQ(pair[1].strides[1], 1);
+  // Offsets are unchanged by the merge.
+  View before = row;
+  for (int64_t i = 0; i < 24; ++i)
+    EXPECT_EQ(pair[1].offsetOf(i), before.offsetOf(i));
+
+  // Dimensions of size 1 drop out; a view of one element has rank 0.
+  View ones[1] = {dense({1, 1, 1})};
+  coalesceDims(ones, 1);
+  EXPECT_EQ(ones[0].rank, 0);
+  EXPECT_EQ(ones[0].numel(), 1);
+  EXPECT_EQ(ones[0].offsetOf(0), 0);
+}
+
+TEST(CudaCommon, LaunchShapes) {
+  Launch l = linearLaunch(1000, 256);
+  EXPECT_EQ(l.block, 256u);
+  EXPECT_EQ(l.grid, 4u);
+  EXPECT_EQ(linearLaunch(0).grid, 1u);
+  EXPECT_EQ(linearLaunch(int64_t(1) << 40).grid, unsigned(65535LL * 32));
+  EXPECT_EQ(rowBlock(1), 32);
+  EXPECT_EQ(rowBlock(257), 128);
+  EXPECT_EQ(rowBlock(1 << 20), 1024);
+  EXPECT_EQ(ceilDiv(10, 3), 4);
+  EXPECT_EQ(elemSize(ElemType::BF16), 2u);
+  EXPECT_EQ(elemSize(ElemType::I64), 8u);
+  EXPECT_EQ(elemSize(ElemType::Bool), 1u);
+}
+
+TEST(CudaBackend, NoGpuIsAnErrorThatSaysSo) {
+  std::string why;
+  if (cudaDeviceAvailable(&why))
+    GTEST_SKIP() << "this machine has a GPU";
+  EXPECT_NE(why.find("--device=cuda: no CUDA device"), std::string::npos)
+      << why;
+  registerBuiltinComponents();
+  absl::StatusOr<const BackendEntry *> entry = findBackend("cuda");
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      (*entry)->create(DeviceOptions{});
+  ASSERT_FALSE(backend.ok());
+  EXPECT_NE(backend.status().message().find("NVIDIA GPU"), std::string::npos)
+      << backend.status();
+  // --device=auto falls back to the CPU where this build has it.
+  absl::StatusOr<const BackendEntry *> chosen = findBackend("auto");
+  if (findBackend("cpu").ok()) {
+    ASSERT_TRUE(chosen.ok());
+    EXPECT_EQ((*chosen)->name, "cpu");
+  }
+}
+
+} // namespace
