@@ -6,7 +6,8 @@
 # CPU backend's results, the model fixtures compiled to rank programs, and
 # the Python scripts that make weights and batches and train PyTorch's side.
 #
-# Usage: scripts/gpu-bundle.sh [BUNDLE_DIR]   (default .gpu; run after
+# Usage: scripts/gpu-bundle.sh [BUNDLE_DIR]   (default .gpu, and .gpu.tar.xz
+# beside it; run after
 # scripts/build.sh, from the repository root; BUILD=DIR for another build,
 # RUNTIME=DIR for other binaries than BUILD/runtime-minimal's)
 set -euo pipefail
@@ -36,7 +37,8 @@ ldd "$RUNTIME/bin/merak-exec" "$RUNTIME/bin/merak-kernel-check" |
 # Kernel cases: each op alone on the CPU backend (ATen's kernels).
 cp "$ROOT"/test/cuda/cases/*.json "$OUT/cases/"
 "$BUILD/bin/merak-kernel-check" --cases "$(ls "$OUT"/cases/*.json | paste -sd,)" \
-  --device cpu --write-expected "$OUT/cases/expected.safetensors" | tail -1
+  --device cpu --write-expected "$OUT/cases/expected.safetensors" \
+  --max-case-bytes "${MAX_CASE_BYTES:-1100000}" | tail -2
 
 # The fixtures' training steps, compiled here; weights and batches are
 # made there from the archives (the large vision archives are traced again
@@ -75,4 +77,13 @@ cp "$ROOT"/test/e2e/{reference.py,compare_losses.py,make_batches.py} "$OUT/src/t
 cp "$ROOT"/test/fixtures/*.py "$OUT/src/test/fixtures/"
 cp "$ROOT"/python/*.py "$OUT/src/python/"
 cp "$ROOT/scripts/gpu-check.sh" "$OUT/src/scripts/"
+# The GPT-2 small benchmark's compiled steps (bench/gpu_gpt2.py).
+mkdir -p "$OUT/src/bench" "$OUT/bench"
+cp "$ROOT/bench/gpu_gpt2.py" "$OUT/src/bench/"
+"${PYTHON:-python3}" "$ROOT/bench/gpu_gpt2.py" prepare --build "$BUILD" \
+  --out "$OUT/bench" 2> /dev/null
 du -sh "$OUT"
+# One compressed file to carry (the kernels' machine code compresses ten
+# to one): tar xJf BUNDLE.tar.xz -C DIR there.
+tar -C "$OUT" -cf - . | xz -T0 -6 > "$OUT.tar.xz"
+du -sh "$OUT.tar.xz"

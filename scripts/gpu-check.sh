@@ -10,7 +10,8 @@
 #  2. each model fixture trained 10 steps on the GPU, every loss
 #     against PyTorch eager on the same GPU from the same weights and
 #     batches (TF32 off on both sides, dropout off), within 1e-4 relative;
-#  3. compute-sanitizer memcheck and racecheck on one step of GPT-2.
+#  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
+#  4. with BENCH=1, the GPT-2 small benchmark (bench/gpu_gpt2.py run).
 #
 # Usage: gpu-check.sh BUNDLE_DIR [OUT_DIR]    (exit status 1 if a row fails)
 set -uo pipefail
@@ -39,10 +40,15 @@ PYEOF
 ); do libs=$libs:$d; done
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONDONTWRITEBYTECODE=1
+export PATH=$PATH:/usr/local/cuda/bin
 
 rows=()
 failed=0
-row() { rows+=("$(printf '| %-28s | %-6s | %s |' "$1" "$2" "$3")"); [[ $2 == ok ]] || failed=1; }
+row() {
+  rows+=("$(printf '| %-28s | %-6s | %s |' "$1" "$2" "$3")")
+  echo "${rows[-1]}"
+  [[ $2 == ok || $2 == skip ]] || failed=1
+}
 
 echo "== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt" ||
@@ -115,6 +121,12 @@ PYEOF
   row "$m ($opt, ${STEPS} steps, fp32)" "$verdict" "$worst; wall ${merak_s} ms vs PyTorch ${ref_s} ms"
   [[ $verdict == ok ]] || head -20 "$dir/compare.log"
 done
+
+if [[ -n ${BENCH:-} && -f $B/bench/gpt2-small-bf16.mrp ]]; then
+  echo "== benchmark: GPT-2 small"
+  "$PY" "$B/src/bench/gpu_gpt2.py" run --dir "$B/bench" --merak-exec "$B/bin/merak-exec" \
+    ${BENCH_ARGS:-} 2>&1 | tee "$O/bench.md"
+fi
 
 echo "== compute-sanitizer"
 if [[ $DEVICE == cuda ]] && command -v compute-sanitizer > /dev/null && [[ -f $O/gpt2/weights.safetensors ]]; then

@@ -1,0 +1,196 @@
+"""Benchmark: GPT-2 small training on one GPU, merak-exec vs PyTorch.
+
+Two halves, because the GPU machine has no compiler:
+
+  python3 bench/gpu_gpt2.py prepare --out DIR [--batch 8 --seq 1024]
+      (where the full build is) traces GPT-2 small (124 M parameters, the
+      in-tree GPT-2 at n_layer 12, n_head 12, n_embd 768, vocab 50257) on
+      PyTorch's meta device and compiles its AdamW training step twice with
+      merak-opt: float32, and bfloat16 matrix products with float32 master
+      weights (precision=bf16); writes DIR/gpt2-small-{fp32,bf16}.mrp.
+
+  python3 bench/gpu_gpt2.py run --dir DIR --merak-exec BIN [--steps 20]
+      (on the GPU machine) builds the same model with PyTorch (seeded
+      initialisation), writes its weights and random token batches, and in
+      this one invocation times, on the same GPU, batches and weights:
+        * merak-exec --device=cuda on each compiled step;
+        * PyTorch eager, float32 (TF32 off) and bfloat16 autocast;
+        * torch.compile with bfloat16 autocast (unless --no-compile).
+      Each reports the median step time after warm-up, tokens/s, and model
+      FLOPs utilisation (6 N + 12 L T d FLOPs per token, as PaLM counts
+      them, over the GPU's dense bfloat16 peak, --peak-tflops, 989 for an
+      H100 SXM), and the ratio of each to merak-exec's bfloat16 run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "test", "fixtures"))
+
+import torch  # noqa: E402
+
+
+def config(args):
+    import models
+
+    class Small(models.GPT2Config):
+        vocab_size = 50257
+        block_size = args.seq
+        n_layer = 12
+        n_head = 12
+        n_embd = 768
+        dropout = 0.0
+    return Small()
+
+
+def prepare(args):
+    import merak_trace
+    import models
+    os.makedirs(args.out, exist_ok=True)
+    with merak_trace.meta_device():
+        model = models.GPT2(config(args))
+    idx = torch.zeros(args.batch, args.seq, dtype=torch.long)
+    pt = os.path.join(args.out, "gpt2-small.pt")
+    merak_trace.save(model, (idx, idx), pt, meta=True)
+    opt = os.path.join(args.build, "bin", "merak-opt")
+    translate = os.path.join(args.build, "bin", "merak-translate")
+    for precision in ("fp32", "bf16"):
+        mlir = os.path.join(args.out, "gpt2-small-%s.mlir" % precision)
+        train = "optimizer=adamw lr=1e-4 weight-decay=0.1"
+        if precision == "bf16":
+            train += " precision=bf16"
+        subprocess.run([opt, pt, "--merak-train=" + train, "-o", mlir],
+                       check=True)
+        subprocess.run([translate, mlir, "--merak-to-rank-program", "-o",
+                        mlir[:-5] + ".mrp"], check=True)
+        os.remove(mlir)
+    with open(os.path.join(args.out, "gpt2-small.json"), "w") as f:
+        json.dump({"batch": args.batch, "seq": args.seq}, f)
+    print("wrote %s/gpt2-small-{fp32,bf16}.mrp (batch %d, sequence %d)"
+          % (args.out, args.batch, args.seq))
+
+
+def flops_per_token(cfg, params):
+    return 6 * params + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
+
+
+def time_pytorch(model, batches, steps, warmup, autocast, compiled):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1,
+                            fused=True)
+    run = torch.compile(model) if compiled else model
+    times = []
+    for step in range(warmup + steps):
+        idx, targets = batches[step % len(batches)]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            _, loss = run(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        torch.cuda.synchronize()
+        if step >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run(args):
+    import merak_safetensors
+    import merak_trace
+    import models
+    with open(os.path.join(args.dir, "gpt2-small.json")) as f:
+        shape = json.load(f)
+    args.batch, args.seq = shape["batch"], shape["seq"]
+    cfg = config(args)
+    torch.manual_seed(0)
+    model = models.GPT2(cfg)
+    params = sum(p.numel() for p in model.parameters())
+    weights = os.path.join(args.dir, "gpt2-small.safetensors")
+    merak_trace.save_weights(model, weights)
+    gen = torch.Generator().manual_seed(0)
+    count = args.steps + args.warmup
+    idx = torch.randint(0, cfg.vocab_size, (count, args.batch, args.seq),
+                        generator=gen)
+    targets = torch.randint(0, cfg.vocab_size, (count, args.batch, args.seq),
+                            generator=gen)
+    data = os.path.join(args.dir, "gpt2-small-batches.safetensors")
+    merak_safetensors.save({"idx": idx, "targets": targets}, data)
+
+    tokens = args.batch * args.seq
+    per_token = flops_per_token(cfg, params)
+    rows = []
+
+    def add(name, seconds):
+        tflops = per_token * tokens / seconds / 1e12
+        rows.append((name, seconds, tokens / seconds,
+                     100 * tflops / args.peak_tflops))
+
+    for precision in ("fp32", "bf16"):
+        log = os.path.join(args.dir, "merak-%s.jsonl" % precision)
+        if os.path.exists(log):
+            os.remove(log)
+        subprocess.run([args.merak_exec,
+                        os.path.join(args.dir, "gpt2-small-%s.mrp" % precision),
+                        "--device=cuda", "--init", weights, "--data", data,
+                        "--steps", str(count), "--log-jsonl", log],
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(log) as f:
+            ms = [json.loads(line)["ms"] for line in f if '"ms"' in line]
+        add("merak-exec %s" % precision,
+            statistics.median(ms[args.warmup:]) / 1000)
+
+    model = model.cuda()
+    batches = [(idx[i].cuda(), targets[i].cuda()) for i in range(count)]
+    add("PyTorch eager fp32",
+        time_pytorch(model, batches, args.steps, args.warmup, False, False))
+    add("PyTorch eager bf16 autocast",
+        time_pytorch(model, batches, args.steps, args.warmup, True, False))
+    if not args.no_compile:
+        add("torch.compile bf16 autocast",
+            time_pytorch(model, batches, args.steps, args.warmup, True, True))
+
+    base = dict((r[0], r[1]) for r in rows)["merak-exec bf16"]
+    print("GPT-2 small, %d parameters, batch %d x %d tokens, %s, torch %s"
+          % (params, args.batch, args.seq, torch.cuda.get_device_name(),
+             torch.__version__))
+    print("| run | step (ms) | tokens/s | MFU (%% of %g TFLOP/s) | step time / merak-exec bf16 |"
+          % args.peak_tflops)
+    print("| --- | --- | --- | --- | --- |")
+    for name, seconds, tps, mfu in rows:
+        print("| %s | %.1f | %.0f | %.1f | %.2f |"
+              % (name, seconds * 1000, tps, mfu, seconds / base))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--out", required=True)
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=1024)
+    r = sub.add_parser("run")
+    r.add_argument("--dir", required=True)
+    r.add_argument("--merak-exec", required=True)
+    r.add_argument("--steps", type=int, default=10)
+    r.add_argument("--warmup", type=int, default=3)
+    r.add_argument("--peak-tflops", type=float, default=989.0)
+    r.add_argument("--no-compile", action="store_true")
+    args = parser.parse_args()
+    if args.command == "prepare":
+        prepare(args)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

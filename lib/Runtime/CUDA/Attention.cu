@@ -1,0 +1,173 @@
+//===- Attention.cu - the softmax kernels of masked attention -------------===//
+//
+// One block per row of scores; each pass over the row strides by the
+// block, and the block's partial values combine in a fixed tree (warp
+// shuffles, then one warp over the warps), so a row gives the same result
+// every run.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Attention.h"
+
+#include <cmath>
+#include <string>
+
+namespace merak::runtime::cuda {
+namespace {
+
+struct MaxOp {
+  template <typename A> MERAK_DEVICE A operator()(A x, A y) const {
+    return x > y ? x : y;
+  }
+};
+struct SumOp {
+  template <typename A> MERAK_DEVICE A operator()(A x, A y) const {
+    return x + y;
+  }
+};
+
+/// `v` combined over the block with `op`, the same in every thread;
+/// `shared` holds 32 values. Starts with a barrier, so calls may follow
+/// one another.
+template <typename A, typename Op>
+__device__ A blockReduce(A v, A *shared, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int warps = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  v = shared[lane < warps ? lane : 0];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    A other = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = (lane ^ offset) < warps && lane < warps ? op(v, other) : v;
+  }
+  v = __shfl_sync(0xffffffffu, v, 0);
+  return v;
+}
+
+MERAK_DEVICE float expAcc(float x) { return expf(x); }
+MERAK_DEVICE double expAcc(double x) { return exp(x); }
+
+/// A masked score: `false` masks, a float mask adds.
+template <typename T, typename A> MERAK_DEVICE A applyMask(A s, bool m) {
+  return m ? s : A(-INFINITY);
+}
+template <typename T, typename A> MERAK_DEVICE A applyMask(A s, T m) {
+  return toAcc(convertTo<T>(s + toAcc(m)));
+}
+
+template <typename T, typename M>
+__global__ void maskedSoftmaxKernel(T *scores, int64_t rows, int64_t cols,
+                                    const M *mask, MaskRows maskRows,
+                                    Acc<T> scale, bool divide) {
+  using A = Acc<T>;
+  __shared__ A shared[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    T *p = scores + row * cols;
+    const M *m = mask + maskRows.rows.offsetOf(row);
+    auto score = [&](int64_t j) {
+      A s = toAcc(p[j]);
+      s = toAcc(convertTo<T>(divide ? s / scale : s * scale));
+      return applyMask<T, A>(s, m[j * maskRows.colStride]);
+    };
+    A mx = A(-INFINITY);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      A s = score(j);
+      mx = s > mx ? s : mx;
+    }
+    mx = blockReduce(mx, shared, MaxOp());
+    // As ATen's CPU softmax: the exponentials and their sum's reciprocal
+    // round to T before the products.
+    auto e = [&](int64_t j) {
+      return toAcc(convertTo<T>(expAcc(score(j) - mx)));
+    };
+    A sum = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      sum += e(j);
+    sum = blockReduce(sum, shared, SumOp());
+    A inv = toAcc(convertTo<T>(A(1) / toAcc(convertTo<T>(sum))));
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      p[j] = convertTo<T>(e(j) * inv);
+  }
+}
+
+template <typename T>
+__global__ void softmaxBackwardKernel(T *grad, const T *probs, int64_t rows,
+                                      int64_t cols, Acc<T> scale, bool divide) {
+  using A = Acc<T>;
+  __shared__ A shared[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    T *g = grad + row * cols;
+    const T *p = probs + row * cols;
+    A dot = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dot += toAcc(g[j]) * toAcc(p[j]);
+    // ATen's CPU kernel keeps the sum in T.
+    dot = toAcc(convertTo<T>(blockReduce(dot, shared, SumOp())));
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      A d = toAcc(convertTo<T>((toAcc(g[j]) - dot) * toAcc(p[j])));
+      g[j] = convertTo<T>(divide ? d / scale : d * scale);
+    }
+  }
+}
+
+/// Rows and columns of a dense `[..., cols]` tensor.
+void rowsOf(const View &v, int64_t &rows, int64_t &cols) {
+  cols = v.rank > 0 ? v.sizes[v.rank - 1] : 1;
+  rows = cols > 0 ? v.numel() / cols : 0;
+}
+
+} // namespace
+
+void maskedSoftmax(const View &scores, const View &mask, float scale,
+                   bool divide, cudaStream_t stream) {
+  if (!scores.isContiguous() || scores.rank < 2 || mask.rank != scores.rank)
+    throw CudaError("masked softmax: scores must be dense, the mask broadcast "
+                    "to them");
+  if (mask.type != ElemType::Bool && mask.type != scores.type)
+    throw CudaError(std::string("masked softmax: a ") +
+                    elemTypeName(mask.type) + " mask on " +
+                    elemTypeName(scores.type) + " scores");
+  int64_t rows, cols;
+  rowsOf(scores, rows, cols);
+  if (rows == 0 || cols == 0)
+    return;
+  MaskRows m = maskRowsOf(mask);
+  int block = rowBlock(cols);
+  unsigned grid = rowGrid(rows);
+  MERAK_CUDA_DISPATCH_FLOAT(scores.type, "masked softmax", T, {
+    if (mask.type == ElemType::Bool)
+      maskedSoftmaxKernel<T, bool><<<grid, block, 0, stream>>>(
+          scores.ptr<T>(), rows, cols, mask.ptr<const bool>(), m, Acc<T>(scale),
+          divide);
+    else
+      maskedSoftmaxKernel<T, T><<<grid, block, 0, stream>>>(
+          scores.ptr<T>(), rows, cols, mask.ptr<const T>(), m, Acc<T>(scale),
+          divide);
+  });
+  checkLaunch("masked softmax");
+}
+
+void softmaxBackwardScaled(const View &grad, const View &probs, float scale,
+                           bool divide, cudaStream_t stream) {
+  if (!grad.isContiguous() || !probs.isContiguous() ||
+      grad.numel() != probs.numel() || grad.type != probs.type)
+    throw CudaError("softmax backward: grad and probs must be dense, of one "
+                    "shape and type");
+  int64_t rows, cols;
+  rowsOf(grad, rows, cols);
+  if (rows == 0 || cols == 0)
+    return;
+  int block = rowBlock(cols);
+  unsigned grid = rowGrid(rows);
+  MERAK_CUDA_DISPATCH_FLOAT(grad.type, "softmax backward", T, {
+    softmaxBackwardKernel<T><<<grid, block, 0, stream>>>(
+        grad.ptr<T>(), probs.ptr<const T>(), rows, cols, Acc<T>(scale), divide);
+  });
+  checkLaunch("softmax backward");
+}
+
+} // namespace merak::runtime::cuda

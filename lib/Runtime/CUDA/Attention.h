@@ -1,0 +1,58 @@
+//===- Attention.h - the softmax kernels of masked attention ---*- C++ -*-===//
+//
+// masked_attention runs as GEMMs (Gemm.h) around two kernels of its own
+// (Attention.cu): the scaled, masked softmax of the scores, in place, and
+// the softmax backward, scaled as the scores were. Both give each row of
+// scores one block and reduce it in a fixed order.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MERAK_LIB_RUNTIME_CUDA_ATTENTION_H
+#define MERAK_LIB_RUNTIME_CUDA_ATTENTION_H
+
+#include "CudaCommon.h"
+
+namespace merak::runtime::cuda {
+
+/// The mask of scores `[..., t, t]` (`mask` broadcast to that shape, rank
+/// >= 2) as its kernel reads it: row `r` of the scores (row-major over the
+/// leading dimensions and the query) starts at `rows.offsetOf(r)`, its
+/// keys `colStride` apart.
+struct MaskRows {
+  View rows;
+  int64_t colStride = 0;
+};
+MERAK_HD MaskRows maskRowsOf(const View &mask) {
+  MaskRows m;
+  m.rows = mask;
+  m.rows.rank = mask.rank - 1;
+  m.colStride = mask.strides[mask.rank - 1];
+  coalesceDims(&m.rows, 1);
+  return m;
+}
+
+/// Blocks for a kernel that gives each of `rows` rows one block (looping
+/// over rows beyond that).
+MERAK_HD unsigned rowGrid(int64_t rows, int64_t maxBlocks = 65535LL * 16) {
+  return unsigned(rows < 1 ? 1 : (rows < maxBlocks ? rows : maxBlocks));
+}
+
+/// `scores` (dense `[..., t, t]`, f16/bf16/f32/f64) replaced in place by
+/// `softmax(masked(scaled(scores)))` over the last dimension: scaled is
+/// `s * scale`, or `s / scale` with `divide`; `mask` (broadcast to the
+/// scores' shape, bool or the scores' type) sets `-inf` where false, or is
+/// added. Each step rounds to the element type where the CPU backend's
+/// ATen rounds (the scaled and masked scores, the exponentials, the sum's
+/// reciprocal). A fully masked row gives NaN, as PyTorch's softmax does.
+void maskedSoftmax(const View &scores, const View &mask, float scale,
+                   bool divide, cudaStream_t stream);
+
+/// `grad` (dense `[rows, cols]`, the gradient of the probabilities)
+/// replaced in place by `scaled(probs * (grad - sum(grad * probs)))`, each
+/// row's sum over its `cols` (rounded to the element type, as ATen's CPU
+/// kernel keeps it); `probs` dense, of `grad`'s type.
+void softmaxBackwardScaled(const View &grad, const View &probs, float scale,
+                           bool divide, cudaStream_t stream);
+
+} // namespace merak::runtime::cuda
+
+#endif // MERAK_LIB_RUNTIME_CUDA_ATTENTION_H

@@ -1,0 +1,154 @@
+//===- Optimizers.cu - optimizer update kernels ---------------------------===//
+//
+// One thread per element, each element read and written once. The
+// arithmetic is the CPU backend's: for float32 AdamW its fused pass (the
+// same correctly rounded operations, so the same results bit for bit), for
+// the other types and SGD torch.optim's ATen calls, each rounded to the
+// element type where ATen's result is a tensor of it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Optimizers.h"
+
+#include <cmath>
+
+namespace merak::runtime::cuda {
+namespace {
+
+/// `v` rounded to `T` and back, as an ATen call that returns a `T` tensor.
+template <typename T> MERAK_DEVICE Acc<T> rnd(Acc<T> v) {
+  return toAcc(convertTo<T>(v));
+}
+
+MERAK_DEVICE float fusedMultiplyAdd(float a, float b, float c) {
+  return fmaf(a, b, c);
+}
+MERAK_DEVICE double fusedMultiplyAdd(double a, double b, double c) {
+  return fma(a, b, c);
+}
+MERAK_DEVICE float squareRoot(float x) { return sqrtf(x); }
+MERAK_DEVICE double squareRoot(double x) { return sqrt(x); }
+
+template <typename T>
+__global__ void sgdKernel(const T *param, const T *grad, const T *buffer,
+                          T *newParam, T *newBuffer, int64_t n, SgdScalars s) {
+  using A = Acc<T>;
+  A decay = A(s.weightDecay), momentum = A(s.momentum),
+    keep = A(1 - s.dampening), negLr = A(-s.lr);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    A p = toAcc(param[i]);
+    // ATen's `a.add(b, alpha)` is one fused multiply-add.
+    A d = toAcc(grad[i]);
+    if (s.weightDecay != 0)
+      d = rnd<T>(fusedMultiplyAdd(decay, p, d));
+    if (s.momentum != 0) {
+      A buf = s.firstStep ? d
+                          : rnd<T>(fusedMultiplyAdd(
+                                keep, d, rnd<T>(toAcc(buffer[i]) * momentum)));
+      newBuffer[i] = convertTo<T>(buf);
+      d = s.nesterov ? rnd<T>(fusedMultiplyAdd(momentum, buf, d)) : buf;
+    }
+    newParam[i] = convertTo<T>(fusedMultiplyAdd(negLr, d, p));
+  }
+}
+
+/// Float32: the CPU backend's fused pass (`adamwRange`), each operation
+/// correctly rounded and no product contracted with a sum but the two
+/// fused multiply-adds it has.
+__global__ void adamwFloatKernel(const float *param, const float *grad,
+                                 const float *expAvg, const float *expAvgSq,
+                                 float *newParam, float *newExpAvg,
+                                 float *newExpAvgSq, int64_t n,
+                                 AdamwScalars s) {
+  float decay = float(s.decay), beta1 = float(s.beta1),
+        oneMinusBeta1 = float(s.oneMinusBeta1), beta2 = float(s.beta2),
+        oneMinusBeta2 = float(s.oneMinusBeta2),
+        biasCorrection2Sqrt = float(s.biasCorrection2Sqrt), eps = float(s.eps),
+        negStepSize = float(s.negStepSize);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float g = grad[i];
+    float p = s.decays ? __fmul_rn(param[i], decay) : param[i];
+    float m = fmaf(oneMinusBeta1, g, __fmul_rn(expAvg[i], beta1));
+    float v =
+        fmaf(__fmul_rn(oneMinusBeta2, g), g, __fmul_rn(expAvgSq[i], beta2));
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), biasCorrection2Sqrt), eps);
+    newParam[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(negStepSize, m), denom));
+    newExpAvg[i] = m;
+    newExpAvgSq[i] = v;
+  }
+}
+
+/// Other types: `_single_tensor_adamw`'s ATen calls, each result rounded
+/// to `T` (nothing rounds for f64).
+template <typename T>
+__global__ void adamwKernel(const T *param, const T *grad, const T *expAvg,
+                            const T *expAvgSq, T *newParam, T *newExpAvg,
+                            T *newExpAvgSq, int64_t n, AdamwScalars s) {
+  using A = Acc<T>;
+  A decay = A(s.decay), beta1 = A(s.beta1), oneMinusBeta1 = A(s.oneMinusBeta1),
+    beta2 = A(s.beta2), oneMinusBeta2 = A(s.oneMinusBeta2),
+    biasCorrection2Sqrt = A(s.biasCorrection2Sqrt), eps = A(s.eps),
+    negStepSize = A(s.negStepSize);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    A g = toAcc(grad[i]);
+    A p = toAcc(param[i]);
+    if (s.decays)
+      p = rnd<T>(p * decay);
+    A m = rnd<T>(
+        fusedMultiplyAdd(oneMinusBeta1, g, rnd<T>(toAcc(expAvg[i]) * beta1)));
+    A v = rnd<T>(fusedMultiplyAdd(oneMinusBeta2 * g, g,
+                                  rnd<T>(toAcc(expAvgSq[i]) * beta2)));
+    A denom = rnd<T>(rnd<T>(rnd<T>(squareRoot(v)) / biasCorrection2Sqrt) + eps);
+    newParam[i] = convertTo<T>(p + negStepSize * m / denom);
+    newExpAvg[i] = convertTo<T>(m);
+    newExpAvgSq[i] = convertTo<T>(v);
+  }
+}
+
+} // namespace
+
+void sgdUpdate(const void *param, const void *grad, const void *buffer,
+               void *newParam, void *newBuffer, ElemType type, int64_t n,
+               const SgdScalars &s, cudaStream_t stream) {
+  if (n == 0)
+    return;
+  Launch l = linearLaunch(n);
+  MERAK_CUDA_DISPATCH_FLOAT(type, "sgd_update", T, {
+    sgdKernel<T><<<l.grid, l.block, 0, stream>>>(
+        static_cast<const T *>(param), static_cast<const T *>(grad),
+        static_cast<const T *>(buffer), static_cast<T *>(newParam),
+        static_cast<T *>(newBuffer), n, s);
+  });
+  checkLaunch("sgd_update");
+}
+
+void adamwUpdate(const void *param, const void *grad, const void *expAvg,
+                 const void *expAvgSq, void *newParam, void *newExpAvg,
+                 void *newExpAvgSq, ElemType type, int64_t n,
+                 const AdamwScalars &s, cudaStream_t stream) {
+  if (n == 0)
+    return;
+  Launch l = linearLaunch(n);
+  if (type == ElemType::F32) {
+    adamwFloatKernel<<<l.grid, l.block, 0, stream>>>(
+        static_cast<const float *>(param), static_cast<const float *>(grad),
+        static_cast<const float *>(expAvg),
+        static_cast<const float *>(expAvgSq), static_cast<float *>(newParam),
+        static_cast<float *>(newExpAvg), static_cast<float *>(newExpAvgSq), n,
+        s);
+  } else {
+    MERAK_CUDA_DISPATCH_FLOAT(type, "adamw_update", T, {
+      adamwKernel<T><<<l.grid, l.block, 0, stream>>>(
+          static_cast<const T *>(param), static_cast<const T *>(grad),
+          static_cast<const T *>(expAvg), static_cast<const T *>(expAvgSq),
+          static_cast<T *>(newParam), static_cast<T *>(newExpAvg),
+          static_cast<T *>(newExpAvgSq), n, s);
+    });
+  }
+  checkLaunch("adamw_update");
+}
+
+} // namespace merak::runtime::cuda
