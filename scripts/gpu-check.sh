@@ -8,7 +8,8 @@
 #  1. every kernel case (test/cuda/cases) on the GPU against the CPU
 #     backend's results (ATen's kernels);
 #  2. each model fixture trained 10 steps on the GPU, every loss
-#     against PyTorch eager on the same GPU from the same weights and
+#     against PyTorch eager (the fixture's module, not its trace) on the
+#     same GPU from the same weights and
 #     batches (TF32 off on both sides, dropout off), within 1e-4 relative;
 #  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
 #  4. with BENCH=1, the GPT-2 small benchmark (bench/gpu_gpt2.py run).
@@ -96,7 +97,9 @@ for m in $MODELS; do
     { row "$m" FAIL "merak-exec: $(grep -m1 error "$dir/merak.log" || tail -1 "$dir/merak.log")"; continue; }
   merak_s=$(( ($(date +%s%N) - start) / 1000000 ))
   start=$(date +%s%N)
-  "$PY" "$B/src/test/e2e/reference.py" --model "$pt" --data "$dir/batches.safetensors" \
+  # PyTorch trains the fixture's eager module (the archive's weights): a
+  # trace fixes the device of tensors it made and cuDNN's TF32 setting.
+  "$PY" "$B/src/test/e2e/reference.py" --model "$pt" --fixture "$m" --data "$dir/batches.safetensors" \
     --steps "$STEPS" --optimizer "$opt" --lr "$lr" --weight-decay "$wd" --device "$DEVICE" \
     --out-jsonl "$dir/ref.jsonl" > "$dir/ref.log" 2>&1 ||
     { row "$m" FAIL "PyTorch: $(tail -1 "$dir/ref.log")"; continue; }

@@ -49,8 +49,6 @@ if runtime_only_dir and os.path.exists(
 # scripts/gpu-check.sh).
 if getattr(config, "cuda_backend", "") == "ON":
     config.available_features.add("cuda-backend")
-    config.substitutions.append(
-        ("%cuobjdump", os.path.join(config.cuda_bin_dir, "cuobjdump")))
     import subprocess
     try:
         if subprocess.run(["nvidia-smi", "-L"], capture_output=True,

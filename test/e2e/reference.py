@@ -6,13 +6,17 @@ Usage:
                          [--momentum M] [--dampening D] [--nesterov]
                          [--weight-decay WD] [--betas B1 B2] [--eps E]
                          [--threads T] [--dtype float32|float64]
-                         [--device cpu|cuda]
+                         [--device cpu|cuda] [--fixture NAME]
                          [--eval-data val.safetensors --eval-batches M
                           [--eval-every N] --out-eval-jsonl val.jsonl]
                          --out-jsonl losses.jsonl
 
 The TorchScript archive holds the initial weights, so every run starts from
-the same point. Step i feeds slice i-1 of each input to the forward, logs
+the same point. With --fixture NAME the model that trains is the fixture's
+eager module (test/fixtures/trace_all.py), built in Python and given the
+archive's weights: a trace fixes what it saw when traced, the device of a
+tensor it created (GPT-2's positions) and cuDNN's TF32 setting for its
+convolutions, so on a GPU the eager module is PyTorch as a user runs it. Step i feeds slice i-1 of each input to the forward, logs
 the loss of that forward ({"step": i, "loss": ...}, the loss before the
 update), then runs backward and one optimizer step. The losses are the
 reference that merak-exec's log is compared against.
@@ -41,11 +45,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import merak_safetensors  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def forward_names(module):
-    """Names of the forward arguments, in order, without ``self``."""
-    return [a.name for a in module.forward.schema.arguments][1:]
 
 
 def pick_loss(outputs):
@@ -79,6 +78,42 @@ def warn_on_casts(outputs, dtype):
               file=sys.stderr)
 
 
+def eager_fixture(name, traced, device):
+    """The fixture ``name``'s eager module in training mode, with every
+    parameter and buffer of the traced archive ``traced``."""
+    sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
+    import trace_all
+    fixtures = {f.name: f for f in trace_all.FIXTURES}
+    if name not in fixtures:
+        raise SystemExit("error: --fixture: unknown fixture %r; there are: %s"
+                         % (name, ", ".join(sorted(fixtures))))
+    module = fixtures[name].build()
+    # Parameters and buffers by name, non-persistent buffers too (LLaMA's
+    # rotary frequencies), which a trace keeps among its attributes.
+    def state(m):
+        tensors = dict(m.named_parameters())
+        tensors.update(dict(m.named_buffers()))
+        return tensors
+    own, theirs = state(module), state(traced)
+    missing = sorted(set(own) - set(theirs))
+    if missing:
+        raise SystemExit("error: --fixture %s: the archive has no %s"
+                         % (name, ", ".join(missing)))
+    with torch.no_grad():
+        for key, tensor in own.items():
+            tensor.copy_(theirs[key])
+    return module.to(device).train()
+
+
+def forward_names(module):
+    """Names of the forward arguments, in order, without ``self``."""
+    if not hasattr(module, "forward") or not hasattr(module.forward,
+                                                     "schema"):
+        import inspect
+        return list(inspect.signature(module.forward).parameters)
+    return [a.name for a in module.forward.schema.arguments][1:]
+
+
 def make_optimizer(args, params):
     if args.optimizer == "sgd":
         return torch.optim.SGD(
@@ -102,6 +137,8 @@ def run(args):
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
     module = torch.jit.load(args.model, map_location=device)
+    if args.fixture:
+        module = eager_fixture(args.fixture, module, device)
     if dtype != torch.float32:
         # Converts floating parameters and buffers only; masks and counters
         # keep their types.
@@ -206,6 +243,9 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--device", default="cpu",
                         help="where PyTorch trains: cpu (default) or cuda")
+    parser.add_argument("--fixture", metavar="NAME",
+                        help="train the fixture's eager module with the "
+                        "archive's weights instead of the trace")
     parser.add_argument("--optimizer", choices=["sgd", "adamw"],
                         required=True)
     parser.add_argument("--lr", type=float, required=True)

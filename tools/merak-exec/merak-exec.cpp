@@ -393,6 +393,18 @@ static int kernelThreadsFor(const LaunchEnvironment &env) {
   return 0;
 }
 
+/// Several ranks on a backend other than the CPU's: the communicators move
+/// host tensors (the CPU backend's), so GPU tensors wait for NCCL.
+static absl::Status checkDeviceRanks(const BackendEntry &device,
+                                     int64_t ranks) {
+  if (device.name == "cpu" || ranks <= 1)
+    return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--device=", device.name, " runs one rank for now: ", ranks,
+      " ranks need collectives and pipeline transfers on GPU memory "
+      "(NCCL), which this build does not have; run them with --device=cpu"));
+}
+
 /// The backend of --device, with the CPU flags.
 static absl::StatusOr<std::unique_ptr<Backend>>
 createBackend(const BackendEntry &entry, int threads) {
@@ -467,6 +479,10 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
       findBackend(absl::GetFlag(FLAGS_device));
   if (!device.ok())
     return fail(device.status());
+  if (absl::Status s = checkDeviceRanks(**device, launching ? int64_t(nproc)
+                                                            : env.worldSize);
+      !s.ok())
+    return fail(s);
   absl::StatusOr<const CommunicatorEntry *> comm =
       communicatorIf((launching && nproc > 1) || env.worldSize > 1);
   if (!comm.ok())
@@ -842,6 +858,8 @@ int main(int argc, char **argv) {
   if (!device.ok())
     return fail(device.status());
   const BackendEntry *deviceEntry = *device;
+  if (absl::Status s = checkDeviceRanks(*deviceEntry, meshSize); !s.ok())
+    return fail(s);
   absl::StatusOr<const CommunicatorEntry *> comm = communicatorIf(meshSize > 1);
   if (!comm.ok())
     return fail(comm.status());

@@ -2,9 +2,15 @@
 //
 // Runs the kernel cases of test/cuda/cases (see its README.md): each case
 // is one op on random operands, built as a one-instruction program and run
-// by a backend. With --write-expected, the operands and the results of the
-// backend (the CPU backend: PyTorch's ATen kernels) are written to a
-// safetensors file; with --expected, a backend (the CUDA backend on a GPU)
+// by a backend. With --write-expected, the results of the backend (the CPU
+// backend: PyTorch's ATen kernels) are written to a safetensors file; a
+// case in bf16 or f16 is computed in float32 on the same values and its
+// results rounded once, the answer of a kernel that accumulates in fp32
+// as PyTorch's CUDA kernels do (ATen's CPU kernels round some intermediates
+// to 16 bits: a 3,001-row layer-norm weight gradient summed in bf16 is off
+// by half), except the optimizer updates, which torch.optim computes as a
+// chain of operations each rounded to the parameter's type. With
+// --expected, a backend (the CUDA backend on a GPU)
 // runs the same operands and its results are compared with that file,
 // element by element, within each case's tolerance. The check prints one
 // line per case and `N passed, M failed`.
@@ -52,6 +58,10 @@ ABSL_FLAG(int64_t, max_case_bytes, 0,
           "--write-expected: leave out cases whose results take more bytes "
           "than this (0: none); a check skips the cases its file lacks");
 ABSL_FLAG(bool, tf32, false, "--device=cuda: TF32 GEMMs");
+ABSL_FLAG(bool, native_low_precision, false,
+          "--write-expected: compute bf16 and f16 cases in their own type "
+          "(ATen's CPU kernels round intermediates to it) instead of in "
+          "float32 on the same values, rounded once at the end");
 
 using namespace merak::runtime;
 using json = nlohmann::json;
@@ -330,6 +340,57 @@ absl::StatusOr<Case> parseCase(const json &spec) {
   return c;
 }
 
+bool isLowPrecision(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+/// `t` converted elementwise to `to` (exact from bf16 and f16 to f32;
+/// rounding to nearest even the other way).
+HostTensor convertHost(const HostTensor &t, DType to) {
+  TensorType type{to, t.type.shape};
+  HostTensor out = HostTensor::allocate(type);
+  for (int64_t i = 0; i < type.numElements(); ++i) {
+    float v = float(t.elementAsDouble(i));
+    uint8_t *p = out.mutableBytes() + i * int64_t(dtypeSize(to));
+    if (to == DType::F32) {
+      std::memcpy(p, &v, 4);
+    } else {
+      uint16_t bits =
+          to == DType::BF16 ? floatToBFloat16Bits(v) : floatToHalfBits(v);
+      std::memcpy(p, &bits, 2);
+    }
+  }
+  return out;
+}
+
+/// `c` with every bf16 and f16 value made float32: the same operand
+/// values, computed without rounding intermediates to 16 bits. Empty when
+/// `c` has no such value.
+std::optional<Case> upcast(const Case &c) {
+  // Optimizer updates keep their rounding: torch.optim's bf16 step is a
+  // chain of bf16 tensor operations on every device.
+  OpKind kind = c.program.instructions[0].kind;
+  if (kind == OpKind::SgdUpdate || kind == OpKind::AdamwUpdate)
+    return std::nullopt;
+  bool low = false;
+  for (const ValueInfo &v : c.program.values)
+    low |= isLowPrecision(v.type.dtype);
+  if (!low)
+    return std::nullopt;
+  Case wide = c;
+  for (ValueInfo &v : wide.program.values)
+    if (isLowPrecision(v.type.dtype))
+      v.type.dtype = DType::F32;
+  for (HostTensor &t : wide.operands)
+    if (t.data && isLowPrecision(t.type.dtype))
+      t = convertHost(t, DType::F32);
+  for (Instruction &inst : wide.program.instructions) {
+    inst.storage.clear();
+    inst.release.clear();
+  }
+  if (!planProgram(wide.program).ok())
+    return std::nullopt;
+  return wide;
+}
+
 /// Runs `c` on `backend`: the results on the host.
 absl::StatusOr<std::vector<HostTensor>> run(Backend &backend, const Case &c) {
   const Instruction &inst = c.program.instructions[0];
@@ -490,7 +551,23 @@ int main(int argc, char **argv) {
   std::map<std::string, HostTensor> written;
   int passed = 0, failed = 0, skipped = 0;
   for (const Case &c : cases) {
-    absl::StatusOr<std::vector<HostTensor>> results = run(**backend, c);
+    absl::StatusOr<std::vector<HostTensor>> results;
+    std::optional<Case> wide;
+    if (!writePath.empty() && !absl::GetFlag(FLAGS_native_low_precision))
+      wide = upcast(c);
+    if (wide) {
+      // The float32 results rounded once to the case's types.
+      results = run(**backend, *wide);
+      if (results.ok())
+        for (size_t r = 0; r < results->size(); ++r) {
+          DType want =
+              c.program.values[c.program.instructions[0].results[r]].type.dtype;
+          if ((*results)[r].type.dtype != want)
+            (*results)[r] = convertHost((*results)[r], want);
+        }
+    } else {
+      results = run(**backend, c);
+    }
     if (!results.ok()) {
       std::printf("FAIL %s: %s\n", c.name.c_str(),
                   std::string(results.status().message()).c_str());

@@ -56,7 +56,7 @@ template <typename T, typename A> MERAK_DEVICE A applyMask(A s, bool m) {
   return m ? s : A(-INFINITY);
 }
 template <typename T, typename A> MERAK_DEVICE A applyMask(A s, T m) {
-  return toAcc(convertTo<T>(s + toAcc(m)));
+  return s + toAcc(m);
 }
 
 template <typename T, typename M>
@@ -70,7 +70,7 @@ __global__ void maskedSoftmaxKernel(T *scores, int64_t rows, int64_t cols,
     const M *m = mask + maskRows.rows.offsetOf(row);
     auto score = [&](int64_t j) {
       A s = toAcc(p[j]);
-      s = toAcc(convertTo<T>(divide ? s / scale : s * scale));
+      s = divide ? s / scale : s * scale;
       return applyMask<T, A>(s, m[j * maskRows.colStride]);
     };
     A mx = A(-INFINITY);
@@ -79,16 +79,14 @@ __global__ void maskedSoftmaxKernel(T *scores, int64_t rows, int64_t cols,
       mx = s > mx ? s : mx;
     }
     mx = blockReduce(mx, shared, MaxOp());
-    // As ATen's CPU softmax: the exponentials and their sum's reciprocal
-    // round to T before the products.
-    auto e = [&](int64_t j) {
-      return toAcc(convertTo<T>(expAcc(score(j) - mx)));
-    };
+    // Every intermediate in the accumulation type (float for bf16 and
+    // f16), rounded to T once, at the end.
+    auto e = [&](int64_t j) { return expAcc(score(j) - mx); };
     A sum = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       sum += e(j);
     sum = blockReduce(sum, shared, SumOp());
-    A inv = toAcc(convertTo<T>(A(1) / toAcc(convertTo<T>(sum))));
+    A inv = A(1) / sum;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       p[j] = convertTo<T>(e(j) * inv);
   }
@@ -105,10 +103,9 @@ __global__ void softmaxBackwardKernel(T *grad, const T *probs, int64_t rows,
     A dot = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       dot += toAcc(g[j]) * toAcc(p[j]);
-    // ATen's CPU kernel keeps the sum in T.
-    dot = toAcc(convertTo<T>(blockReduce(dot, shared, SumOp())));
+    dot = blockReduce(dot, shared, SumOp());
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      A d = toAcc(convertTo<T>((toAcc(g[j]) - dot) * toAcc(p[j])));
+      A d = (toAcc(g[j]) - dot) * toAcc(p[j]);
       g[j] = convertTo<T>(divide ? d / scale : d * scale);
     }
   }

@@ -40,16 +40,16 @@ MERAK_HD unsigned rowGrid(int64_t rows, int64_t maxBlocks = 65535LL * 16) {
 /// `softmax(masked(scaled(scores)))` over the last dimension: scaled is
 /// `s * scale`, or `s / scale` with `divide`; `mask` (broadcast to the
 /// scores' shape, bool or the scores' type) sets `-inf` where false, or is
-/// added. Each step rounds to the element type where the CPU backend's
-/// ATen rounds (the scaled and masked scores, the exponentials, the sum's
-/// reciprocal). A fully masked row gives NaN, as PyTorch's softmax does.
+/// added. Every step computes in the accumulation type (float for bf16 and
+/// f16) and the probabilities round to the element type once. A fully
+/// masked row gives NaN, as PyTorch's softmax does.
 void maskedSoftmax(const View &scores, const View &mask, float scale,
                    bool divide, cudaStream_t stream);
 
 /// `grad` (dense `[rows, cols]`, the gradient of the probabilities)
 /// replaced in place by `scaled(probs * (grad - sum(grad * probs)))`, each
-/// row's sum over its `cols` (rounded to the element type, as ATen's CPU
-/// kernel keeps it); `probs` dense, of `grad`'s type.
+/// row's sum over its `cols` in the accumulation type; `probs` dense, of
+/// `grad`'s type.
 void softmaxBackwardScaled(const View &grad, const View &probs, float scale,
                            bool divide, cudaStream_t stream);
 

@@ -209,8 +209,32 @@ bool usesTensorCores(cudnnMathType_t math) {
          math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-/// cuDNN's heuristic choices for `pass`, deterministic ones only, in its
-/// order, then the deterministic fallback of the pass.
+/// Whether `algo` of `pass` transforms its operands (FFT, Winograd), which
+/// costs float32 results digits: a 1e-6 relative error per convolution
+/// grows, through batch norm and ReLU, to a different ResNet-18 loss.
+bool transforms(Pass pass, int algo) {
+  switch (pass) {
+  case Pass::Forward:
+    return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+           algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+           algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+  case Pass::BackwardData:
+    return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+           algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+  case Pass::BackwardFilter:
+    return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+           algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+  }
+  return false;
+}
+
+/// cuDNN's heuristic choices for `pass`, deterministic ones only (and for
+/// full float32, no transforming ones), in its order, then the
+/// deterministic fallback of the pass.
 std::vector<Candidate> candidates(cudnnHandle_t handle, ConvSetup &s,
                                   Pass pass) {
   std::vector<Candidate> list;
@@ -219,7 +243,8 @@ std::vector<Candidate> candidates(cudnnHandle_t handle, ConvSetup &s,
       const auto &p = perfs[i];
       if (p.status != CUDNN_STATUS_SUCCESS ||
           p.determinism != CUDNN_DETERMINISTIC || p.memory > kMaxWorkspace ||
-          (s.fmaOnly && usesTensorCores(p.mathType)))
+          (s.fmaOnly && usesTensorCores(p.mathType)) ||
+          (s.fmaOnly && transforms(pass, int(p.algo))))
         continue;
       list.push_back({int(p.algo), s.fmaOnly ? CUDNN_FMA_MATH : p.mathType});
     }
