@@ -69,7 +69,7 @@ TEST(CpuKernelTableTest, EachKindIsRegisteredByOneFamily) {
   // register exactly the kinds of the backend's table, each once.
   std::vector<int> owners(kNumOpKinds, 0);
   for (const auto &[name, registerKernels] : families()) {
-    cpu::KernelTable own;
+    cpu::KernelTable own("CPU");
     registerKernels(own);
     int count = 0;
     for (OpKind kind : allOpKinds())
@@ -85,7 +85,7 @@ TEST(CpuKernelTableTest, EachKindIsRegisteredByOneFamily) {
 }
 
 TEST(CpuKernelTableTest, ASecondKernelForAKindIsRejected) {
-  cpu::KernelTable table;
+  cpu::KernelTable table("CPU");
   cpu::registerReductionKernels(table);
   cpu::Kernel sum = table.find(OpKind::ReduceSum);
   ASSERT_NE(sum, nullptr);

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../../lib/Runtime/CUDA/CudaCommon.h"
+#include "../../lib/Runtime/CUDA/CudaKernels.h"
 #include "merak/Runtime/CUDA/CudaBackend.h"
 #include "merak/Runtime/Registry.h"
 
@@ -141,3 +142,32 @@ TEST(CudaBackend, NoGpuIsAnErrorThatSaysSo) {
 }
 
 } // namespace
+
+namespace merak::runtime::cuda {
+namespace {
+
+TEST(CudaKernelTable, EveryOpTheCpuRunsHasACudaKernel) {
+  // Registering kernels touches no GPU: the table is complete here too.
+  const KernelTable &table = kernelTable();
+  for (size_t k = 0; k < kNumOpKinds; ++k) {
+    OpKind kind = OpKind(k);
+    bool communicator = isCollective(kind) || kind == OpKind::Wait;
+    EXPECT_EQ(table.find(kind) != nullptr, !communicator) << opFullName(kind);
+  }
+}
+
+TEST(CudaKernelTable, ASecondKernelForAKindIsRejected) {
+  KernelTable table("CUDA");
+  registerReductionKernels(table);
+  ASSERT_NE(table.find(OpKind::ReduceSum), nullptr);
+  try {
+    table.add(OpKind::ReduceSum, [](Ctx &) {});
+    FAIL() << "a second kernel for reduce_sum was accepted";
+  } catch (const std::logic_error &e) {
+    EXPECT_STREQ(e.what(),
+                 "the CUDA backend registers two kernels for merak.reduce_sum");
+  }
+}
+
+} // namespace
+} // namespace merak::runtime::cuda

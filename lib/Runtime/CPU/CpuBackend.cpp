@@ -21,17 +21,9 @@
 
 namespace merak::runtime::cpu {
 
-void KernelTable::add(OpKind kind, Kernel kernel) {
-  Kernel &slot = kernels[size_t(kind)];
-  if (slot)
-    throw std::logic_error(absl::StrCat(
-        "the CPU backend registers two kernels for ", opFullName(kind)));
-  slot = kernel;
-}
-
 const KernelTable &kernelTable() {
   static const KernelTable table = [] {
-    KernelTable t;
+    KernelTable t("CPU");
     registerElementwiseKernels(t);
     registerLinearAlgebraKernels(t);
     registerAttentionKernels(t);

@@ -23,6 +23,7 @@
 #define MERAK_LIB_RUNTIME_CPU_CPUKERNELS_H
 
 #include "../AtenDTypes.h"
+#include "../KernelTable.h"
 #include "CpuTensor.h"
 #include "merak/Runtime/Backend.h"
 #include "merak/Runtime/CPU/CpuBackend.h"
@@ -179,22 +180,10 @@ void bmmInto(at::Tensor &out, const at::Tensor &a, const at::Tensor &b,
 // The kernel table
 //===----------------------------------------------------------------------===//
 
-/// A kernel: reads its operands from `c` and sets every result.
-using Kernel = void (*)(Ctx &c);
-
 /// The kernel of each op kind, or none (the collectives and `wait`, which
 /// the executor runs through a communicator).
-class KernelTable {
-public:
-  /// Registers `kernel` for `kind`; a kind has at most one kernel, so a
-  /// second registration throws `std::logic_error` naming the op.
-  void add(OpKind kind, Kernel kernel);
-  /// The kernel registered for `kind`, or null.
-  Kernel find(OpKind kind) const { return kernels[size_t(kind)]; }
-
-private:
-  std::array<Kernel, kNumOpKinds> kernels{};
-};
+using KernelTable = runtime::KernelTable<Ctx>;
+using Kernel = KernelTable::Kernel;
 
 /// Every family's kernels, registered once (CpuBackend.cpp).
 const KernelTable &kernelTable();

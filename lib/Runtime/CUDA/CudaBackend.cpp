@@ -149,17 +149,9 @@ CudaTensor &Ctx::scratch(const TensorType &type) {
   return unwrap(*temps.back());
 }
 
-void KernelTable::add(OpKind kind, Kernel kernel) {
-  Kernel &slot = kernels[size_t(kind)];
-  if (slot)
-    throw std::logic_error(absl::StrCat(
-        "the CUDA backend registers two kernels for ", opFullName(kind)));
-  slot = kernel;
-}
-
 const KernelTable &kernelTable() {
   static const KernelTable table = [] {
-    KernelTable t;
+    KernelTable t("CUDA");
     registerElementwiseKernels(t);
     registerShapeKernels(t);
     registerReductionKernels(t);

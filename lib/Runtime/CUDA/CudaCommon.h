@@ -8,7 +8,7 @@
 // from the accumulation type, and dispatch over element types.
 //
 // Everything here that is not device code is plain host arithmetic and is
-// unit-tested without a GPU (unittests/Runtime/CudaLaunchTest.cpp).
+// unit-tested without a GPU (unittests/Runtime/Cuda*Test.cpp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MERAK_LIB_RUNTIME_CUDA_CUDACOMMON_H

@@ -20,6 +20,7 @@
 #ifndef MERAK_LIB_RUNTIME_CUDA_CUDAKERNELS_H
 #define MERAK_LIB_RUNTIME_CUDA_CUDAKERNELS_H
 
+#include "../KernelTable.h"
 #include "CudaCommon.h"
 #include "merak/Runtime/Backend.h"
 #include "merak/Runtime/Program.h"
@@ -157,19 +158,9 @@ struct Ctx {
 /// The view of a dense row-major tensor of `type` at `data`.
 View denseView(void *data, const TensorType &type);
 
-/// A host kernel: reads its operands from `c`, sets every result.
-using Kernel = void (*)(Ctx &c);
-
-class KernelTable {
-public:
-  /// Registers `kernel` for `kind`; a second registration of a kind throws
-  /// `std::logic_error` naming the op.
-  void add(OpKind kind, Kernel kernel);
-  Kernel find(OpKind kind) const { return kernels[size_t(kind)]; }
-
-private:
-  std::array<Kernel, kNumOpKinds> kernels{};
-};
+/// A host kernel for each op kind (the collectives and `wait` have none).
+using KernelTable = runtime::KernelTable<Ctx>;
+using Kernel = KernelTable::Kernel;
 
 /// Every family's kernels, registered once (CudaBackend.cpp).
 const KernelTable &kernelTable();
