@@ -19,7 +19,10 @@ Two halves, because the GPU machine has no compiler:
       Each reports the median step time after warm-up, tokens/s, and model
       FLOPs utilisation (6 N + 12 L T d FLOPs per token, as PaLM counts
       them, over the GPU's dense bfloat16 peak, --peak-tflops, 989 for an
-      H100 SXM), and the ratio of each to merak-exec's bfloat16 run.
+      H100 SXM), and the ratio of each to merak-exec's bfloat16 run; then
+      each kernel family's share of merak-exec's bfloat16 step, from a
+      `--profile-json` run (each op waited for, so the shares are the
+      kernels' own times).
 """
 import argparse
 import json
@@ -74,6 +77,36 @@ def prepare(args):
         json.dump({"batch": args.batch, "seq": args.seq}, f)
     print("wrote %s/gpt2-small-{fp32,bf16}.mrp (batch %d, sequence %d)"
           % (args.out, args.batch, args.seq))
+
+
+# Op kinds by kernel family (lib/Runtime/CUDA's files); the rest are
+# elementwise.
+FAMILIES = {
+    "GEMM (cuBLASLt)": ("linear", "matmul", "linear_weight_backward"),
+    "attention": ("masked_attention", "masked_attention_backward"),
+    "normalization": ("layer_norm", "layer_norm_backward", "rms_norm",
+                      "softmax", "log_softmax", "softmax_backward"),
+    "cross-entropy": ("cross_entropy", "cross_entropy_backward"),
+    "optimizer": ("adamw_update", "sgd_update"),
+    "embedding and gathers": ("embedding", "index", "index_backward"),
+    "shape (views, copies)": ("reshape", "permute", "slice", "select",
+                              "concat", "expand", "pad", "roll",
+                              "slice_backward"),
+    "reductions": ("reduce_sum", "reduce_mean", "reduce_max"),
+}
+
+
+def family_shares(profile):
+    """(family, ms per step, share) from a --profile-json file's ops."""
+    totals = {}
+    for op, entry in profile["ops"].items():
+        name = op.split(".", 1)[-1]
+        family = next((f for f, ops in FAMILIES.items() if name in ops),
+                      "elementwise")
+        totals[family] = totals.get(family, 0.0) + entry["ms_per_step"]
+    whole = sum(totals.values()) or 1.0
+    return sorted(((f, ms, ms / whole) for f, ms in totals.items()),
+                  key=lambda row: -row[1])
 
 
 def flops_per_token(cfg, params):
@@ -158,6 +191,16 @@ def run(args):
         add("torch.compile bf16 autocast",
             time_pytorch(model, batches, args.steps, args.warmup, True, True))
 
+    profile_path = os.path.join(args.dir, "merak-bf16-profile.json")
+    subprocess.run([args.merak_exec,
+                    os.path.join(args.dir, "gpt2-small-bf16.mrp"),
+                    "--device=cuda", "--init", weights, "--data", data,
+                    "--steps", str(min(count, args.warmup + 3)),
+                    "--profile-json", profile_path],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(profile_path) as f:
+        shares = family_shares(json.load(f))
+
     base = dict((r[0], r[1]) for r in rows)["merak-exec bf16"]
     print("GPT-2 small, %d parameters, batch %d x %d tokens, %s, torch %s"
           % (params, args.batch, args.seq, torch.cuda.get_device_name(),
@@ -168,6 +211,11 @@ def run(args):
     for name, seconds, tps, mfu in rows:
         print("| %s | %.1f | %.0f | %.1f | %.2f |"
               % (name, seconds * 1000, tps, mfu, seconds / base))
+    print()
+    print("| kernel family (merak-exec bf16, --profile) | ms per step | share |")
+    print("| --- | --- | --- |")
+    for family, ms, share in shares:
+        print("| %s | %.1f | %.0f %% |" % (family, ms, 100 * share))
 
 
 def main():

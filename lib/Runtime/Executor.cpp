@@ -396,6 +396,11 @@ absl::Status Executor::runInstructions(
           Timed timed{profile, inst.kind};
           status = isCollective(inst.kind) ? communicator->execute(call)
                                            : backend.execute(call);
+          // A backend that queues its kernels (a GPU stream) has only
+          // issued them here: under --profile each op is waited for, so
+          // its time is its kernels' (the step runs slower).
+          if (profile && status.ok() && !isCollective(inst.kind))
+            status = backend.synchronize();
         }
         if (!status.ok())
           return instructionFailed(inst, status);
