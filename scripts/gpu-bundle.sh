@@ -34,6 +34,17 @@ ldd "$RUNTIME/bin/merak-exec" "$RUNTIME/bin/merak-kernel-check" |
   grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*)\.so|libcublas|libcudnn|libcuda' |
   while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
 
+# What building the runtime there needs beyond CUDA, CMake and a C++
+# compiler (gpu-check.sh --build): abseil and nlohmann-json from this
+# machine's packages, as a relocatable prefix (their CMake files find
+# their libraries relative to themselves).
+DEPS=$OUT/deps
+mkdir -p "$DEPS/include" "$DEPS/lib/x86_64-linux-gnu/cmake" "$DEPS/share/cmake"
+cp -r /usr/include/absl /usr/include/nlohmann "$DEPS/include/"
+cp -r /usr/lib/x86_64-linux-gnu/cmake/absl "$DEPS/lib/x86_64-linux-gnu/cmake/"
+cp -a /usr/lib/x86_64-linux-gnu/libabsl_*.so* "$DEPS/lib/x86_64-linux-gnu/"
+cp -r /usr/share/cmake/nlohmann_json "$DEPS/share/cmake/"
+
 # Kernel cases: each op alone on the CPU backend (ATen's kernels).
 cp "$ROOT"/test/cuda/cases/*.json "$OUT/cases/"
 "$BUILD/bin/merak-kernel-check" --cases "$(ls "$OUT"/cases/*.json | paste -sd,)" \

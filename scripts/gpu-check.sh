@@ -14,11 +14,21 @@
 #  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
 #  4. with BENCH=1, the GPT-2 small benchmark (bench/gpu_gpt2.py run).
 #
-# Usage: gpu-check.sh BUNDLE_DIR [OUT_DIR]    (exit status 1 if a row fails)
+# Usage: gpu-check.sh [--build SOURCE_DIR] BUNDLE_DIR [OUT_DIR]
+#   (exit status 1 if a row fails). With --build, the runtime is built here
+#   first from SOURCE_DIR (this repository) with the bundle's abseil and
+#   nlohmann-json, for this GPU's architecture (nvidia-smi's compute
+#   capability), and runs instead of the bundle's binaries.
 set -uo pipefail
-B=$(cd "${1:?usage: gpu-check.sh BUNDLE_DIR [OUT_DIR]}" && pwd)
+SOURCE=
+if [[ ${1:-} == --build ]]; then
+  SOURCE=$(cd "${2:?--build needs the source directory}" && pwd)
+  shift 2
+fi
+B=$(cd "${1:?usage: gpu-check.sh [--build SOURCE_DIR] BUNDLE_DIR [OUT_DIR]}" && pwd)
 O=${2:-gpu-check-out}
 mkdir -p "$O" && O=$(cd "$O" && pwd)
+BIN=$B/bin
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}
 MODELS=${MODELS:-"gpt2 llama bert t5 resnet18 vit_b_16"}
@@ -51,14 +61,32 @@ row() {
   [[ $2 == ok || $2 == skip ]] || failed=1
 }
 
+if [[ -n $SOURCE ]]; then
+  echo "== build"
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+  start=$(date +%s)
+  deps=$B/deps
+  if cmake -G Ninja -S "$SOURCE" -B "$O/build" -DCMAKE_BUILD_TYPE=Release \
+      -DMERAK_COMPILER=OFF -DMERAK_CPU_BACKEND=OFF -DMERAK_BUILD_RUNTIME_VARIANTS=OFF \
+      -DMERAK_CUDA_ARCHITECTURES="${arch:-90}" \
+      -Dabsl_DIR="$deps/lib/x86_64-linux-gnu/cmake/absl" \
+      -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" > "$O/build.log" 2>&1 &&
+     cmake --build "$O/build" --target merak-exec merak-kernel-check >> "$O/build.log" 2>&1; then
+    BIN=$O/build/bin
+    row "build (sm_${arch:-90})" ok "runtime alone with the CUDA backend, $(( $(date +%s) - start )) s"
+  else
+    row "build (sm_${arch:-90})" FAIL "$(grep -m1 -E 'error|Error' "$O/build.log")"
+  fi
+fi
+
 echo "== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt" ||
   echo "no nvidia-smi" | tee "$O/gpu.txt"
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$O/gpu.txt"
-"$B/bin/merak-exec" --help 2>&1 | grep -i "backends in this build" | tee -a "$O/gpu.txt"
+"$BIN/merak-exec" --help 2>&1 | grep -i "backends in this build" | tee -a "$O/gpu.txt"
 
 echo "== kernels"
-"$B/bin/merak-kernel-check" --cases "$(ls "$B"/cases/*.json | paste -sd,)" \
+"$BIN/merak-kernel-check" --cases "$(ls "$B"/cases/*.json | paste -sd,)" \
   --device "$DEVICE" --expected "$B/cases/expected.safetensors" > "$O/kernels.txt" 2>&1
 status=$?
 grep -v "^ok " "$O/kernels.txt" | head -60
@@ -91,7 +119,7 @@ for m in $MODELS; do
     --steps "$STEPS" --seed 0 --cycle "$cycle" --out "$dir/batches.safetensors" > "$dir/batches.log" 2>&1 ||
     { row "$m" FAIL "batches: $(tail -1 "$dir/batches.log")"; continue; }
   start=$(date +%s%N)
-  "$B/bin/merak-exec" "$B/models/$m.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+  "$BIN/merak-exec" "$B/models/$m.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
     --data "$dir/batches.safetensors" --steps "$STEPS" --log-jsonl "$dir/merak.jsonl" \
     > "$dir/merak.log" 2>&1 ||
     { row "$m" FAIL "merak-exec: $(grep -m1 error "$dir/merak.log" || tail -1 "$dir/merak.log")"; continue; }
@@ -127,14 +155,14 @@ done
 
 if [[ -n ${BENCH:-} && -f $B/bench/gpt2-small-bf16.mrp ]]; then
   echo "== benchmark: GPT-2 small"
-  "$PY" "$B/src/bench/gpu_gpt2.py" run --dir "$B/bench" --merak-exec "$B/bin/merak-exec" \
+  "$PY" "$B/src/bench/gpu_gpt2.py" run --dir "$B/bench" --merak-exec "$BIN/merak-exec" \
     ${BENCH_ARGS:-} 2>&1 | tee "$O/bench.md"
 fi
 
 echo "== compute-sanitizer"
 if [[ $DEVICE == cuda ]] && command -v compute-sanitizer > /dev/null && [[ -f $O/gpt2/weights.safetensors ]]; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/bin/merak-exec" "$B/models/gpt2.mrp" \
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/merak-exec" "$B/models/gpt2.mrp" \
       --device "$DEVICE" --init "$O/gpt2/weights.safetensors" --data "$O/gpt2/batches.safetensors" \
       --steps 1 > "$O/sanitizer-$tool.log" 2>&1
     s=$?
