@@ -130,6 +130,8 @@ const std::vector<KeySpec> &configKeys() {
       {"run.check-numerics", K::Bool,
        "stop at the first op that produces a NaN or infinity"},
       {"run.profile", K::Bool, "print kernel time per op kind"},
+      {"run.tf32", K::Bool,
+       "--device=cuda: float32 GEMMs and convolutions on TF32 tensor cores"},
   };
   return keys;
 }

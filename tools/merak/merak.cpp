@@ -590,6 +590,7 @@ struct Driver {
     boolean("train.skip-nonfinite", "--skip-nonfinite");
     boolean("run.check-numerics", "--check-numerics");
     boolean("run.profile", "--profile");
+    boolean("run.tf32", "--tf32");
     return argv;
   }
 
