@@ -257,9 +257,11 @@ absl::StatusOr<HostTensor> makeOperand(const TensorType &type,
 
 struct Case {
   std::string name;
+  /// The op is the last instruction; before it, a `permute` for each
+  /// operand the case reads through a permuted view.
   Program program;
-  std::vector<HostTensor> operands; // one per instruction operand
-  std::vector<std::optional<double>> hostScalars;
+  std::vector<HostTensor> arguments;              // one per program argument
+  std::vector<std::optional<double>> hostScalars; // one per op operand
   std::set<size_t> skip;
   double rtol = 1e-5, atol = 1e-6;
   bool evaluate = false;
@@ -291,10 +293,10 @@ absl::StatusOr<Case> parseCase(const json &spec) {
   inst.attrs = *attrs;
   inst.location = c.name;
   std::mt19937_64 rng(std::hash<std::string>{}(c.name));
+  std::vector<Instruction> views;
   for (const json &operand : spec.at("operands")) {
     if (operand.is_null()) {
       inst.operands.push_back(kNoValue);
-      c.operands.emplace_back();
       c.hostScalars.emplace_back();
       continue;
     }
@@ -302,19 +304,50 @@ absl::StatusOr<Case> parseCase(const json &spec) {
         parseType(operand.at("type").get<std::string>());
     if (!type.ok())
       return fail(type.status());
+    // `permute`: the op reads the operand through a permuted view of a
+    // dense tensor (strides not row-major), as a view op hands it over.
+    std::vector<int64_t> perm =
+        operand.value("permute", std::vector<int64_t>{});
+    TensorType stored = *type;
+    if (!perm.empty()) {
+      std::vector<bool> seen(type->shape.size(), false);
+      if (perm.size() != type->shape.size())
+        return fail(absl::InvalidArgumentError(
+            "permute: one entry per dimension of the operand"));
+      for (size_t i = 0; i < perm.size(); ++i) {
+        if (perm[i] < 0 || perm[i] >= int64_t(perm.size()) || seen[perm[i]])
+          return fail(absl::InvalidArgumentError(
+              "permute: not a permutation of the operand's dimensions"));
+        seen[perm[i]] = true;
+        stored.shape[perm[i]] = type->shape[i];
+      }
+    }
     absl::StatusOr<HostTensor> value =
-        makeOperand(*type, operand.value("init", "normal"), rng);
+        makeOperand(stored, operand.value("init", "normal"), rng);
     if (!value.ok())
       return fail(value.status());
     ValueId id = ValueId(p.values.size());
-    p.values.push_back(ValueInfo{*type});
+    p.values.push_back(ValueInfo{stored});
     Argument arg;
     arg.value = id;
     arg.role = ArgumentRole::Input;
     arg.name = absl::StrCat("in", inst.operands.size());
     p.arguments.push_back(arg);
+    c.arguments.push_back(*value);
+    if (!perm.empty()) {
+      Instruction view;
+      view.kind = OpKind::Permute;
+      view.attrs.permutation = perm;
+      view.operands = {id};
+      view.location = c.name;
+      id = ValueId(p.values.size());
+      ValueInfo info{*type};
+      info.definedBy = int(views.size());
+      p.values.push_back(info);
+      view.results = {id};
+      views.push_back(view);
+    }
     inst.operands.push_back(id);
-    c.operands.push_back(*value);
     c.hostScalars.push_back(operand.contains("host")
                                 ? std::optional<double>(operand.at("host"))
                                 : std::nullopt);
@@ -325,7 +358,7 @@ absl::StatusOr<Case> parseCase(const json &spec) {
       return fail(type.status());
     ValueId id = ValueId(p.values.size());
     ValueInfo info{*type};
-    info.definedBy = 0;
+    info.definedBy = int(views.size());
     p.values.push_back(info);
     inst.results.push_back(id);
     ResultInfo out;
@@ -334,6 +367,7 @@ absl::StatusOr<Case> parseCase(const json &spec) {
   }
   if (std::string e = arityError(inst); !e.empty())
     return fail(absl::InvalidArgumentError(e));
+  p.instructions = std::move(views);
   p.instructions.push_back(std::move(inst));
   if (absl::Status s = planProgram(p); !s.ok())
     return fail(s);
@@ -367,7 +401,7 @@ HostTensor convertHost(const HostTensor &t, DType to) {
 std::optional<Case> upcast(const Case &c) {
   // Optimizer updates keep their rounding: torch.optim's bf16 step is a
   // chain of bf16 tensor operations on every device.
-  OpKind kind = c.program.instructions[0].kind;
+  OpKind kind = c.program.instructions.back().kind;
   if (kind == OpKind::SgdUpdate || kind == OpKind::AdamwUpdate)
     return std::nullopt;
   bool low = false;
@@ -379,8 +413,8 @@ std::optional<Case> upcast(const Case &c) {
   for (ValueInfo &v : wide.program.values)
     if (isLowPrecision(v.type.dtype))
       v.type.dtype = DType::F32;
-  for (HostTensor &t : wide.operands)
-    if (t.data && isLowPrecision(t.type.dtype))
+  for (HostTensor &t : wide.arguments)
+    if (isLowPrecision(t.type.dtype))
       t = convertHost(t, DType::F32);
   for (Instruction &inst : wide.program.instructions) {
     inst.storage.clear();
@@ -391,49 +425,55 @@ std::optional<Case> upcast(const Case &c) {
   return wide;
 }
 
-/// Runs `c` on `backend`: the results on the host.
+/// Runs `c` on `backend`: the op's results on the host.
 absl::StatusOr<std::vector<HostTensor>> run(Backend &backend, const Case &c) {
-  const Instruction &inst = c.program.instructions[0];
+  const Program &program = c.program;
   StepContext step;
   step.evaluate = c.evaluate;
   if (absl::Status s = backend.beginStep(step); !s.ok())
     return s;
-  std::vector<TensorHandle> operands;
-  KernelCall call;
-  call.instruction = &inst;
-  call.program = &c.program;
-  call.step = &step;
-  for (size_t k = 0; k < inst.operands.size(); ++k) {
-    if (inst.operands[k] == kNoValue) {
-      call.operands.push_back(nullptr);
-      continue;
-    }
-    absl::StatusOr<TensorHandle> t = backend.upload(c.operands[k]);
+  std::vector<TensorHandle> live(program.values.size());
+  for (size_t a = 0; a < program.arguments.size(); ++a) {
+    absl::StatusOr<TensorHandle> t = backend.upload(c.arguments[a]);
     if (!t.ok())
       return t.status();
-    operands.push_back(*t);
-    call.operands.push_back(t->get());
+    live[program.arguments[a].value] = *t;
   }
-  call.hostScalars = c.hostScalars;
-  call.inPlace.assign(inst.results.size(), nullptr);
-  for (size_t r = 0; r < inst.storage.size(); ++r)
-    if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
-      call.inPlace[r] = call.operands[inst.storage[r].operand];
   TensorHandle arena;
-  if (c.program.arenaBytes > 0) {
+  if (program.arenaBytes > 0) {
     absl::StatusOr<TensorHandle> made =
-        backend.allocateArena(c.program.arenaBytes);
+        backend.allocateArena(program.arenaBytes);
     if (!made.ok())
       return made.status();
     arena = *made;
-    call.arena = arena.get();
   }
-  if (absl::Status s = backend.execute(call); !s.ok())
-    return s;
+  for (const Instruction &inst : program.instructions) {
+    bool op = &inst == &program.instructions.back();
+    KernelCall call;
+    call.instruction = &inst;
+    call.program = &program;
+    call.step = &step;
+    call.arena = arena.get();
+    for (ValueId v : inst.operands)
+      call.operands.push_back(v == kNoValue ? nullptr : live[v].get());
+    if (op)
+      call.hostScalars = c.hostScalars;
+    else
+      call.hostScalars.assign(inst.operands.size(), std::nullopt);
+    call.inPlace.assign(inst.results.size(), nullptr);
+    for (size_t r = 0; r < inst.storage.size(); ++r)
+      if (inst.storage[r].kind == ResultStorage::Kind::InPlace)
+        call.inPlace[r] = call.operands[inst.storage[r].operand];
+    if (absl::Status s = backend.execute(call); !s.ok())
+      return s;
+    for (size_t r = 0; r < inst.results.size(); ++r)
+      live[inst.results[r]] = call.results[r];
+  }
+  const Instruction &inst = program.instructions.back();
   std::vector<HostTensor> results;
   for (size_t r = 0; r < inst.results.size(); ++r) {
     absl::StatusOr<HostTensor> host = backend.download(
-        *call.results[r], c.program.values[inst.results[r]].type);
+        *live[inst.results[r]], program.values[inst.results[r]].type);
     if (!host.ok())
       return host.status();
     results.push_back(*host);
@@ -561,7 +601,8 @@ int main(int argc, char **argv) {
       if (results.ok())
         for (size_t r = 0; r < results->size(); ++r) {
           DType want =
-              c.program.values[c.program.instructions[0].results[r]].type.dtype;
+              c.program.values[c.program.instructions.back().results[r]]
+                  .type.dtype;
           if ((*results)[r].type.dtype != want)
             (*results)[r] = convertHost((*results)[r], want);
         }
