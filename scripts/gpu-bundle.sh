@@ -84,6 +84,14 @@ for m in "${MODELS[@]}"; do
   fi
 done
 rm -rf "$OUT/fixtures"
+# GPT-2 in mixed precision (bf16 matrix products, fp32 master weights), as
+# test/e2e/train-gpt2-bf16.test trains it on the CPU.
+"$BUILD/bin/merak-opt" "$FIXTURES/gpt2.pt" \
+  --merak-train="optimizer=adamw lr=1e-3 weight-decay=0.1 precision=bf16" \
+  -o "$OUT/models/gpt2-bf16.mlir"
+"$BUILD/bin/merak-translate" "$OUT/models/gpt2-bf16.mlir" --merak-to-rank-program \
+  -o "$OUT/models/gpt2-bf16.mrp"
+rm "$OUT/models/gpt2-bf16.mlir"
 cp "$ROOT"/test/e2e/{reference.py,compare_losses.py,make_batches.py} "$OUT/src/test/e2e/"
 cp "$ROOT"/test/fixtures/*.py "$OUT/src/test/fixtures/"
 cp "$ROOT"/python/*.py "$OUT/src/python/"

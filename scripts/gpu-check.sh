@@ -11,6 +11,8 @@
 #     against PyTorch eager (the fixture's module, not its trace) on the
 #     same GPU from the same weights and
 #     batches (TF32 off on both sides, dropout off), within 1e-4 relative;
+#     GPT-2 in bf16 mixed precision within twice the distance of PyTorch's
+#     bf16 autocast from its fp32 run;
 #  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
 #  4. with BENCH=1, the GPT-2 small benchmark (bench/gpu_gpt2.py run).
 #
@@ -152,6 +154,30 @@ PYEOF
   row "$m ($opt, ${STEPS} steps, fp32)" "$verdict" "$worst; wall ${merak_s} ms vs PyTorch ${ref_s} ms"
   [[ $verdict == ok ]] || head -20 "$dir/compare.log"
 done
+
+# Mixed precision: GPT-2 with bf16 matrix products and fp32 master weights
+# against PyTorch's fp32 run, within twice the distance PyTorch's own bf16
+# autocast keeps from it (as test/e2e/train-gpt2-bf16.test on the CPU).
+dir=$O/gpt2
+if [[ -f $B/models/gpt2-bf16.mrp && -f $dir/ref.jsonl ]]; then
+  rm -f "$dir"/bf16*.jsonl
+  if "$BIN/merak-exec" "$B/models/gpt2-bf16.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+       --data "$dir/batches.safetensors" --steps "$STEPS" --log-jsonl "$dir/bf16.jsonl" > "$dir/bf16.log" 2>&1 &&
+     "$PY" "$B/src/test/e2e/reference.py" --model "$B/models/gpt2.pt" --fixture gpt2 \
+       --data "$dir/batches.safetensors" --steps "$STEPS" --optimizer adamw --lr 1e-3 \
+       --weight-decay 0.1 --device "$DEVICE" --autocast bfloat16 \
+       --out-jsonl "$dir/bf16-autocast.jsonl" > "$dir/bf16-ref.log" 2>&1; then
+    if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/bf16.jsonl" "$dir/ref.jsonl" \
+        --gap "$dir/bf16-autocast.jsonl" --gap-factor 2 > "$dir/bf16-compare.log" 2>&1; then
+      verdict=ok
+    else
+      verdict=FAIL
+    fi
+    row "gpt2 (adamw, bf16 mixed)" "$verdict" "$(tail -1 "$dir/bf16-compare.log")"
+  else
+    row "gpt2 (adamw, bf16 mixed)" FAIL "$(grep -m1 -i error "$dir/bf16.log" "$dir/bf16-ref.log" || tail -1 "$dir/bf16-ref.log")"
+  fi
+fi
 
 if [[ -n ${BENCH:-} && -f $B/bench/gpt2-small-bf16.mrp ]]; then
   echo "== benchmark: GPT-2 small"
