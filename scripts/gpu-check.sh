@@ -13,6 +13,7 @@
 #     batches (TF32 off on both sides, dropout off), within 1e-4 relative;
 #     GPT-2 in bf16 mixed precision within twice the distance of PyTorch's
 #     bf16 autocast from its fp32 run;
+#     GPT-2 run twice gives the same losses bit for bit;
 #  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
 #  4. with BENCH=1, the GPT-2 small benchmark (bench/gpu_gpt2.py run).
 #
@@ -154,6 +155,21 @@ PYEOF
   row "$m ($opt, ${STEPS} steps, fp32)" "$verdict" "$worst; wall ${merak_s} ms vs PyTorch ${ref_s} ms"
   [[ $verdict == ok ]] || head -20 "$dir/compare.log"
 done
+
+# Deterministic kernels: the same program, weights and batches give the
+# same losses, bit for bit, run after run.
+dir=$O/gpt2
+if [[ -f $dir/merak.jsonl ]]; then
+  rm -f "$dir/again.jsonl"
+  "$BIN/merak-exec" "$B/models/gpt2.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+    --data "$dir/batches.safetensors" --steps "$STEPS" --log-jsonl "$dir/again.jsonl" > "$dir/again.log" 2>&1
+  if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/again.jsonl" "$dir/merak.jsonl" \
+      --rtol 0 --atol 0 > "$dir/again-compare.log" 2>&1; then
+    row "gpt2 run twice" ok "the same $STEPS losses bit for bit"
+  else
+    row "gpt2 run twice" FAIL "$(tail -1 "$dir/again-compare.log")"
+  fi
+fi
 
 # Mixed precision: GPT-2 with bf16 matrix products and fp32 master weights
 # against PyTorch's fp32 run, within twice the distance PyTorch's own bf16
