@@ -48,9 +48,6 @@ __device__ A blockReduce(A v, A *shared, Op op) {
   return v;
 }
 
-MERAK_DEVICE float expAcc(float x) { return expf(x); }
-MERAK_DEVICE double expAcc(double x) { return exp(x); }
-
 /// A masked score: `false` masks, a float mask adds.
 template <typename T, typename A> MERAK_DEVICE A applyMask(A s, bool m) {
   return m ? s : A(-INFINITY);
@@ -81,7 +78,7 @@ __global__ void maskedSoftmaxKernel(T *scores, int64_t rows, int64_t cols,
     mx = blockReduce(mx, shared, MaxOp());
     // Every intermediate in the accumulation type (float for bf16 and
     // f16), rounded to T once, at the end.
-    auto e = [&](int64_t j) { return expAcc(score(j) - mx); };
+    auto e = [&](int64_t j) { return mathExp(score(j) - mx); };
     A sum = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       sum += e(j);

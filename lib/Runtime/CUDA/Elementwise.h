@@ -234,31 +234,6 @@ MERAK_HD bool philoxKeeps(uint32_t word, uint64_t threshold) {
 // double, int32_t, int64_t or bool)
 //===----------------------------------------------------------------------===//
 
-MERAK_HD float mathFmod(float a, float b) { return fmodf(a, b); }
-MERAK_HD double mathFmod(double a, double b) { return fmod(a, b); }
-MERAK_HD float mathFloor(float a) { return floorf(a); }
-MERAK_HD double mathFloor(double a) { return floor(a); }
-MERAK_HD float mathCopysign(float a, float b) { return copysignf(a, b); }
-MERAK_HD double mathCopysign(double a, double b) { return copysign(a, b); }
-MERAK_HD float mathExp(float a) { return expf(a); }
-MERAK_HD double mathExp(double a) { return exp(a); }
-MERAK_HD float mathErf(float a) { return erff(a); }
-MERAK_HD double mathErf(double a) { return erf(a); }
-MERAK_HD float mathPow(float a, float b) { return powf(a, b); }
-MERAK_HD double mathPow(double a, double b) { return pow(a, b); }
-MERAK_HD float mathSqrt(float a) { return sqrtf(a); }
-MERAK_HD double mathSqrt(double a) { return sqrt(a); }
-MERAK_HD float mathLog(float a) { return logf(a); }
-MERAK_HD double mathLog(double a) { return log(a); }
-MERAK_HD float mathSin(float a) { return sinf(a); }
-MERAK_HD double mathSin(double a) { return sin(a); }
-MERAK_HD float mathCos(float a) { return cosf(a); }
-MERAK_HD double mathCos(double a) { return cos(a); }
-MERAK_HD float mathTanh(float a) { return tanhf(a); }
-MERAK_HD double mathTanh(double a) { return tanh(a); }
-MERAK_HD float mathAbs(float a) { return fabsf(a); }
-MERAK_HD double mathAbs(double a) { return fabs(a); }
-
 template <typename V> MERAK_HD bool isNan(V v) { return v != v; }
 
 /// Python's `a % b`: the remainder with the divisor's sign. Integers by

@@ -45,7 +45,7 @@ MERAK_DEVICE void rowLogSumExp(const T *x, int64_t n, bool active, bool wantSum,
   if (wantSum)
     sum = rowReduce(sum, SumOp<A>(), sharedSum);
   max = ms.max;
-  lse = accLog(ms.sum);
+  lse = mathLog(ms.sum);
   // sum(x - max - lse): the terms subtracted are no larger than the result.
   logSum = sum - A(n) * (max + lse);
 }
@@ -154,7 +154,7 @@ crossEntropyBackwardKernel(const T *grad, int64_t gradStride, const T *logits,
     T *out = result + start;
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
       A d = j == t ? g.everywhere + g.atTarget : g.everywhere;
-      out[j] = convertTo<T>(d - accExp(toAcc(x[j]) - m - lse) * total);
+      out[j] = convertTo<T>(d - mathExp(toAcc(x[j]) - m - lse) * total);
     }
   });
 }

@@ -40,19 +40,19 @@ __global__ void softmaxRowsKernel(const T *in, T *out, DimSplit s) {
     A sum = 0;
     if (active)
       for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        sum += accExp(toAcc(x[j * stride]) - m);
+        sum += mathExp(toAcc(x[j * stride]) - m);
     sum = rowReduce(sum, SumOp<A>(), shared);
     if (!active)
       return;
     T *y = out + start;
     if (Log) {
-      A shift = m + accLog(sum);
+      A shift = m + mathLog(sum);
       for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
         y[j * stride] = convertTo<T>(toAcc(x[j * stride]) - shift);
     } else {
       A scale = A(1) / sum;
       for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        y[j * stride] = convertTo<T>(accExp(toAcc(x[j * stride]) - m) * scale);
+        y[j * stride] = convertTo<T>(mathExp(toAcc(x[j * stride]) - m) * scale);
     }
   });
 }
@@ -73,16 +73,16 @@ __global__ void softmaxColumnsKernel(const T *in, T *out, DimSplit s) {
       m = MaxOp<A>()(m, toAcc(x[j * s.inner]));
     A sum = 0;
     for (int64_t j = 0; j < s.size; ++j)
-      sum += accExp(toAcc(x[j * s.inner]) - m);
+      sum += mathExp(toAcc(x[j * s.inner]) - m);
     if (Log) {
-      A shift = m + accLog(sum);
+      A shift = m + mathLog(sum);
       for (int64_t j = 0; j < s.size; ++j)
         y[j * s.inner] = convertTo<T>(toAcc(x[j * s.inner]) - shift);
     } else {
       A scale = A(1) / sum;
       for (int64_t j = 0; j < s.size; ++j)
         y[j * s.inner] =
-            convertTo<T>(accExp(toAcc(x[j * s.inner]) - m) * scale);
+            convertTo<T>(mathExp(toAcc(x[j * s.inner]) - m) * scale);
     }
   }
 }
@@ -142,7 +142,7 @@ MERAK_DEVICE void rowMoments(const T *x, int64_t n, bool active, A eps,
   w = rowReduce(w, WelfordOp<A>(), shared);
   A var = w.m2 / A(n);
   mean = w.mean;
-  rstd = A(1) / accSqrt((var > A(0) ? var : A(0)) + eps);
+  rstd = A(1) / mathSqrt((var > A(0) ? var : A(0)) + eps);
 }
 
 template <typename T>
@@ -285,7 +285,7 @@ __global__ void rmsNormKernel(const T *x, const T *weight, T *y, int64_t rows,
     squares = rowReduce(squares, SumOp<A>(), shared);
     if (!active)
       return;
-    A scale = A(1) / accSqrt(squares / A(cols) + eps);
+    A scale = A(1) / mathSqrt(squares / A(cols) + eps);
     T *yr = y + row * cols;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       // Rounded to T before the weight, as `type_as(x)` then `mul`.

@@ -161,23 +161,16 @@ template <typename A> struct WelfordOp {
   }
 };
 
-MERAK_DEVICE float accExp(float x) { return expf(x); }
-MERAK_DEVICE double accExp(double x) { return exp(x); }
-MERAK_DEVICE float accLog(float x) { return logf(x); }
-MERAK_DEVICE double accLog(double x) { return log(x); }
-MERAK_DEVICE float accSqrt(float x) { return sqrtf(x); }
-MERAK_DEVICE double accSqrt(double x) { return sqrt(x); }
-
 /// A running max and the sum of `exp(x - max)` over the values seen (the
 /// online softmax): one read of a row gives both.
 template <typename A> struct MaxSum { A max, sum; };
 /// Adds `x`; an `x` of -inf adds nothing (so a masked row keeps its sum).
 template <typename A> MERAK_DEVICE MaxSum<A> maxSumAdd(MaxSum<A> a, A x) {
   if (x > a.max) {
-    a.sum = a.sum * accExp(a.max - x) + A(1);
+    a.sum = a.sum * mathExp(a.max - x) + A(1);
     a.max = x;
   } else if (x != A(-INFINITY)) {
-    a.sum += accExp(x - a.max);
+    a.sum += mathExp(x - a.max);
   }
   return a;
 }
@@ -186,7 +179,7 @@ template <typename A> struct MaxSumOp {
     A m = MaxOp<A>()(a.max, b.max);
     if (m == A(-INFINITY))
       return {m, a.sum + b.sum};
-    return {m, a.sum * accExp(a.max - m) + b.sum * accExp(b.max - m)};
+    return {m, a.sum * mathExp(a.max - m) + b.sum * mathExp(b.max - m)};
   }
 };
 
