@@ -18,7 +18,9 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace merak::runtime::gloo {
@@ -49,6 +51,10 @@ makePeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg);
 
 /// A c10d or Gloo error in one line, without the C++ backtrace.
 std::string describe(const std::exception &e);
+/// The state letter (`R`, `S`, `T` stopped, `t` stopped by a debugger,
+/// `Z` ...) and start time (clock ticks after boot) of local process `pid`,
+/// from /proc; none if there is no such process.
+std::optional<std::pair<char, uint64_t>> processState(int64_t pid);
 /// `12 s`.
 std::string seconds(std::chrono::milliseconds ms);
 

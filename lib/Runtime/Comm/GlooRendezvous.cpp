@@ -10,8 +10,11 @@
 
 #include "GlooInternal.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -51,6 +54,28 @@ std::string describe(const std::exception &e) {
   if (auto *c10 = dynamic_cast<const c10::Error *>(&e))
     return firstLine(c10->what_without_backtrace());
   return firstLine(e.what());
+}
+
+std::optional<std::pair<char, uint64_t>> processState(int64_t pid) {
+  std::FILE *f = std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r");
+  if (!f)
+    return std::nullopt;
+  char buffer[1024];
+  size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, f);
+  std::fclose(f);
+  std::string text(buffer, n);
+  // `pid (name) state ...`: the name may hold spaces and parentheses.
+  size_t close = text.rfind(')');
+  if (close == std::string::npos)
+    return std::nullopt;
+  std::vector<std::string> fields =
+      absl::StrSplit(text.substr(close + 1), ' ', absl::SkipEmpty());
+  uint64_t start = 0;
+  // Field 22 of the line, the start time, is the 20th after the name.
+  if (fields.size() < 20 || fields[0].size() != 1 ||
+      !absl::SimpleAtoi(fields[19], &start))
+    return std::nullopt;
+  return std::make_pair(fields[0][0], start);
 }
 
 std::string seconds(std::chrono::milliseconds ms) {
@@ -95,6 +120,24 @@ std::string abortGoneKey(int64_t rank) {
 }
 std::string joinedKey(int64_t rank) {
   return absl::StrCat("merak/joined/", rank);
+}
+/// Every rank's process (`rank boot-id pid start-time` lines), posted by
+/// rank 0 once all have joined.
+constexpr const char *kProcessesKey = "merak/processes";
+
+/// This process as `boot-id pid start-time`: the kernel it runs on, and a
+/// pid that a later process cannot be mistaken for.
+std::string processIdentity() {
+  std::string boot = "-";
+  if (std::FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char text[64] = {};
+    if (std::fscanf(f, "%63s", text) == 1)
+      boot = text;
+    std::fclose(f);
+  }
+  int64_t pid = ::getpid();
+  auto stat = gloo::processState(pid);
+  return absl::StrCat(boot, " ", pid, " ", stat ? stat->second : 0);
 }
 
 std::vector<uint8_t> toBytes(const std::string &s) {
@@ -168,7 +211,7 @@ public:
     for (int64_t r = 0; r < options.worldSize; ++r)
       keys.push_back(joinedKey(r));
     try {
-      store->set(joinedKey(options.rank), toBytes("1"));
+      store->set(joinedKey(options.rank), toBytes(processIdentity()));
       // A store wait also sets the time-out of every later reply.
       store->wait({joinedKey(options.rank)}, options.timeout);
       auto deadline = Clock::now() + options.timeout;
@@ -194,6 +237,7 @@ public:
         }
         std::this_thread::sleep_for(interval / 2);
       }
+      learnProcesses();
     } catch (const std::exception &e) {
       if (options.rank == 0)
         return absl::UnavailableError(
@@ -204,6 +248,69 @@ public:
                        " (", describe(e), ")"));
     }
     return absl::OkStatus();
+  }
+
+  /// Rank 0 posts every rank's process (one key, read once by each rank:
+  /// not N reads each); each rank keeps the other ranks' processes on its
+  /// own machine. The store's server reads each request whole: a rank
+  /// frozen in the middle of one (stopped by a signal or a debugger) stalls
+  /// it for everyone, and then no rank can learn through it which one
+  /// froze. On one machine /proc still tells.
+  void learnProcesses() {
+    if (options.rank == 0) {
+      std::string table;
+      for (int64_t r = 0; r < options.worldSize; ++r)
+        absl::StrAppend(&table, r, " ", toText(store->get(joinedKey(r))), "\n");
+      store->set(kProcessesKey, toBytes(table));
+    }
+    store->wait({kProcessesKey}, options.timeout);
+    std::string mine = processIdentity();
+    std::string boot = mine.substr(0, mine.find(' '));
+    for (absl::string_view line : absl::StrSplit(
+             toText(store->get(kProcessesKey)), '\n', absl::SkipEmpty())) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ');
+      Process p;
+      if (f.size() == 4 && f[1] == boot && boot != "-" &&
+          absl::SimpleAtoi(f[0], &p.rank) && absl::SimpleAtoi(f[2], &p.pid) &&
+          absl::SimpleAtoi(f[3], &p.start) && p.rank != options.rank)
+        localPeers.push_back(p);
+    }
+  }
+
+  /// The ranks on this machine that are stopped, as `rank 1 (pid 4242 on
+  /// this host) is stopped`; empty if none. A rank that has exited is not
+  /// one: its connection closed with it, which does not stall the store.
+  std::string frozenPeers() const {
+    std::vector<std::string> frozen;
+    for (const Process &p : localPeers) {
+      auto state = gloo::processState(p.pid);
+      if (!state || state->second != p.start)
+        continue;
+      if (state->first == 'T' || state->first == 't')
+        frozen.push_back(absl::StrCat(
+            "rank ", p.rank, " (pid ", p.pid, " on this host) is stopped",
+            state->first == 't' ? " in a debugger" : ""));
+    }
+    return absl::StrJoin(frozen, "; ");
+  }
+
+  /// When the store stops answering (`why`) and a rank on this machine is
+  /// stopped, the message that names it; empty otherwise.
+  std::string stalledStore(const std::string &why) const {
+    std::string frozen = frozenPeers();
+    if (frozen.empty())
+      return "";
+    if (absl::StartsWith(frozen, "rank 0 "))
+      return absl::StrCat(frozen,
+                          ", and with it the rendezvous store it "
+                          "hosts at ",
+                          options.masterAddr, ":", options.port, " (", why,
+                          ")");
+    return absl::StrCat(frozen, ", and the rendezvous store at ",
+                        options.masterAddr, ":", options.port,
+                        " has stopped answering: a rank frozen in the middle "
+                        "of a request stalls it (",
+                        why, ")");
   }
 
   int64_t rank() const override { return options.rank; }
@@ -307,6 +414,9 @@ public:
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     } catch (const std::exception &e) {
+      if (std::string stalled = stalledStore(describe(e)); !stalled.empty())
+        return absl::UnavailableError(
+            absl::StrCat("while this rank finished: ", stalled));
       if (options.rank != 0)
         return absl::UnavailableError(absl::StrCat(
             "rank 0, which hosts the rendezvous store, stopped answering "
@@ -329,6 +439,8 @@ public:
     try {
       return diagnoseOrThrow(ranks, step, instruction);
     } catch (const std::exception &e) {
+      if (std::string stalled = stalledStore(describe(e)); !stalled.empty())
+        return stalled;
       if (options.rank == 0)
         return absl::StrCat("the rendezvous store failed: ", describe(e));
       return absl::StrCat("rank 0, which hosts the rendezvous store, has "
@@ -590,12 +702,15 @@ private:
       } catch (const std::exception &e) {
         if (stopping || failing)
           break;
-        fail(absl::StrCat("lost the rendezvous store at ", options.masterAddr,
-                          ":", options.port,
-                          options.rank == 0 ? "" : ", which rank 0 hosts",
-                          options.rank == 0 ? "" : " (rank 0 has stopped)",
-                          ": ", describe(e)),
-             false);
+        if (std::string stalled = stalledStore(describe(e)); !stalled.empty())
+          fail(stalled, false);
+        else
+          fail(absl::StrCat("lost the rendezvous store at ", options.masterAddr,
+                            ":", options.port,
+                            options.rank == 0 ? "" : ", which rank 0 hosts",
+                            options.rank == 0 ? "" : " (rank 0 has stopped)",
+                            ": ", describe(e)),
+               false);
       }
       lastBeat.store(Clock::now().time_since_epoch().count());
       lock.lock();
@@ -612,12 +727,17 @@ private:
       auto last = Clock::time_point(Clock::duration(lastBeat.load()));
       if (Clock::now() - last > options.timeout + 2 * interval && !failing) {
         lock.unlock();
-        fail(absl::StrCat(
-                 "the rendezvous store at ", options.masterAddr, ":",
-                 options.port, options.rank == 0 ? "" : " (hosted by rank 0)",
-                 " has not answered for ", seconds(options.timeout),
-                 options.rank == 0 ? "" : ": rank 0 stopped answering"),
-             false);
+        if (std::string stalled = stalledStore(
+                absl::StrCat("no answer for ", seconds(options.timeout)));
+            !stalled.empty())
+          fail(stalled, false);
+        else
+          fail(absl::StrCat(
+                   "the rendezvous store at ", options.masterAddr, ":",
+                   options.port, options.rank == 0 ? "" : " (hosted by rank 0)",
+                   " has not answered for ", seconds(options.timeout),
+                   options.rank == 0 ? "" : ": rank 0 stopped answering"),
+               false);
       }
     }
   }
@@ -651,6 +771,12 @@ private:
   bool acknowledged = false; // guarded by `acknowledging`
   std::atomic<Clock::rep> lastBeat{0};
   std::atomic<int64_t> progressStep{0}, progressInstruction{-1};
+  struct Process {
+    int64_t rank = 0, pid = 0;
+    uint64_t start = 0;
+  };
+  /// The other ranks on this machine (by its boot id), learnt at join.
+  std::vector<Process> localPeers;
   int64_t barriers = 0, shares = 0;
   int64_t communicators = 0;
   std::shared_ptr<::gloo::transport::Device> device;

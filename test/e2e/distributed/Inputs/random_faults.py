@@ -42,7 +42,8 @@ Prints one line per case and a summary, `random faults LABEL: C cases, K
 ok, D completed, F failed`; exits 1 if F > 0 (or if every case completed:
 nothing was tested). A failed case's output, and the command that reruns it
 alone (--only-case), also go to stderr. --fault SIGNAL:RANK:STEP:DELAY runs
-one given fault instead of drawn ones.
+one given fault instead of drawn ones; its SIGNAL may also be half-request
+(SIGSTOP, and a request to the store left half sent: see SIGNALS).
 """
 
 import argparse
@@ -57,7 +58,13 @@ import sys
 import threading
 import time
 
-SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+# `half-request` stops the victim as `stop` does, then sends the store one
+# byte on a connection of its own: what a rank stopped in the middle of a
+# request leaves there (the store's server waits for the rest, answering no
+# one), made certain instead of rare. Only with --launcher env, which knows
+# the store's port.
+SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP,
+           "half-request": signal.SIGSTOP}
 PHASES = (("start-up", 0.2), ("steps", 0.65), ("end", 0.15))
 STEP_LINE = re.compile(r"step (\d+)/(\d+)\b")
 ERROR = "merak-exec: error:"
@@ -183,6 +190,7 @@ class EnvRun:
     def __init__(self, command, ranks, comm_timeout):
         self.start = time.monotonic()
         port = free_port()
+        self.port = port
         self.procs, self.outputs = [], []
         self.ended = {}  # rank -> (seconds after start, returncode)
         for rank in range(ranks):
@@ -355,12 +363,13 @@ def run_case(args, make, case, sig_name, calibration):
     else:
         phase, after, delay, victim = draw(args, calibration, case)
     sig = SIGNALS[sig_name]
-    label = "case %d: SIG%s rank %d %s (%s)" % (
-        case, sig_name.upper(), victim,
+    label = "case %d: %s rank %d %s (%s)" % (
+        case, "SIGSTOP mid-request" if sig_name == "half-request"
+        else "SIG" + sig_name.upper(), victim,
         "%.3f s after step %d/%d" % (delay, after, calibration[3]) if after
         else "%.3f s after the start" % delay, phase)
     run = make(args.command, args.ranks, args.comm_timeout)
-    fault_at, landed = None, False
+    fault_at, landed, half_request = None, False, None
     # Wait for the moment, and in --nproc runs for the victim to exist.
     while True:
         run.poll()
@@ -384,6 +393,9 @@ def run_case(args, make, case, sig_name, calibration):
             landed = True
         except ProcessLookupError:
             pass
+        if landed and sig_name == "half-request":
+            half_request = socket.create_connection(("127.0.0.1", run.port))
+            half_request.sendall(b"\0")
     survivors = [r for r in range(args.ranks) if r != victim]
     deadline = ((fault_at if landed else run.now()) + args.comm_timeout +
                 args.margin)
@@ -398,6 +410,8 @@ def run_case(args, make, case, sig_name, calibration):
         # The launcher stops the victim after its grace; give it that.
         wait_all(run, run.now() + min(args.comm_timeout, 5) + args.margin)
     run.kill_all()
+    if half_request is not None:
+        half_request.close()
     lines = run.lines()
     # Once the last step has begun, a survivor may have had all it needed
     # from the victim and ended cleanly.
@@ -524,8 +538,8 @@ def main():
                    help="run only this case (numbered as in the output)")
     p.add_argument("--fault", metavar="SIGNAL:RANK:STEP:DELAY",
                    help="run one case with this fault instead of drawn ones: "
-                        "kill or stop RANK DELAY seconds after rank 0 "
-                        "reported STEP (0: after the start)")
+                        "kill, stop or half-request RANK DELAY seconds after "
+                        "rank 0 reported STEP (0: after the start)")
     p.add_argument("--verbose", action="store_true",
                    help="print every case's output")
     p.add_argument("--label", default="", help="printed with the summary")
@@ -540,12 +554,16 @@ def main():
     if args.fault:
         parts = args.fault.split(":")
         if len(parts) != 4 or parts[0] not in SIGNALS:
-            p.error("--fault is SIGNAL:RANK:STEP:DELAY, SIGNAL kill or stop")
+            p.error("--fault is SIGNAL:RANK:STEP:DELAY, SIGNAL kill, stop "
+                    "or half-request")
         args.fault = (parts[0], int(parts[1]), int(parts[2]), float(parts[3]))
     signals = args.signals.split(",")
     for s in signals:
         if s not in SIGNALS:
-            p.error("unknown signal %r (kill, stop)" % s)
+            p.error("unknown signal %r (kill, stop, half-request)" % s)
+    if "half-request" in signals + [args.fault[0] if args.fault else ""] and \
+            args.launcher != "env":
+        p.error("half-request needs --launcher env (the store's port)")
     make = EnvRun if args.launcher == "env" else NprocRun
     say("random faults%s: seed %d, %d ranks (%s launch), --comm-timeout %g"
         % (" " + args.label if args.label else "", args.seed, args.ranks,
