@@ -180,6 +180,14 @@ Executor::runStep(const StepContext &step,
       handle = *std::move(h);
       break;
     }
+    case ArgumentRole::LossScale: {
+      absl::StatusOr<TensorHandle> h =
+          backend.upload(HostTensor::scalar(type.dtype, step.lossScale));
+      if (!h.ok())
+        return h.status();
+      handle = *std::move(h);
+      break;
+    }
     default:
       handle = state[i];
       if (!handle)
@@ -207,9 +215,22 @@ Executor::runStep(const StepContext &step,
   };
 
   // Reads the loss; a non-finite one ends the step: skipped, or an error.
+  // Under loss scaling, so does a non-finite gradient: skipped.
   auto readFiniteLoss = [&]() -> std::optional<absl::StatusOr<StepOutcome>> {
     if (absl::Status s = readLoss(); !s.ok())
       return s;
+    if (std::isfinite(*loss) && program.nonFiniteGradsResult >= 0) {
+      ValueId v = program.results[program.nonFiniteGradsResult].value;
+      absl::StatusOr<HostTensor> host =
+          backend.download(*live[v], values[v].type);
+      if (!host.ok())
+        return host.status();
+      if (!std::isfinite(host->elementAsDouble(0))) {
+        StepOutcome outcome{loss, /*skipped=*/true, std::nullopt};
+        outcome.overflowed = true;
+        return outcome;
+      }
+    }
     if (std::isfinite(*loss))
       return std::nullopt;
     if (skipNonFinite)

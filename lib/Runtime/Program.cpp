@@ -113,6 +113,8 @@ const char *argumentRoleName(ArgumentRole role) {
     return "value";
   case ArgumentRole::Grad:
     return "grad";
+  case ArgumentRole::LossScale:
+    return "loss_scale";
   }
   return "?";
 }
@@ -591,15 +593,17 @@ absl::Status planProgram(Program &program) {
       return absl::InternalError(
           absl::StrCat("wait ", i, " completes no collective"));
   }
-  program.lossInstruction =
-      program.lossResult >= 0
-          ? values[program.results[program.lossResult].value].definedBy
-          : -1;
   // The loss of an overlapped collective is known at its wait.
-  if (program.lossInstruction >= 0 &&
-      program.instructions[program.lossInstruction].waitAt >= 0)
-    program.lossInstruction =
-        program.instructions[program.lossInstruction].waitAt;
+  auto knownAt = [&](int result) {
+    if (result < 0)
+      return -1;
+    int at = values[program.results[result].value].definedBy;
+    if (at >= 0 && program.instructions[at].waitAt >= 0)
+      at = program.instructions[at].waitAt;
+    return at;
+  };
+  program.lossInstruction = std::max(knownAt(program.lossResult),
+                                     knownAt(program.nonFiniteGradsResult));
 
   std::vector<Buffer> buffers;
   std::vector<bool> broadcast(numValues, false);

@@ -88,7 +88,7 @@ struct FormatError {
 
 template <typename E> constexpr int enumCount();
 template <> constexpr int enumCount<DType>() { return 7; }
-template <> constexpr int enumCount<ArgumentRole>() { return 8; }
+template <> constexpr int enumCount<ArgumentRole>() { return 9; }
 template <> constexpr int enumCount<ComparePredicate>() { return 6; }
 template <> constexpr int enumCount<LossReduction>() { return 3; }
 template <> constexpr int enumCount<CollectiveReduction>() { return 5; }
@@ -154,6 +154,10 @@ json programToJson(const Program &p) {
       o["updated_by"] = a.updatedBy;
     if (a.defaultLearningRate)
       o["lr"] = *a.defaultLearningRate;
+    if (a.role == ArgumentRole::LossScale)
+      o["loss_scale"] = {{"dynamic", a.lossScaling.dynamic},
+                         {"init", a.lossScaling.init},
+                         {"window", a.lossScaling.window}};
     if (!a.sharding.isReplicated())
       o["sharding"] = shardingToJson(a.sharding);
     if (a.pipelineValue >= 0)
@@ -214,6 +218,8 @@ json programToJson(const Program &p) {
   j["instructions"] = std::move(insts);
   j["loss_result"] = p.lossResult;
   j["grad_norm_result"] = p.gradNormResult;
+  if (p.nonFiniteGradsResult >= 0)
+    j["nonfinite_grads_result"] = p.nonFiniteGradsResult;
   if (p.mesh)
     j["mesh"] = {{"name", p.mesh->name},
                  {"shape", p.mesh->shape},
@@ -539,6 +545,7 @@ void checkProgram(const Program &p, const std::string &path) {
   };
   resultIndex(p.lossResult, "loss_result");
   resultIndex(p.gradNormResult, "grad_norm_result");
+  resultIndex(p.nonFiniteGradsResult, "nonfinite_grads_result");
   if (p.lossInstruction < -1 || p.lossInstruction >= numInsts)
     formatError(member(path, "loss_instruction"), "out of range");
   if (p.arenaBytes < 0 || p.plannedPeakBytes < 0)
@@ -601,6 +608,16 @@ Program readProgram(const json &j, const std::string &path) {
     readOptional(args[i], where, "name", a.name);
     readOptional(args[i], where, "updated_by", a.updatedBy);
     readOptional(args[i], where, "lr", a.defaultLearningRate);
+    if (args[i].contains("loss_scale")) {
+      std::string at = member(where, "loss_scale");
+      const json &scaling = args[i]["loss_scale"];
+      readField(scaling, at, "dynamic", a.lossScaling.dynamic);
+      readField(scaling, at, "init", a.lossScaling.init);
+      readField(scaling, at, "window", a.lossScaling.window);
+      if (!(std::isfinite(a.lossScaling.init) && a.lossScaling.init > 0) ||
+          a.lossScaling.window < 1)
+        formatError(at, "a loss scale needs init > 0 and window >= 1");
+    }
     if (args[i].contains("sharding"))
       readSharding(args[i]["sharding"], member(where, "sharding"), a.sharding);
     readOptional(args[i], where, "pipeline_value", a.pipelineValue);
@@ -680,6 +697,7 @@ Program readProgram(const json &j, const std::string &path) {
   }
   readField(j, path, "loss_result", p.lossResult);
   readField(j, path, "grad_norm_result", p.gradNormResult);
+  readOptional(j, path, "nonfinite_grads_result", p.nonFiniteGradsResult);
   if (j.contains("mesh")) {
     MeshLayout mesh;
     std::string where = member(path, "mesh");

@@ -982,6 +982,29 @@ int main(int argc, char **argv) {
   options.trains = program.trains();
   options.schedule = *schedule;
   options.skipNonFinite = skipNonFinite;
+  // Loss scaling: from the checkpoint resumed, else the IR's first scale.
+  std::optional<LossScaleState> lossScale;
+  if (const Argument *scaleArg =
+          program.findArgument(ArgumentRole::LossScale)) {
+    lossScale.emplace();
+    lossScale->scaling = scaleArg->lossScaling;
+    lossScale->scale = scaleArg->lossScaling.init;
+    if (loaded->lossScale && scaleArg->lossScaling.dynamic) {
+      lossScale->scale = *loaded->lossScale;
+      lossScale->goodSteps = loaded->lossScaleGoodSteps;
+    }
+    options.lossScale = &*lossScale;
+  }
+  auto lossScaleMetadata = [&]() {
+    std::map<std::string, std::string> metadata;
+    if (lossScale) {
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.17g", lossScale->scale);
+      metadata["loss_scale"] = text;
+      metadata["loss_scale_good_steps"] = std::to_string(lossScale->goodSteps);
+    }
+    return metadata;
+  };
   options.profile = profileOps;
   options.evalEvery = evalEvery;
   options.evalBatches = evalBatches;
@@ -990,9 +1013,9 @@ int main(int argc, char **argv) {
   // and what killed saves left.
   auto saveToDirectory = [&](int64_t step, int64_t updates) -> absl::Status {
     std::string path = stepCheckpointPath(saveDir, step);
-    if (absl::Status s =
-            saveRunCheckpoint(*runner, program, plan ? &*plan : nullptr, job,
-                              path, step, updates, runSeed);
+    if (absl::Status s = saveRunCheckpoint(
+            *runner, program, plan ? &*plan : nullptr, job, path, step, updates,
+            runSeed, lossScaleMetadata());
         !s.ok())
       return absl::Status(s.code(), absl::StrCat("--save-dir: ", s.message()));
     if (reporter) {
@@ -1068,7 +1091,8 @@ int main(int argc, char **argv) {
   if (!saveFile.empty())
     if (absl::Status s = saveRunCheckpoint(
             *runner, program, plan ? &*plan : nullptr, job, saveFile,
-            std::max(loaded->doneSteps, steps), trained->doneUpdates, runSeed);
+            std::max(loaded->doneSteps, steps), trained->doneUpdates, runSeed,
+            lossScaleMetadata());
         !s.ok())
       return fail(s);
   if (job) {

@@ -37,8 +37,12 @@ Program sampleProgram() {
   p.function = "train_step";
   p.mesh = MeshLayout{"mesh", {2, 2}, {"dp", "tp"}};
   TensorType t{DType::F32, {4, 6}};
-  p.values = {ValueInfo{t}, ValueInfo{t}, ValueInfo{t}, ValueInfo{t},
-              ValueInfo{TensorType{DType::I64, {2}}}};
+  p.values = {ValueInfo{t},
+              ValueInfo{t},
+              ValueInfo{t},
+              ValueInfo{t},
+              ValueInfo{TensorType{DType::I64, {2}}},
+              ValueInfo{TensorType{DType::F32, {}}}};
   Argument x;
   x.value = 0;
   x.role = ArgumentRole::Param;
@@ -50,7 +54,12 @@ Program sampleProgram() {
   y.value = 1;
   y.role = ArgumentRole::Input;
   y.name = "x";
-  p.arguments = {x, y};
+  Argument scale;
+  scale.value = 5;
+  scale.role = ArgumentRole::LossScale;
+  scale.name = "loss_scale";
+  scale.lossScaling = {/*dynamic=*/false, /*init=*/512.0, /*window=*/7};
+  p.arguments = {x, y, scale};
   ProgramConstant c;
   c.value = 4;
   c.data = HostTensor::allocate(TensorType{DType::I64, {2}});
@@ -81,6 +90,7 @@ Program sampleProgram() {
   r.gradName = "w";
   p.results = {r};
   p.lossResult = 0;
+  p.nonFiniteGradsResult = 0;
   EXPECT_TRUE(planProgram(p).ok());
   return p;
 }
@@ -186,6 +196,11 @@ TEST(RankProgramFileTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(b.arguments[0].defaultLearningRate, 1e-3);
   EXPECT_EQ(b.arguments[0].storedShape, (std::vector<int64_t>{2, 2, 6}));
   EXPECT_EQ(b.arguments[0].role, ArgumentRole::Param);
+  EXPECT_EQ(b.arguments[2].role, ArgumentRole::LossScale);
+  EXPECT_FALSE(b.arguments[2].lossScaling.dynamic);
+  EXPECT_EQ(b.arguments[2].lossScaling.init, 512.0);
+  EXPECT_EQ(b.arguments[2].lossScaling.window, 7);
+  EXPECT_EQ(b.nonFiniteGradsResult, 0);
   EXPECT_EQ(b.results[0].gradName, "w");
   EXPECT_TRUE(b.results[0].isLoss);
   EXPECT_EQ(b.results[0].sharding, a.results[0].sharding);
@@ -300,7 +315,7 @@ TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
   EXPECT_NE(errorOf(reseal(bytes, bad))
                 .find("plan.mrp: inconsistent rank program: "
                       "step.instructions[1] (merak.mul): value %99 out of "
-                      "range (5 values)"),
+                      "range (6 values)"),
             std::string::npos)
       << errorOf(reseal(bytes, bad));
 

@@ -35,6 +35,7 @@ struct StepContext {
   int64_t globalStep = 1;    // 1-based; indexes data and seeds randomness
   int64_t optimizerStep = 1; // 1-based count of applied updates (merak.step)
   double learningRate = 0;   // exact value of merak.lr for this step
+  double lossScale = 1;      // value of merak.loss_scale for this step
   uint64_t seed = 0;         // the run's --seed
   /// An evaluation: dropout passes its input through, batch norm
   /// normalizes with its running statistics and leaves them alone (PyTorch's

@@ -32,6 +32,9 @@ struct StepOutcome {
   std::optional<double> loss;     // when the program has a loss
   bool skipped = false;           // non-finite loss; state left unchanged
   std::optional<double> gradNorm; // when the step clips gradients
+  /// A gradient was not finite under loss scaling: the step was skipped
+  /// (`skipped` is set too), whatever skipNonFinite says.
+  bool overflowed = false;
 };
 
 /// Kernel time per op kind, accumulated over the steps run with profiling

@@ -196,11 +196,22 @@ enum class ArgumentRole : uint8_t {
   // Pipeline stage functions (docs/pipeline.md):
   Value, // merak.value = N: value N of the same micro-batch
   Grad,  // merak.grad = "name": a parameter's gradient, summed over the step
+  LossScale, // merak.loss_scale: rank-0 float, the step's loss scale
 };
 const char *argumentRoleName(ArgumentRole role);
 /// The role as a noun for messages: "parameter", "buffer", "optimizer
 /// state", or the role's name.
 const char *argumentRoleNoun(ArgumentRole role);
+
+/// How the loss scale argument's value moves (`merak.loss_scale`): a
+/// dynamic scale starts at `init`, halves after a step whose gradients
+/// overflow and doubles after `window` steps in a row without one; a static
+/// one stays `init`.
+struct LossScaling {
+  bool dynamic = true;
+  double init = 65536.0;
+  int64_t window = 2000;
+};
 
 struct Argument {
   ValueId value = kNoValue;
@@ -212,6 +223,8 @@ struct Argument {
   /// The learning rate the IR records: `merak.lr = 1.0e-3 : f64` on the
   /// argument, or `lr` in the function's `merak.optimizer` configuration.
   std::optional<double> defaultLearningRate;
+  /// Role LossScale: the scaling the IR records.
+  LossScaling lossScaling;
   /// `merak.sharding`: how the global value is split over the mesh; this
   /// rank holds the block it gives (replicated when absent).
   Sharding sharding;
@@ -277,6 +290,9 @@ struct Program {
   /// Index into `results` of the global gradient norm (merak.grad_norm,
   /// returned when gradients are clipped), or -1.
   int gradNormResult = -1;
+  /// Index into `results` of `merak.nonfinite_grads` (0, or NaN when a
+  /// gradient overflowed; returned with a loss scale), or -1.
+  int nonFiniteGradsResult = -1;
 
   /// The mesh of an SPMD program (`mesh.mesh`), absent for a program of
   /// one process.
@@ -286,8 +302,9 @@ struct Program {
   std::vector<ProcessGroupSpec> groups;
 
   /// Filled by `planProgram`: the instruction after which the loss is
-  /// known (its definition, or the wait of the collective that defines it);
-  /// -1 when none defines it.
+  /// known (its definition, or the wait of the collective that defines it),
+  /// and so is `nonFiniteGradsResult`: the step may end there without
+  /// changing any state; -1 when none defines them.
   int lossInstruction = -1;
   int64_t plannedPeakBytes = 0;
   /// Filled by `planProgram`: the size of the arena the fresh results that

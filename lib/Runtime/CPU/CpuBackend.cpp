@@ -11,6 +11,7 @@
 #include "CpuKernels.h"
 #include "merak/Runtime/Random.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -164,9 +165,16 @@ public:
     Ctx c{call, inst, inst.attrs, *call.program, generator, {}};
     c.out.resize(inst.results.size());
     try {
-      {
+      try {
         ArenaScope slots(call, inst);
         kernel(c);
+      } catch (const c10::Error &e) {
+        // ATen's CPU kernels of some ops (the matrix products among them)
+        // take no float16: those compute in float32 and round once, as a
+        // GPU accumulates float16 products in float32.
+        if (!isHalfUnimplemented(e))
+          throw;
+        computeInFloat32(kernel, call, inst, c);
       }
     } catch (const c10::Error &e) {
       return absl::InvalidArgumentError(firstLine(e.what_without_backtrace()));
@@ -198,6 +206,36 @@ public:
       call.results[r] = std::make_shared<CpuTensor>(std::move(t));
     }
     return absl::OkStatus();
+  }
+
+  static bool isHalfUnimplemented(const c10::Error &e) {
+    return absl::StrContains(e.what_without_backtrace(),
+                             "not implemented for 'Half'");
+  }
+
+  /// Runs `kernel` on float32 copies of the float16 operands (outside the
+  /// arena: they are not the planned sizes), then rounds its float16
+  /// results into the planned storage.
+  void computeInFloat32(Kernel &kernel, KernelCall &call,
+                        const Instruction &inst, Ctx &c) {
+    KernelCall wide = call;
+    std::vector<CpuTensor> widened;
+    widened.reserve(call.operands.size());
+    for (DeviceTensor *&operand : wide.operands)
+      if (operand && unwrap(*operand).scalar_type() == at::kHalf) {
+        widened.emplace_back(unwrap(*operand).to(at::kFloat));
+        operand = &widened.back();
+      }
+    std::fill(wide.inPlace.begin(), wide.inPlace.end(), nullptr);
+    Ctx w{wide, inst, inst.attrs, *call.program, generator, {}};
+    w.out.resize(inst.results.size());
+    kernel(w);
+    ArenaScope slots(call, inst);
+    for (size_t r = 0; r < inst.results.size(); ++r)
+      c.out[r] = c.resultType(r).dtype == DType::F16 &&
+                         w.out[r].scalar_type() == at::kFloat
+                     ? w.out[r].to(at::kHalf)
+                     : w.out[r];
   }
 
   MemoryStats memoryStats() const override { return allocationStats(); }

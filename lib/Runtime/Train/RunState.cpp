@@ -6,11 +6,13 @@
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/TorchIO.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -154,13 +156,30 @@ checkpointCounters(const std::map<std::string, std::string> &metadata,
     return seed.status();
   if (*seed)
     loaded.seed = uint64_t(**seed);
+  if (auto it = metadata.find("loss_scale"); it != metadata.end()) {
+    double scale = 0;
+    if (!absl::SimpleAtod(it->second, &scale) || !std::isfinite(scale) ||
+        scale <= 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": metadata 'loss_scale' is '", it->second,
+                       "', not a number above 0"));
+    loaded.lossScale = scale;
+  }
+  absl::StatusOr<std::optional<int64_t>> good =
+      metadataInt(metadata, "loss_scale_good_steps", 0, kMaxCheckpointStep,
+                  "from 0 to 2^53", source);
+  if (!good.ok())
+    return good.status();
+  loaded.lossScaleGoodSteps = good->value_or(0);
   return loaded;
 }
 
-absl::Status saveRunCheckpoint(StepRunner &runner, const Program &step,
-                               const PipelinePlan *plan, DistributedJob *job,
-                               const std::string &path, int64_t steps,
-                               int64_t doneUpdates, uint64_t seed) {
+absl::Status
+saveRunCheckpoint(StepRunner &runner, const Program &step,
+                  const PipelinePlan *plan, DistributedJob *job,
+                  const std::string &path, int64_t steps, int64_t doneUpdates,
+                  uint64_t seed,
+                  const std::map<std::string, std::string> &extraMetadata) {
   absl::StatusOr<std::map<std::string, HostTensor>> state =
       runner.stateToHost();
   if (!state.ok())
@@ -171,6 +190,7 @@ absl::Status saveRunCheckpoint(StepRunner &runner, const Program &step,
       {"step", std::to_string(steps)},
       {"optimizer_step", std::to_string(doneUpdates)},
       {"seed", std::to_string(seed)}};
+  metadata.insert(extraMetadata.begin(), extraMetadata.end());
   if (!job) {
     toStoredShapes(step, *state);
     if (absl::Status s = writeSafetensors(path, *state, metadata); !s.ok())

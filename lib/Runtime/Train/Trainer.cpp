@@ -35,7 +35,15 @@ std::string stepLine(const StepRecord &r) {
     absl::StrAppendFormat(&line, "  loss %.6f", *r.loss);
   if (r.gradNorm)
     absl::StrAppendFormat(&line, "  grad_norm %.4f", *r.gradNorm);
-  if (r.skipped)
+  if (r.lossScale)
+    absl::StrAppendFormat(&line, "  loss_scale %g", *r.lossScale);
+  if (r.overflowed)
+    absl::StrAppendFormat(
+        &line, "  (gradients overflowed: update skipped, %s)",
+        r.nextLossScale == *r.lossScale
+            ? std::string("static scale")
+            : absl::StrFormat("scale halves to %g", r.nextLossScale));
+  else if (r.skipped)
     line += "  (non-finite: updates skipped)";
   double peakMB = r.peakBytes / 1e6;
   absl::StrAppendFormat(&line, "  %.1f %s  %.1f ms  peak %.*f MB", r.rate,
@@ -54,12 +62,16 @@ std::string stepJson(const StepRecord &r) {
     record["lr"] = *r.learningRate;
   if (r.gradNorm)
     record["grad_norm"] = *r.gradNorm;
+  if (r.lossScale)
+    record["loss_scale"] = *r.lossScale;
   record["ms"] = r.ms;
   record[r.unit == "tokens/s" ? "tokens_per_s" : "samples_per_s"] = r.rate;
   record["peak_bytes"] = r.peakBytes;
   record["max_rss_bytes"] = r.maxRssBytes;
   if (r.skipped)
     record["skipped"] = true;
+  if (r.overflowed)
+    record["overflow"] = true;
   return record.dump();
 }
 
@@ -129,6 +141,12 @@ absl::StatusOr<EvalRecord> evaluate(StepRunner &runner,
 
 } // namespace
 
+namespace {
+/// A dynamic scale that halves below this has met gradients that are not
+/// finite at any scale.
+constexpr double kMinLossScale = 1.0 / (1 << 24);
+} // namespace
+
 absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
                                   const Backend &backend,
                                   const TrainOptions &options,
@@ -156,10 +174,30 @@ absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
     ctx.learningRate =
         options.trains ? learningRateAt(options.schedule, step) : 0.0;
     ctx.seed = options.seed;
+    if (options.lossScale)
+      ctx.lossScale = options.lossScale->scale;
     absl::StatusOr<StepOutcome> outcome =
         runner.runStep(ctx, *batch, options.skipNonFinite);
     if (!outcome.ok())
       return failed(outcome.status());
+    if (LossScaleState *ls = options.lossScale) {
+      // As PyTorch's GradScaler: halve on an overflow, double after
+      // `window` steps in a row without one.
+      if (outcome->overflowed) {
+        if (ls->scaling.dynamic)
+          ls->scale /= 2;
+        ls->goodSteps = 0;
+        if (ls->scale < kMinLossScale)
+          return failed(absl::FailedPreconditionError(absl::StrFormat(
+              "step %d: the gradients are not finite even at loss scale %g "
+              "(a NaN or inf in the model or the data, not an overflow)",
+              step, ls->scale * 2)));
+      } else if (!outcome->skipped && ls->scaling.dynamic &&
+                 ++ls->goodSteps >= ls->scaling.window) {
+        ls->scale *= 2;
+        ls->goodSteps = 0;
+      }
+    }
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - start)
                     .count();
@@ -176,6 +214,11 @@ absl::StatusOr<TrainResult> train(StepRunner &runner, BatchSource &batches,
     record.loss = outcome->loss;
     record.gradNorm = outcome->gradNorm;
     record.skipped = outcome->skipped;
+    if (options.lossScale) {
+      record.lossScale = ctx.lossScale;
+      record.overflowed = outcome->overflowed;
+      record.nextLossScale = options.lossScale->scale;
+    }
     if (options.trains)
       record.learningRate = ctx.learningRate;
     record.ms = ms;

@@ -286,6 +286,21 @@ LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
   if (func.getArgAttr(i, kStepAttr)) {
     arg.role = ArgumentRole::Step, arg.name = "step", ++roles;
   }
+  if (auto scaling = func.getArgAttrOfType<DictionaryAttr>(i, kLossScaleAttr)) {
+    arg.role = ArgumentRole::LossScale, arg.name = "loss_scale", ++roles;
+    auto dynamic = scaling.getAs<BoolAttr>("dynamic");
+    auto init = scaling.getAs<FloatAttr>("init");
+    auto window = scaling.getAs<IntegerAttr>("window");
+    if (!dynamic || !init || !window || !(init.getValueAsDouble() > 0) ||
+        window.getInt() < 1)
+      return func.emitError()
+             << "argument #" << i
+             << ": merak.loss_scale must be {dynamic = <bool>, init = <float "
+                "above 0>, window = <integer of at least 1>}, not "
+             << scaling;
+    arg.lossScaling = {dynamic.getValue(), init.getValueAsDouble(),
+                       window.getInt()};
+  }
   if (auto n = func.getArgAttrOfType<IntegerAttr>(i, kValueAttr)) {
     arg.role = ArgumentRole::Value, arg.pipelineValue = n.getInt();
     arg.name = "value " + std::to_string(n.getInt()), ++roles;
@@ -299,7 +314,8 @@ LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
                           << (roles == 0 ? " has none" : " has more than one")
                           << " of the attributes merak.param, merak.buffer, "
                              "merak.opt_state, merak.input, merak.lr, "
-                             "merak.step (and, in a pipeline stage function, "
+                             "merak.step, merak.loss_scale (and, in a "
+                             "pipeline stage function, "
                              "merak.value, merak.grad)";
 }
 
@@ -483,6 +499,13 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
                        << barg.getType();
       ok = false;
     }
+    if (arg.role == ArgumentRole::LossScale &&
+        (!type.shape.empty() || type.dtype != DType::F32)) {
+      func.emitError() << "the merak.loss_scale argument must be a rank-0 "
+                          "f32 tensor, not "
+                       << barg.getType();
+      ok = false;
+    }
     if (arg.role == ArgumentRole::Step &&
         (!type.shape.empty() || type.dtype == DType::Bool)) {
       func.emitError() << "the merak.step argument must be a rank-0 tensor, "
@@ -593,6 +616,8 @@ FailureOr<Program> lowerToProgram(func::FuncOp func) {
       ok = false;
     if (func.getResultAttr(index, kGradNormAttr))
       program.gradNormResult = int(program.results.size());
+    if (func.getResultAttr(index, kNonFiniteGradsAttr))
+      program.nonFiniteGradsResult = int(program.results.size());
     if (auto update =
             func.getResultAttrOfType<IntegerAttr>(index, kUpdateArgAttr)) {
       int64_t n = update.getInt();

@@ -32,6 +32,10 @@ struct LoadedState {
   int64_t doneSteps = 0, doneUpdates = 0;
   /// The seed a checkpoint was written with.
   std::optional<uint64_t> seed;
+  /// The loss scale a checkpoint was written with (`loss_scale`, and
+  /// `loss_scale_good_steps`: the steps in a row without an overflow).
+  std::optional<double> lossScale;
+  int64_t lossScaleGoodSteps = 0;
 };
 
 /// Sets `runner`'s state: from `initFile` (a TorchScript archive, told by
@@ -47,8 +51,9 @@ absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
 
 /// The counters of a checkpoint's metadata (read from `source`): `step`
 /// (0 to 2^53), `optimizer_step` (0 to `step`) and `seed` (0 to 2^31 - 1),
-/// each optional and a decimal integer. An error names `source` and the
-/// field.
+/// each optional and a decimal integer, and the optional loss scale
+/// (`loss_scale`, a number above 0; `loss_scale_good_steps`, 0 to 2^53). An
+/// error names `source` and the field.
 absl::StatusOr<LoadedState>
 checkpointCounters(const std::map<std::string, std::string> &metadata,
                    const std::string &source);
@@ -65,10 +70,12 @@ bool isTorchScriptArchive(const std::string &path);
 /// once all are in place rank 0 writes the index that makes them one
 /// checkpoint. `plan` (a pipeline's, or null) says which pipeline rank owns
 /// each state tensor.
-absl::Status saveRunCheckpoint(StepRunner &runner, const Program &step,
-                               const PipelinePlan *plan, DistributedJob *job,
-                               const std::string &path, int64_t steps,
-                               int64_t doneUpdates, uint64_t seed);
+absl::Status
+saveRunCheckpoint(StepRunner &runner, const Program &step,
+                  const PipelinePlan *plan, DistributedJob *job,
+                  const std::string &path, int64_t steps, int64_t doneUpdates,
+                  uint64_t seed,
+                  const std::map<std::string, std::string> &extraMetadata = {});
 
 /// After a pipeline run: every rank's events and peak memory reach rank 0
 /// (through `job`; null for one process), whose report says the measured

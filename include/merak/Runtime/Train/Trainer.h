@@ -30,6 +30,15 @@
 
 namespace merak::runtime {
 
+/// The loss scale of a run that scales its loss (merak.loss_scale): this
+/// step's scale and the steps in a row without an overflow since it last
+/// changed. Checkpoints keep it, so a resumed run goes on with it.
+struct LossScaleState {
+  LossScaling scaling;
+  double scale = 1;
+  int64_t goodSteps = 0;
+};
+
 struct TrainOptions {
   /// Steps first..last (1-based, inclusive); nothing runs when first > last.
   int64_t firstStep = 1, lastStep = 1;
@@ -40,6 +49,9 @@ struct TrainOptions {
   bool trains = false;
   LearningRateSchedule schedule;
   bool skipNonFinite = false;
+  /// The loss scale, when the program takes one; `train` updates it after
+  /// every step (a periodic save reads it).
+  LossScaleState *lossScale = nullptr;
   /// Profile kernels over the steps after the first (which warms up).
   bool profile = false;
   /// Periodic checkpoints: `save(step, doneUpdates)` after every step that
@@ -68,6 +80,11 @@ struct StepRecord {
   int64_t step = 0, lastStep = 0;
   std::optional<double> loss, gradNorm;
   bool skipped = false;
+  /// Under loss scaling: the step's scale; whether a gradient overflowed
+  /// (the update was skipped), and the scale the next step uses.
+  std::optional<double> lossScale;
+  bool overflowed = false;
+  double nextLossScale = 0;
   /// This step's learning rate, when the program trains.
   std::optional<double> learningRate;
   double ms = 0;
@@ -93,8 +110,9 @@ std::string evalLine(const EvalRecord &record);
 /// One JSON object: step, val_loss, val_ppl (null when they are not
 /// finite), eval_batches, eval_ms.
 std::string evalJson(const EvalRecord &record);
-/// One JSON object: step, loss (null when non-finite), lr, grad_norm, ms,
-/// tokens_per_s or samples_per_s, peak_bytes, max_rss_bytes, skipped.
+/// One JSON object: step, loss (null when non-finite), lr, grad_norm,
+/// loss_scale, ms, tokens_per_s or samples_per_s, peak_bytes,
+/// max_rss_bytes, skipped, overflow.
 std::string stepJson(const StepRecord &record);
 
 class StepObserver {

@@ -69,6 +69,7 @@ constexpr Rule kRules[] = {
     {kOptStateAttr, OnArgument, Holds::Name},
     {kLrAttr, OnArgument, Holds::Unit},
     {kStepAttr, OnArgument, Holds::Unit},
+    {kLossScaleAttr, OnArgument | OnFunction, Holds::Dictionary},
     {kStoredShapeAttr, OnArgument | OnResult, Holds::IndexArray},
     // Results.
     {kBufferUpdateAttr, OnResult, Holds::Name},
@@ -76,6 +77,7 @@ constexpr Rule kRules[] = {
     {kGradAttr, OnArgument | OnResult, Holds::Name},
     {kUpdateArgAttr, OnArgument | OnResult, Holds::Index},
     {kGradNormAttr, OnResult, Holds::Unit},
+    {kNonFiniteGradsAttr, OnResult, Holds::Unit},
     // Functions and the module.
     {kOptimizerAttr, OnFunction, Holds::Dictionary},
     {kTrainOptionsAttr, OnModule, Holds::String},
@@ -100,7 +102,8 @@ constexpr Rule kRules[] = {
 
 /// The argument roles; an argument has at most one.
 constexpr llvm::StringLiteral kRoles[] = {
-    kParamAttr, kBufferAttr, kInputAttr, kOptStateAttr, kLrAttr, kStepAttr};
+    kParamAttr, kBufferAttr, kInputAttr,    kOptStateAttr,
+    kLrAttr,    kStepAttr,   kLossScaleAttr};
 
 const Rule *findRule(StringRef name) {
   for (const Rule &rule : kRules)

@@ -136,10 +136,26 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     b.setInsertionPoint(ret);
     Location lossLoc = loss.getLoc();
     auto lossType = cast<RankedTensorType>(loss.getType());
-    grads[loss] = b.create<ConstantOp>(
-        lossLoc, lossType,
-        DenseElementsAttr::get(lossType,
-                               b.getFloatAttr(lossType.getElementType(), 1.0)));
+    if (auto scaling = func->getAttrOfType<DictionaryAttr>(kLossScaleAttr)) {
+      // Loss scaling (--merak-mixed-precision): the backward starts from
+      // the step's scale, so every gradient comes out scaled by it.
+      func->removeAttr(kLossScaleAttr);
+      auto f32Scalar = RankedTensorType::get({}, b.getF32Type());
+      unsigned idx = func.getNumArguments();
+      (void)func.insertArgument(
+          idx, f32Scalar,
+          b.getDictionaryAttr(b.getNamedAttr(kLossScaleAttr, scaling)),
+          func.getLoc());
+      Value scale = func.getArgument(idx);
+      if (f32Scalar != lossType)
+        scale = b.create<CastOp>(lossLoc, lossType, scale);
+      grads[loss] = scale;
+    } else {
+      grads[loss] = b.create<ConstantOp>(
+          lossLoc, lossType,
+          DenseElementsAttr::get(
+              lossType, b.getFloatAttr(lossType.getElementType(), 1.0)));
+    }
     bool ok = true;
     for (Operation *op : llvm::reverse(forwardOps)) {
       SmallVector<Value> resultGrads;

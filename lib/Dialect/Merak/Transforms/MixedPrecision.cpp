@@ -6,12 +6,16 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <cmath>
 
 namespace merak {
 #define GEN_PASS_DEF_MIXEDPRECISION
@@ -51,6 +55,40 @@ struct MixedPrecisionPass
     : public merak::impl::MixedPrecisionBase<MixedPrecisionPass> {
   using MixedPrecisionBase::MixedPrecisionBase;
 
+  /// Records `loss-scale` on the forward for --merak-autodiff.
+  LogicalResult recordLossScale(func::FuncOp func) {
+    std::string mode = lossScale;
+    if (mode.empty())
+      mode = compute == "fp16" ? "dynamic" : "none";
+    if (mode == "none")
+      return success();
+    double init = lossScaleInit;
+    bool dynamic = mode == "dynamic";
+    if (!dynamic &&
+        (!llvm::to_float(mode, init) || !std::isfinite(init) || init <= 0.0))
+      return emitError(func.getLoc(), "--merak-mixed-precision: loss-scale "
+                                      "must be dynamic, none or a positive "
+                                      "number, got '")
+             << mode << "'";
+    if (dynamic && (!std::isfinite(init) || init <= 0.0))
+      return emitError(func.getLoc(), "--merak-mixed-precision: "
+                                      "loss-scale-init must be positive, got ")
+             << init;
+    if (dynamic && lossScaleWindow < 1)
+      return emitError(func.getLoc(), "--merak-mixed-precision: "
+                                      "loss-scale-window must be at least 1, "
+                                      "got ")
+             << int64_t(lossScaleWindow);
+    Builder b(func.getContext());
+    func->setAttr(
+        kLossScaleAttr,
+        b.getDictionaryAttr(
+            {b.getNamedAttr("dynamic", b.getBoolAttr(dynamic)),
+             b.getNamedAttr("init", b.getF64FloatAttr(init)),
+             b.getNamedAttr("window", b.getI64IntegerAttr(lossScaleWindow))}));
+    return success();
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = module.getContext();
@@ -71,6 +109,15 @@ struct MixedPrecisionPass
           << funcName << " to rewrite";
       return signalPassFailure();
     }
+    if (master != "fp32") {
+      emitError(module.getLoc(), "--merak-mixed-precision: master must be "
+                                 "fp32 (master weights and optimizer state "
+                                 "stay float32), got '")
+          << master << "'";
+      return signalPassFailure();
+    }
+    if (failed(recordLossScale(func)))
+      return signalPassFailure();
     if (!low)
       return;
     if (func.getBody().getBlocks().size() != 1) {

@@ -170,6 +170,33 @@ struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
     for (Entry &e : entries)
       grads.push_back(ret.getOperand(e.result));
 
+    // Loss scaling: the gradients come scaled by the step's loss scale.
+    // Whether one is not finite (inf * 0 and NaN * 0 are NaN, so the sum of
+    // g * 0 is 0 or NaN), then the gradients unscaled, as PyTorch's
+    // GradScaler.unscale_ does (times the float32 reciprocal).
+    Value nonFinite;
+    std::optional<unsigned> scaleArg;
+    for (unsigned a = 0; a < func.getNumArguments(); ++a)
+      if (func.getArgAttr(a, kLossScaleAttr))
+        scaleArg = a;
+    if (scaleArg) {
+      Type elem = cast<RankedTensorType>(grads[0].getType()).getElementType();
+      Value zero = scalarConst(b, loc, elem, 0.0);
+      for (Value g : grads) {
+        Value s = b.create<ReduceSumOp>(loc, b.create<MulOp>(loc, g, zero),
+                                        ArrayRef<int64_t>{}, false);
+        nonFinite = nonFinite ? Value(b.create<AddOp>(loc, nonFinite, s)) : s;
+      }
+      Value scale = func.getArgument(*scaleArg);
+      auto scaleType = cast<RankedTensorType>(scale.getType());
+      if (scaleType.getElementType() != elem)
+        scale = b.create<CastOp>(loc, scaleType.clone(elem), scale);
+      Value inverse =
+          b.create<DivOp>(loc, scalarConst(b, loc, elem, 1.0), scale);
+      for (Value &g : grads)
+        g = b.create<MulOp>(loc, g, inverse);
+    }
+
     // Global-norm clipping, as torch.nn.utils.clip_grad_norm_.
     Value gradNorm;
     if (clipGradNorm > 0.0) {
@@ -238,6 +265,11 @@ struct OptimizerPass : public merak::impl::OptimizerBase<OptimizerPass> {
       results.push_back(gradNorm);
       attrs.push_back(
           b.getDictionaryAttr(b.getNamedAttr(kGradNormAttr, b.getUnitAttr())));
+    }
+    if (nonFinite) {
+      results.push_back(nonFinite);
+      attrs.push_back(b.getDictionaryAttr(
+          b.getNamedAttr(kNonFiniteGradsAttr, b.getUnitAttr())));
     }
     b.create<func::ReturnOp>(loc, results);
     ret.erase();

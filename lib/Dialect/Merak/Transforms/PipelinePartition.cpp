@@ -66,6 +66,12 @@ struct PipelinePartitionPass
             "clip-grad-norm needs the gradient norm over every stage, which "
             "pipeline parallelism does not compute yet; build the step "
             "without clip-grad-norm");
+      else if (func.getResultAttr(i, kNonFiniteGradsAttr))
+        return emitError(
+            func.getLoc(),
+            "loss scaling needs to know whether a gradient of any stage "
+            "overflowed, which pipeline parallelism does not compute yet; "
+            "build the step with loss-scale=none (bf16 needs none)");
     bool hasBackward = false;
     for (Operation &op : func.getBody().front()) {
       if (op.hasAttr(kMicrobatchAttr))

@@ -59,6 +59,21 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                      "or bf16 / fp16 with float32 master weights "
                      "(--merak-mixed-precision)"),
       llvm::cl::init("fp32")};
+  Option<std::string> lossScale{
+      *this, "loss-scale",
+      llvm::cl::desc("dynamic, none or a static scale (default: dynamic "
+                     "with precision=fp16, none otherwise; "
+                     "--merak-mixed-precision)"),
+      llvm::cl::init("")};
+  Option<double> lossScaleInit{
+      *this, "loss-scale-init",
+      llvm::cl::desc("the first scale of a dynamic loss scale"),
+      llvm::cl::init(65536.0)};
+  Option<int64_t> lossScaleWindow{
+      *this, "loss-scale-window",
+      llvm::cl::desc("steps without an overflow after which a dynamic "
+                     "loss scale doubles"),
+      llvm::cl::init(2000)};
   Option<bool> fuseAttention{
       *this, "fuse-attention",
       llvm::cl::desc("fuse masked attention into "
@@ -108,17 +123,22 @@ void buildTrainPipelineFromOptions(OpPassManager &pm,
   pm.addPass(createCSEPass());
   if (o.fuseAttention)
     pm.addPass(merak::createFuseAttention());
-  if (o.precision != "fp32" && o.precision != "bf16") {
+  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16") {
     pm.clear();
     pm.addPass(std::make_unique<OptionErrorPass>(
-        "--merak-train: precision must be fp32 or bf16, got '" + o.precision +
-        "' (fp16 needs loss scaling, which --merak-train "
-        "does not do yet)"));
+        "--merak-train: precision must be fp32, bf16 or fp16, got '" +
+        o.precision + "'"));
     return;
   }
-  if (o.precision != "fp32") {
+  bool scales = o.precision == "fp16"
+                    ? o.lossScale != "none"
+                    : !o.lossScale.empty() && o.lossScale != "none";
+  if (o.precision != "fp32" || scales) {
     merak::MixedPrecisionOptions mp;
     mp.compute = o.precision;
+    mp.lossScale = o.lossScale;
+    mp.lossScaleInit = o.lossScaleInit;
+    mp.lossScaleWindow = o.lossScaleWindow;
     pm.addPass(merak::createMixedPrecision(mp));
     pm.addPass(createCanonicalizerPass());
   }

@@ -112,3 +112,21 @@ func.func @forward(%w: tensor<2xf32> {merak.param = "w"}, %x: tensor<2xf32> {mer
   %1 = merak.reduce_sum %0 {dims = array<i64>} : (tensor<2xf32>) -> tensor<f32>
   return %1 : tensor<f32>
 }
+
+// -----
+
+// Loss scaling (recorded on the forward by --merak-mixed-precision): the
+// backward starts from a merak.loss_scale argument instead of 1, so the
+// gradient comes out scaled by it.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[W:.*]]: tensor<2xf32> {merak.param = "w"}, %[[S:.*]]: tensor<f32> {merak.loss_scale = {dynamic = true, init = 6.553600e+04 : f64, window = 2000 : i64}}
+// CHECK-NOT: attributes {merak.loss_scale
+// CHECK: %[[L:.*]] = merak.reduce_sum %[[W]]
+// CHECK: %[[R:.*]] = merak.reshape %[[S]] {merak.grad_of = 0 : i64
+// CHECK: %[[G:.*]] = merak.expand %[[R]]
+// CHECK: return %[[L]], %[[G]]
+func.func @forward(%w: tensor<2xf32> {merak.param = "w"}) -> tensor<f32>
+    attributes {merak.loss_scale = {dynamic = true, init = 65536.0 : f64, window = 2000 : i64}} {
+  %0 = merak.reduce_sum %w {dims = array<i64>} : (tensor<2xf32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}

@@ -6,7 +6,20 @@
 // RUN: merak-opt %s --merak-mixed-precision="compute=fp16" | FileCheck %s --check-prefix=FP16
 // RUN: merak-opt %s --merak-mixed-precision="compute=fp32" | FileCheck %s --check-prefix=FP32
 // RUN: not merak-opt %s --merak-mixed-precision="compute=fp8" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: merak-opt %s --merak-mixed-precision="compute=fp32 loss-scale=512" | FileCheck %s --check-prefix=STATIC
+// RUN: merak-opt %s --merak-mixed-precision="compute=bf16 loss-scale=dynamic loss-scale-init=1024 loss-scale-window=10" | FileCheck %s --check-prefix=DYNAMIC
+// RUN: not merak-opt %s --merak-mixed-precision="compute=fp16 loss-scale=0" 2>&1 | FileCheck %s --check-prefix=BADSCALE
+// RUN: not merak-opt %s --merak-mixed-precision="compute=fp16 loss-scale-window=0" 2>&1 | FileCheck %s --check-prefix=BADWINDOW
+// RUN: not merak-opt %s --merak-mixed-precision="compute=fp16 master=bf16" 2>&1 | FileCheck %s --check-prefix=BADMASTER
+// Loss scaling is recorded on the forward for --merak-autodiff: fp16's
+// default is dynamic (FP16 below), bf16's and fp32's none (CHECK, FP32).
+// STATIC: func.func @forward{{.*}} attributes {merak.loss_scale = {dynamic = false, init = 5.120000e+02 : f64, window = 2000 : i64}}
+// DYNAMIC: func.func @forward{{.*}} attributes {merak.loss_scale = {dynamic = true, init = 1.024000e+03 : f64, window = 10 : i64}}
+// BADSCALE: error: --merak-mixed-precision: loss-scale must be dynamic, none or a positive number, got '0'
+// BADWINDOW: error: --merak-mixed-precision: loss-scale-window must be at least 1, got 0
+// BADMASTER: error: --merak-mixed-precision: master must be fp32
 
+// CHECK-NOT: merak.loss_scale
 // CHECK-LABEL: func.func @forward
 // CHECK-SAME: (%[[X:.*]]: tensor<2x8xf32> {merak.input = "x"}, %[[W:.*]]: tensor<8x8xf32> {merak.param = "w"}, %[[G:.*]]: tensor<8xf32> {merak.param = "g"}, %[[T:.*]]: tensor<2xi64> {merak.input = "t"})
 // CHECK-DAG: %[[XB:.*]] = merak.cast %[[X]] : tensor<2x8xf32> -> tensor<2x8xbf16>
@@ -28,8 +41,10 @@
 // CHECK: %[[OUT:.*]] = merak.cast %[[S]] : tensor<2x8xbf16> -> tensor<2x8xf32>
 // CHECK: return %[[LOSS]], %[[OUT]] : tensor<f32>, tensor<2x8xf32>
 
+// FP16: func.func @forward{{.*}} attributes {merak.loss_scale = {dynamic = true, init = 6.553600e+04 : f64, window = 2000 : i64}}
 // FP16: merak.linear {{.*}} -> tensor<2x8xf16>
 // FP32-NOT: merak.cast
+// FP32-NOT: merak.loss_scale
 // BAD: error: --merak-mixed-precision: compute must be bf16, fp16 or fp32, got 'fp8'
 
 func.func @forward(%x: tensor<2x8xf32> {merak.input = "x"},

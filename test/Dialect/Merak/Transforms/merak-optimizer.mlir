@@ -10,6 +10,7 @@
 // RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=adamw lr=inf" 2>&1 | FileCheck %s --check-prefix=LRINF
 // RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=adamw lr=1e-3 beta2=nan" 2>&1 | FileCheck %s --check-prefix=BETANAN
 // RUN: not merak-opt %s -split-input-file --merak-optimizer="optimizer=sgd lr=-1" 2>&1 | FileCheck %s --check-prefix=LRNEG
+// RUN: merak-opt %s -split-input-file --merak-optimizer="optimizer=sgd lr=0.1" | FileCheck %s --check-prefix=SCALE
 
 // SGD-LABEL: func.func @train_step
 // SGD-SAME: (%[[W:.*]]: tensor<4xf32> {merak.param = "w"}, %[[X:.*]]: tensor<4xf32> {merak.input = "x"}, %[[BUF:.*]]: tensor<4xf32> {merak.opt_state = "w/momentum_buffer"}, %[[LR:.*]]: tensor<f32> {merak.lr}, %[[STEP:.*]]: tensor<i64> {merak.step})
@@ -49,4 +50,28 @@ func.func @train_step(%w: tensor<4xf32> {merak.param = "w"}, %x: tensor<4xf32> {
   %0 = merak.mul %w, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %1 = merak.reduce_sum %0 {dims = array<i64>} : (tensor<4xf32>) -> tensor<f32>
   return %1, %x : tensor<f32>, tensor<4xf32>
+}
+
+// -----
+
+// A step with a loss scale (--merak-autodiff seeded the backward with it):
+// the gradients' check (0, or NaN when one is not finite) is returned as
+// merak.nonfinite_grads, and they are unscaled by the reciprocal.
+// SCALE-LABEL: func.func @train_step(%arg0: tensor<4xf32> {merak.param = "w"}, %arg1: tensor<4xf32> {merak.input = "x"}, %arg2: tensor<f32> {merak.loss_scale = {dynamic = true, init = 6.553600e+04 : f64, window = 2000 : i64}}
+// SCALE-SAME: -> (tensor<f32> {merak.loss}, tensor<4xf32> {merak.update_arg = 0 : i64}, tensor<f32> {merak.nonfinite_grads})
+// SCALE: %[[ZERO:.*]] = merak.constant dense<0.000000e+00> : tensor<f32>
+// SCALE: %[[Z:.*]] = merak.mul %[[G:.*]], %[[ZERO]]
+// SCALE: %[[NF:.*]] = merak.reduce_sum %[[Z]] {dims = array<i64>}
+// SCALE: %[[ONE:.*]] = merak.constant dense<1.000000e+00> : tensor<f32>
+// SCALE: %[[INV:.*]] = merak.div %[[ONE]], %arg2
+// SCALE: %[[U:.*]] = merak.mul %[[G]], %[[INV]]
+// SCALE: %[[P:.*]], %{{.*}} = merak.sgd_update %arg0, %[[U]]
+// SCALE: return %{{.*}}, %[[P]], %[[NF]]
+func.func @train_step(%w: tensor<4xf32> {merak.param = "w"}, %x: tensor<4xf32> {merak.input = "x"},
+                      %s: tensor<f32> {merak.loss_scale = {dynamic = true, init = 65536.0 : f64, window = 2000 : i64}})
+    -> (tensor<f32> {merak.loss}, tensor<4xf32> {merak.grad = "w"}) {
+  %0 = merak.mul %w, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %1 = merak.reduce_sum %0 {dims = array<i64>} : (tensor<4xf32>) -> tensor<f32>
+  %2 = merak.mul %x, %s : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  return %1, %2 : tensor<f32>, tensor<4xf32>
 }

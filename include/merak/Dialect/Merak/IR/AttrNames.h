@@ -19,6 +19,11 @@ inline constexpr llvm::StringLiteral kInputAttr = "merak.input";
 inline constexpr llvm::StringLiteral kOptStateAttr = "merak.opt_state";
 inline constexpr llvm::StringLiteral kLrAttr = "merak.lr";
 inline constexpr llvm::StringLiteral kStepAttr = "merak.step";
+/// The step's loss scale (rank-0 float): the backward starts from it
+/// instead of 1, so every gradient comes out multiplied by it. Holds the
+/// scaling's configuration, `{dynamic, init, window}`; on @forward (set by
+/// --merak-mixed-precision) it asks --merak-autodiff for the argument.
+inline constexpr llvm::StringLiteral kLossScaleAttr = "merak.loss_scale";
 /// On a parameter (and its optimizer state) whose program shape is a
 /// row-major reshape of the tensor as PyTorch holds it: that shape, in
 /// which weights are loaded and checkpoints saved.
@@ -30,6 +35,10 @@ inline constexpr llvm::StringLiteral kLossAttr = "merak.loss";
 inline constexpr llvm::StringLiteral kGradAttr = "merak.grad";
 inline constexpr llvm::StringLiteral kUpdateArgAttr = "merak.update_arg";
 inline constexpr llvm::StringLiteral kGradNormAttr = "merak.grad_norm";
+/// A rank-0 float that is 0 when every gradient of the step is finite and
+/// NaN otherwise (the sum of `g * 0` over them); with a loss scale.
+inline constexpr llvm::StringLiteral kNonFiniteGradsAttr =
+    "merak.nonfinite_grads";
 
 // Functions.
 inline constexpr llvm::StringLiteral kTrainStepName = "train_step";

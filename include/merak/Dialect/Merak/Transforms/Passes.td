@@ -73,14 +73,36 @@ def MixedPrecision : Pass<"merak-mixed-precision", "mlir::ModuleOp"> {
     operands, a one-element constant following the others (as a Python
     number does in PyTorch). Results return in their original types. The
     gradient follows the casts: each cast's gradient casts back, so every
-    parameter's gradient is float32. `compute=fp32` leaves the program
+    parameter's gradient is float32. `compute=fp32` leaves the ops
     unchanged.
+
+    Loss scaling (`loss-scale`; by default `dynamic` with fp16, `none`
+    otherwise) is recorded on the forward as `merak.loss_scale = {dynamic,
+    init, window}`: `--merak-autodiff` then starts the backward from a
+    `merak.loss_scale` argument instead of 1, and `--merak-optimizer`
+    unscales the gradients and returns whether one is not finite, so that
+    merak-exec skips that step's update. A dynamic scale starts at
+    `loss-scale-init`, halves on each skipped step and doubles after
+    `loss-scale-window` steps in a row without one; a number is a static
+    scale.
   }];
   let options = [
     Option<"funcName", "func", "std::string", /*default=*/"\"forward\"",
            "Name of the forward function">,
     Option<"compute", "compute", "std::string", /*default=*/"\"bf16\"",
-           "The compute type of matrix products: bf16, fp16 or fp32">
+           "The compute type of matrix products: bf16, fp16 or fp32">,
+    Option<"master", "master", "std::string", /*default=*/"\"fp32\"",
+           "The type of the master weights and optimizer state: fp32 (the "
+           "only one)">,
+    Option<"lossScale", "loss-scale", "std::string", /*default=*/"\"\"",
+           "dynamic, none, or a static scale (a positive number); default "
+           "dynamic with fp16, none otherwise">,
+    Option<"lossScaleInit", "loss-scale-init", "double",
+           /*default=*/"65536.0",
+           "The first scale of a dynamic loss scale">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t",
+           /*default=*/"2000",
+           "Steps without an overflow after which a dynamic scale doubles">
   ];
 }
 
