@@ -71,6 +71,11 @@ const std::vector<KeySpec> &configKeys() {
        "compute type of matrix products (bf16 / fp16 keep float32 master "
        "weights)",
        {"fp32", "bf16", "fp16"}},
+      {"train.loss-scale", K::String,
+       "loss scaling: dynamic (the default with fp16), none, or a static "
+       "scale"},
+      {"train.loss-scale-window", K::Int,
+       "steps without an overflow after which a dynamic loss scale doubles"},
       {"train.steps", K::Int, "steps to train (required)"},
       {"train.seed", K::Int, "seed of data sampling and dropout"},
       {"train.skip-nonfinite", K::Bool,

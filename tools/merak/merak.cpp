@@ -471,6 +471,11 @@ struct Driver {
     number("train.clip-grad-norm", "clip-grad-norm");
     if (config.has("train.precision"))
       train.push_back("precision=" + config.string("train.precision"));
+    if (config.has("train.loss-scale"))
+      train.push_back("loss-scale=" + config.string("train.loss-scale"));
+    if (config.has("train.loss-scale-window"))
+      train.push_back(absl::StrCat("loss-scale-window=",
+                                   config.integer("train.loss-scale-window")));
     int64_t pp = config.integer("parallel.pp", 1);
     bool automatic = config.string("parallel.plan") == "auto";
     if (config.has("parallel.microbatches") && pp == 1 && !automatic)

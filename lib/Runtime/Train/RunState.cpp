@@ -161,8 +161,8 @@ checkpointCounters(const std::map<std::string, std::string> &metadata,
     if (!absl::SimpleAtod(it->second, &scale) || !std::isfinite(scale) ||
         scale <= 0)
       return absl::InvalidArgumentError(
-          absl::StrCat(source, ": metadata 'loss_scale' is '", it->second,
-                       "', not a number above 0"));
+          absl::StrCat(source, ": checkpoint field 'loss_scale' is '",
+                       it->second, "', not a number above 0"));
     loaded.lossScale = scale;
   }
   absl::StatusOr<std::optional<int64_t>> good =
