@@ -84,15 +84,22 @@ for m in "${MODELS[@]}"; do
   fi
 done
 rm -rf "$OUT/fixtures"
-# GPT-2 in mixed precision (bf16 matrix products, fp32 master weights), as
-# test/e2e/train-gpt2-bf16.test trains it on the CPU.
-"$BUILD/bin/merak-opt" "$FIXTURES/gpt2.pt" \
-  --merak-train="optimizer=adamw lr=1e-3 weight-decay=0.1 precision=bf16" \
-  -o "$OUT/models/gpt2-bf16.mlir"
-"$BUILD/bin/merak-translate" "$OUT/models/gpt2-bf16.mlir" --merak-to-rank-program \
-  -o "$OUT/models/gpt2-bf16.mrp"
-rm "$OUT/models/gpt2-bf16.mlir"
+# GPT-2 in mixed precision (fp32 master weights): bf16 matrix products, as
+# test/e2e/train-gpt2-bf16.test trains it on the CPU, and fp16 ones with a
+# dynamic loss scale from 2^20 doubling after 3 clean steps, as
+# test/e2e/train-gpt2-fp16.test.
+for precision in "bf16" "fp16 loss-scale-init=1048576 loss-scale-window=3"; do
+  name=gpt2-${precision%% *}
+  "$BUILD/bin/merak-opt" "$FIXTURES/gpt2.pt" \
+    --merak-train="optimizer=adamw lr=1e-3 weight-decay=0.1 precision=$precision" \
+    -o "$OUT/models/$name.mlir"
+  "$BUILD/bin/merak-translate" "$OUT/models/$name.mlir" --merak-to-rank-program \
+    -o "$OUT/models/$name.mrp"
+  rm "$OUT/models/$name.mlir"
+done
+mkdir -p "$OUT/src/test/e2e/Inputs"
 cp "$ROOT"/test/e2e/{reference.py,compare_losses.py,make_batches.py} "$OUT/src/test/e2e/"
+cp "$ROOT"/test/e2e/Inputs/check_loss_scale.py "$OUT/src/test/e2e/Inputs/"
 cp "$ROOT"/test/fixtures/*.py "$OUT/src/test/fixtures/"
 cp "$ROOT"/python/*.py "$OUT/src/python/"
 cp "$ROOT/scripts/gpu-check.sh" "$OUT/src/scripts/"

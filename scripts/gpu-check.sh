@@ -12,7 +12,8 @@
 #     same GPU from the same weights and
 #     batches (TF32 off on both sides, dropout off), within 1e-4 relative;
 #     GPT-2 in bf16 mixed precision within twice the distance of PyTorch's
-#     bf16 autocast from its fp32 run;
+#     bf16 autocast from its fp32 run; GPT-2 in fp16 with dynamic loss
+#     scaling, its scale by the rule and its first loss within 1e-3;
 #     GPT-2 run twice gives the same losses bit for bit;
 #  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
 #  4. with BENCH=1, the GPT-2 small benchmark (bench/gpu_gpt2.py run).
@@ -192,6 +193,28 @@ if [[ -f $B/models/gpt2-bf16.mrp && -f $dir/ref.jsonl ]]; then
     row "gpt2 (adamw, bf16 mixed)" "$verdict" "$(tail -1 "$dir/bf16-compare.log")"
   else
     row "gpt2 (adamw, bf16 mixed)" FAIL "$(grep -m1 -i error "$dir/bf16.log" "$dir/bf16-ref.log" || tail -1 "$dir/bf16-ref.log")"
+  fi
+fi
+
+# fp16 with dynamic loss scaling: the scale follows the rule step by step
+# (halved after each overflow, doubled after 3 clean steps), and the first
+# step, before any update, is within 1e-3 of PyTorch's fp32 loss.
+if [[ -f $B/models/gpt2-fp16.mrp && -f $dir/ref.jsonl ]]; then
+  rm -f "$dir"/fp16*.jsonl
+  if "$BIN/merak-exec" "$B/models/gpt2-fp16.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+       --data "$dir/batches.safetensors" --steps "$STEPS" --log-jsonl "$dir/fp16.jsonl" > "$dir/fp16.log" 2>&1; then
+    if "$PY" "$B/src/test/e2e/Inputs/check_loss_scale.py" "$dir/fp16.jsonl" --init 1048576 \
+         --window 3 > "$dir/fp16-rule.log" 2>&1 &&
+       "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/fp16.jsonl" "$dir/ref.jsonl" --steps 1 \
+         --rtol 1e-3 > "$dir/fp16-compare.log" 2>&1; then
+      verdict=ok
+    else
+      verdict=FAIL
+    fi
+    row "gpt2 (adamw, fp16, loss scaling)" "$verdict" \
+      "$(tail -1 "$dir/fp16-rule.log"); $(tail -1 "$dir/fp16-compare.log")"
+  else
+    row "gpt2 (adamw, fp16, loss scaling)" FAIL "$(grep -m1 -i error "$dir/fp16.log" || tail -1 "$dir/fp16.log")"
   fi
 fi
 
