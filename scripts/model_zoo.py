@@ -7,7 +7,8 @@ gives its parameter count and op kinds (from `merak-opt --merak-model-summary`
 on the traced archive), and what the lit tests under test/ do with it, read
 from their RUN lines: which optimizers and precisions train it, and under
 which plans (`--merak-parallelize` options, pipeline schedules) a run of it
-is compared with PyTorch. A run counts when a `merak-exec` log of the
+is compared with PyTorch; "also" lists the precisions besides float32, and
+LoRA (`--merak-lora`), that such a run uses. A run counts when a `merak-exec` log of the
 fixture's step is compared (`compare_losses.py`, not under `not`) with a
 log written by `reference.py`, or with a log that is itself compared with
 one, in the same test file.
@@ -217,6 +218,8 @@ def scan_file(path, found):
             precision = re.search(r"precision=(\w+)", train)
             entry["precisions"].add(precision.group(1) if precision
                                     else "fp32")
+        if options.get("--merak-lora"):
+            entry["precisions"].add("LoRA")
         entry["plans"].add(plan_label(options))
 
 

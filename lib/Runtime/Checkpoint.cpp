@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <dirent.h>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -369,12 +371,53 @@ openCheckpoint(const std::string &path) {
                       std::move(file->metadata));
 }
 
+namespace {
+/// Parameter `name` (of `type`) as its `merak.init` makes it.
+HostTensor initialTensor(const std::string &name, const std::string &init,
+                         const TensorType &type) {
+  HostTensor t = HostTensor::allocate(TensorType{DType::F32, type.shape});
+  auto *data = reinterpret_cast<float *>(t.mutableBytes());
+  int64_t n = type.numElements();
+  std::fill(data, data + n, 0.0f);
+  if (init == "kaiming_uniform" && !type.shape.empty()) {
+    // nn.Linear's default (kaiming_uniform_ with a = sqrt(5)): uniform in
+    // +-1/sqrt(fan_in), fan_in the product of every dimension but the
+    // first. Seeded by the name, so every rank and run draws the same.
+    int64_t fanIn = n / std::max<int64_t>(type.shape[0], 1);
+    double bound = 1.0 / std::sqrt(double(std::max<int64_t>(fanIn, 1)));
+    uint64_t seed = 1469598103934665603ull;
+    for (unsigned char c : name)
+      seed = (seed ^ c) * 1099511628211ull;
+    std::mt19937_64 generator(seed);
+    std::uniform_real_distribution<double> uniform(-bound, bound);
+    for (int64_t i = 0; i < n; ++i)
+      data[i] = float(uniform(generator));
+  }
+  return t;
+}
+} // namespace
+
 absl::StatusOr<std::map<std::string, HostTensor>>
 shardState(const Program &program, GlobalState &state) {
   std::map<std::string, HostTensor> result;
   std::vector<int64_t> meshShape = meshShapeOf(program);
   for (const Argument *arg : stateArguments(program)) {
     std::optional<TensorType> global = state.type(arg->name);
+    if (!global && !arg->init.empty()) {
+      // A parameter the weights lack that the program can make (LoRA's
+      // adapters): made whole, as the weights would hold it, then cut.
+      const TensorType &local = program.values[arg->value].type;
+      HostTensor whole = initialTensor(
+          arg->name, arg->init,
+          TensorType{local.dtype,
+                     globalShape(local.shape, arg->sharding, meshShape)});
+      absl::StatusOr<HostTensor> shard =
+          cutShard(whole, arg->sharding, meshShape, program.rank);
+      if (!shard.ok())
+        return shard.status();
+      result[arg->name] = *std::move(shard);
+      continue;
+    }
     if (!global)
       continue;
     const TensorType &local = program.values[arg->value].type;

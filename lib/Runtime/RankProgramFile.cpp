@@ -154,6 +154,8 @@ json programToJson(const Program &p) {
       o["updated_by"] = a.updatedBy;
     if (a.defaultLearningRate)
       o["lr"] = *a.defaultLearningRate;
+    if (!a.init.empty())
+      o["init"] = a.init;
     if (a.role == ArgumentRole::LossScale)
       o["loss_scale"] = {{"dynamic", a.lossScaling.dynamic},
                          {"init", a.lossScaling.init},
@@ -608,6 +610,10 @@ Program readProgram(const json &j, const std::string &path) {
     readOptional(args[i], where, "name", a.name);
     readOptional(args[i], where, "updated_by", a.updatedBy);
     readOptional(args[i], where, "lr", a.defaultLearningRate);
+    readOptional(args[i], where, "init", a.init);
+    if (!a.init.empty() && a.init != "zeros" && a.init != "kaiming_uniform")
+      formatError(member(where, "init"),
+                  "an init is zeros or kaiming_uniform, not '" + a.init + "'");
     if (args[i].contains("loss_scale")) {
       std::string at = member(where, "loss_scale");
       const json &scaling = args[i]["loss_scale"];

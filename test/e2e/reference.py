@@ -7,6 +7,7 @@ Usage:
                          [--weight-decay WD] [--betas B1 B2] [--eps E]
                          [--threads T] [--dtype float32|float64]
                          [--device cpu|cuda] [--fixture NAME]
+                         [--lora ADAPTERS.safetensors --lora-alpha A]
                          [--eval-data val.safetensors --eval-batches M
                           [--eval-every N] --out-eval-jsonl val.jsonl]
                          --out-jsonl losses.jsonl
@@ -20,6 +21,11 @@ convolutions, so on a GPU the eager module is PyTorch as a user runs it. Step i 
 the loss of that forward ({"step": i, "loss": ...}, the loss before the
 update), then runs backward and one optimizer step. The losses are the
 reference that merak-exec's log is compared against.
+
+With --lora (and --fixture), each `NAME.lora_A.weight` / `NAME.lora_B.weight`
+pair of the file adapts the nn.Linear `NAME` as PEFT's LoRA does: its
+output plus `B(A(x)) * alpha / rank`; every other parameter is frozen and
+only the adapters train.
 
 With --eval-data, after every N-th step and after the last, the mean loss
 of batches 1..M of the validation file (slice k-1 for batch k, in
@@ -105,6 +111,48 @@ def eager_fixture(name, traced, device):
     return module.to(device).train()
 
 
+class LoraLinear(torch.nn.Module):
+    """An nn.Linear plus a low-rank update, ``B(A(x)) * scale``."""
+
+    def __init__(self, base, a, b, scale):
+        super().__init__()
+        self.base = base
+        self.lora_A = torch.nn.Parameter(a.clone())
+        self.lora_B = torch.nn.Parameter(b.clone())
+        self.scale = scale
+
+    def forward(self, x):
+        update = torch.nn.functional.linear(
+            torch.nn.functional.linear(x, self.lora_A), self.lora_B)
+        return self.base(x) + update * self.scale
+
+
+def add_lora(module, path, alpha, device):
+    """Adapts the linears named in ``path``'s LoRA weights; returns the
+    adapters' parameters (the only ones that train)."""
+    tensors, _ = merak_safetensors.load(path)
+    for p in module.parameters():
+        p.requires_grad_(False)
+    trainable = []
+    for key in sorted(tensors):
+        if not key.endswith(".lora_A.weight"):
+            continue
+        name = key[:-len(".lora_A.weight")]
+        a, b = tensors[key], tensors[name + ".lora_B.weight"]
+        parent, _, attr = name.rpartition(".")
+        owner = module.get_submodule(parent) if parent else module
+        base = getattr(owner, attr)
+        if not isinstance(base, torch.nn.Linear):
+            raise SystemExit("error: --lora: %s is not an nn.Linear" % name)
+        wrapped = LoraLinear(base, a.to(device), b.to(device),
+                             alpha / a.shape[0])
+        setattr(owner, attr, wrapped)
+        trainable += [wrapped.lora_A, wrapped.lora_B]
+    if not trainable:
+        raise SystemExit("error: --lora: %s holds no *.lora_A.weight" % path)
+    return trainable
+
+
 def forward_names(module):
     """Names of the forward arguments, in order, without ``self``."""
     if not hasattr(module, "forward") or not hasattr(module.forward,
@@ -143,7 +191,10 @@ def run(args):
         # Converts floating parameters and buffers only; masks and counters
         # keep their types.
         module.to(dtype)
-    params = list(module.parameters())
+    if args.lora:
+        params = add_lora(module, args.lora, args.lora_alpha, device)
+    else:
+        params = list(module.parameters())
     optimizer = make_optimizer(args, params)
 
     data, _ = merak_safetensors.load(args.data)
@@ -268,6 +319,12 @@ def main(argv=None):
     parser.add_argument("--autocast", choices=["bfloat16"], default=None,
                         help="run the forward under torch.autocast on the "
                              "CPU in this type (float32 weights)")
+    parser.add_argument("--lora", metavar="ADAPTERS",
+                        help="safetensors of NAME.lora_A.weight / "
+                        "NAME.lora_B.weight pairs: train those adapters on "
+                        "the frozen model (needs --fixture)")
+    parser.add_argument("--lora-alpha", type=float, default=8.0,
+                        help="the adapters' scale is alpha / rank")
     parser.add_argument("--microbatches", type=int, default=1, metavar="M",
                         help="split each step's batch into M micro-batches "
                         "and accumulate their gradients (default 1)")
@@ -283,6 +340,8 @@ def main(argv=None):
         args.weight_decay = 0.01 if args.optimizer == "adamw" else 0.0
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.lora and not args.fixture:
+        parser.error("--lora needs --fixture (the eager module's linears)")
     if args.microbatches < 1:
         parser.error("--microbatches must be at least 1")
     if args.nesterov and (args.momentum <= 0 or args.dampening != 0):

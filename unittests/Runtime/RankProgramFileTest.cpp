@@ -50,6 +50,7 @@ Program sampleProgram() {
   x.sharding.splitAxes = {{0}, {1}};
   x.defaultLearningRate = 1e-3;
   x.storedShape = {2, 2, 6};
+  x.init = "kaiming_uniform";
   Argument y;
   y.value = 1;
   y.role = ArgumentRole::Input;
@@ -196,6 +197,7 @@ TEST(RankProgramFileTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(b.arguments[0].defaultLearningRate, 1e-3);
   EXPECT_EQ(b.arguments[0].storedShape, (std::vector<int64_t>{2, 2, 6}));
   EXPECT_EQ(b.arguments[0].role, ArgumentRole::Param);
+  EXPECT_EQ(b.arguments[0].init, "kaiming_uniform");
   EXPECT_EQ(b.arguments[2].role, ArgumentRole::LossScale);
   EXPECT_FALSE(b.arguments[2].lossScaling.dynamic);
   EXPECT_EQ(b.arguments[2].lossScaling.init, 512.0);

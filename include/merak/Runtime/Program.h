@@ -225,6 +225,9 @@ struct Argument {
   std::optional<double> defaultLearningRate;
   /// Role LossScale: the scaling the IR records.
   LossScaling lossScaling;
+  /// `merak.init` of a parameter: how to make it when the loaded weights
+  /// lack it ("zeros", "kaiming_uniform"); empty: it must be there.
+  std::string init;
   /// `merak.sharding`: how the global value is split over the mesh; this
   /// rank holds the block it gives (replicated when absent).
   Sharding sharding;

@@ -269,6 +269,13 @@ LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
   if (auto s = stringAttr(kParamAttr)) {
     arg.role = ArgumentRole::Param, arg.name = s.str(), ++roles;
   }
+  if (auto init = stringAttr(kInitAttr)) {
+    if (init.getValue() != "zeros" && init.getValue() != "kaiming_uniform")
+      return func.emitError()
+             << "argument #" << i << ": merak.init is \"" << init.getValue()
+             << "\", not \"zeros\" or \"kaiming_uniform\"";
+    arg.init = init.str();
+  }
   if (auto s = stringAttr(kBufferAttr)) {
     arg.role = ArgumentRole::Buffer, arg.name = s.str(), ++roles;
   }

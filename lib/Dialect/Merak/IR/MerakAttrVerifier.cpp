@@ -70,6 +70,8 @@ constexpr Rule kRules[] = {
     {kLrAttr, OnArgument, Holds::Unit},
     {kStepAttr, OnArgument, Holds::Unit},
     {kLossScaleAttr, OnArgument | OnFunction, Holds::Dictionary},
+    {kFrozenAttr, OnArgument, Holds::Unit},
+    {kInitAttr, OnArgument, Holds::Name},
     {kStoredShapeAttr, OnArgument | OnResult, Holds::IndexArray},
     // Results.
     {kBufferUpdateAttr, OnResult, Holds::Name},

@@ -113,8 +113,9 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     // Values that depend on a parameter through floating values.
     llvm::DenseSet<Value> needsGrad;
     SmallVector<unsigned> params;
+    // A frozen parameter (merak.frozen) gets no gradient.
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (func.getArgAttr(i, kParamAttr)) {
+      if (func.getArgAttr(i, kParamAttr) && !func.getArgAttr(i, kFrozenAttr)) {
         params.push_back(i);
         if (isFloatTensor(func.getArgument(i).getType()))
           needsGrad.insert(func.getArgument(i));

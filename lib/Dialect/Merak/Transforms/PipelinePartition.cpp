@@ -282,6 +282,11 @@ struct PipelinePartitionPass
     for (auto &[param, stageSet] : readers) {
       if (stageSet.size() < 2)
         continue;
+      // A frozen parameter has no gradient to sum: each stage that reads
+      // it loads its own copy, which never changes.
+      if (auto frozen = dyn_cast<BlockArgument>(param);
+          frozen && func.getArgAttr(frozen.getArgNumber(), kFrozenAttr))
+        continue;
       SmallVector<int64_t> owners(stageSet.begin(), stageSet.end());
       auto arg = cast<BlockArgument>(param);
       func.setArgAttr(arg.getArgNumber(), kTiedAttr,

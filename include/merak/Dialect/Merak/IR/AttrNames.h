@@ -19,6 +19,13 @@ inline constexpr llvm::StringLiteral kInputAttr = "merak.input";
 inline constexpr llvm::StringLiteral kOptStateAttr = "merak.opt_state";
 inline constexpr llvm::StringLiteral kLrAttr = "merak.lr";
 inline constexpr llvm::StringLiteral kStepAttr = "merak.step";
+/// On a parameter: frozen (LoRA's base weights). It is loaded and saved as
+/// any parameter, but gets no gradient, no optimizer state and no update.
+inline constexpr llvm::StringLiteral kFrozenAttr = "merak.frozen";
+/// On a parameter: how merak-exec initializes it when the weights it loads
+/// lack it: "zeros", or "kaiming_uniform" (PyTorch's nn.Linear default,
+/// uniform in +-1/sqrt(fan_in)).
+inline constexpr llvm::StringLiteral kInitAttr = "merak.init";
 /// The step's loss scale (rank-0 float): the backward starts from it
 /// instead of 1, so every gradient comes out multiplied by it. Holds the
 /// scaling's configuration, `{dynamic, init, window}`; on @forward (set by

@@ -58,6 +58,43 @@ def Autodiff : Pass<"merak-autodiff", "mlir::ModuleOp"> {
   ];
 }
 
+def Lora : Pass<"merak-lora", "mlir::ModuleOp"> {
+  let summary = "Low-rank adapters (LoRA) on chosen linear layers, every "
+                "other parameter frozen";
+  let description = [{
+    Runs on the forward program, before `--merak-train`. For every
+    `merak.linear` whose weight `W` (`[out, in]`, a `merak.param`, possibly
+    through a cast) is a target, adds two parameters, `NAME.lora_A.weight`
+    (`[rank, in]`, `merak.init = "kaiming_uniform"`) and
+    `NAME.lora_B.weight` (`[out, rank]`, `merak.init = "zeros"`), NAME
+    being W's name without `.weight`, and adds
+    `linear(linear(dropout(x), A), B) * alpha / rank` to the layer's
+    result, as PEFT's LoRA does. Every other parameter gets `merak.frozen`:
+    `--merak-autodiff` gives it no gradient, so it has no optimizer state
+    and no update; it is still loaded and saved. B starts at zero, so the
+    adapted model starts as the base one.
+
+    `targets` is a comma-separated list: a name (one or more dotted
+    components of the weight's name, e.g. `c_attn` or `attn.c_proj`), or
+    `all-linear`: every linear on a weight of its own (not tied to another
+    op), except the output head (a linear whose result reaches the loss
+    through shape ops alone). A target that matches no linear is an error
+    that lists the linear weights there are.
+  }];
+  let options = [
+    Option<"funcName", "func", "std::string", /*default=*/"\"forward\"",
+           "Name of the forward function">,
+    Option<"rank", "rank", "int64_t", /*default=*/"8",
+           "The adapters' rank">,
+    Option<"alpha", "alpha", "double", /*default=*/"8.0",
+           "The adapters' output is scaled by alpha / rank">,
+    Option<"dropout", "dropout", "double", /*default=*/"0.0",
+           "Dropout on the adapters' input (training mode)">,
+    Option<"targets", "targets", "std::string", /*default=*/"\"all-linear\"",
+           "Comma-separated: all-linear, or dotted weight-name components">
+  ];
+}
+
 def MixedPrecision : Pass<"merak-mixed-precision", "mlir::ModuleOp"> {
   let summary = "Compute the forward in bfloat16 or float16 with float32 "
                 "master weights";
