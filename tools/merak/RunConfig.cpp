@@ -71,6 +71,9 @@ const std::vector<KeySpec> &configKeys() {
        "compute type of matrix products (bf16 / fp16 keep float32 master "
        "weights)",
        {"fp32", "bf16", "fp16"}},
+      {"train.lora", K::String,
+       "LoRA adapters, every other weight frozen: --merak-lora options, "
+       "e.g. 'rank=8 alpha=16 targets=c_attn,c_proj'"},
       {"train.loss-scale", K::String,
        "loss scaling: dynamic (the default with fp16), none, or a static "
        "scale"},

@@ -523,13 +523,18 @@ struct Driver {
   /// the compiler.
   absl::StatusOr<std::string> compile(const std::string &modelFile) {
     auto [train, plan] = compilerOptions();
-    std::vector<std::string> argv = {tool("merak-opt"), modelFile,
-                                     "--merak-train=" + train};
+    std::vector<std::string> argv = {tool("merak-opt"), modelFile};
+    std::string lora =
+        config.has("train.lora") ? config.string("train.lora") : "";
+    if (config.has("train.lora"))
+      argv.push_back("--merak-lora=" + lora);
+    argv.push_back("--merak-train=" + train);
     if (!plan.empty())
       argv.push_back("--merak-parallelize=" + plan);
     Key key;
     if (!dryRun && !key.addFile(modelFile))
       return absl::NotFoundError("cannot read " + modelFile);
+    key.add("lora " + lora);
     key.add(train);
     key.add(plan);
     key.addTool(tool("merak-opt"));
