@@ -31,7 +31,7 @@ namespace {
 
 /// The parameter argument behind a linear's weight operand (through casts,
 /// which --merak-mixed-precision puts there), or null.
-BlockArgument weightParam(Value weight) {
+BlockArgument adaptedWeight(Value weight) {
   while (auto cast = weight.getDefiningOp<CastOp>())
     weight = cast.getInput();
   auto arg = dyn_cast<BlockArgument>(weight);
@@ -121,7 +121,7 @@ struct LoraPass : public merak::impl::LoraBase<LoraPass> {
     // The linears on a parameter weight, and what matched each target.
     SmallVector<std::pair<LinearOp, BlockArgument>> linears;
     func.walk([&](LinearOp op) {
-      if (BlockArgument w = weightParam(op.getWeight()))
+      if (BlockArgument w = adaptedWeight(op.getWeight()))
         linears.push_back({op, w});
     });
     auto nameOf = [&](BlockArgument w) {
