@@ -253,6 +253,11 @@ OpCost merak::estimateOp(Operation *op) {
       })
       .Case<SliceOp, SelectOp>(
           [&](Operation *) { cost.bytesRead = cost.bytesWritten; })
+      .Case<UpdateSliceOp>([&](UpdateSliceOp op) {
+        // In place: reads and writes the update's rows only.
+        cost.bytesRead = tensorBytes(op.getUpdate().getType());
+        cost.bytesWritten = cost.bytesRead;
+      })
       .Case<ReshapeOp>([&](ReshapeOp) {
         // A view: no kernel, no traffic.
         cost.bytesRead = 0;

@@ -115,6 +115,10 @@ const char *argumentRoleName(ArgumentRole role) {
     return "grad";
   case ArgumentRole::LossScale:
     return "loss_scale";
+  case ArgumentRole::Position:
+    return "position";
+  case ArgumentRole::KvCache:
+    return "kv_cache";
   }
   return "?";
 }

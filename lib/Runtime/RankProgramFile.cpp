@@ -88,7 +88,7 @@ struct FormatError {
 
 template <typename E> constexpr int enumCount();
 template <> constexpr int enumCount<DType>() { return 7; }
-template <> constexpr int enumCount<ArgumentRole>() { return 9; }
+template <> constexpr int enumCount<ArgumentRole>() { return 11; }
 template <> constexpr int enumCount<ComparePredicate>() { return 6; }
 template <> constexpr int enumCount<LossReduction>() { return 3; }
 template <> constexpr int enumCount<CollectiveReduction>() { return 5; }

@@ -19,6 +19,7 @@
 #include "merak/Runtime/RankProgramFile.h"
 #include "merak/Runtime/Registry.h"
 #include "merak/Runtime/Safetensors.h"
+#include "merak/Runtime/Train/Generate.h"
 #include "merak/Runtime/Train/RunOptions.h"
 #include "merak/Runtime/Train/RunState.h"
 #include "merak/Runtime/Train/StepRunner.h"
@@ -32,7 +33,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -178,6 +181,25 @@ ABSL_FLAG(double, profile_seconds, 60.0,
           "stop sooner when every size has had its repetitions)");
 ABSL_FLAG(std::string, profile_name, "local",
           "--profile-hardware: the profile's name");
+
+ABSL_FLAG(bool, generate, false,
+          "Generate text with a model compiled by --merak-kv-cache (@prefill "
+          "and @decode) and the weights of --init (docs/generation.md)");
+ABSL_FLAG(std::string, prompts, "",
+          "--generate: a file of prompts, one per line, as token ids "
+          "separated by spaces");
+ABSL_FLAG(int64_t, max_new_tokens, 32,
+          "--generate: the most tokens generated per prompt");
+ABSL_FLAG(double, temperature, 0.0,
+          "--generate: sampling temperature (0: greedy, the likeliest token)");
+ABSL_FLAG(int64_t, top_k, 0,
+          "--generate: sample among the K likeliest tokens (0: all)");
+ABSL_FLAG(double, top_p, 1.0,
+          "--generate: sample among the likeliest tokens whose probability "
+          "reaches P (1: all)");
+ABSL_FLAG(std::vector<std::string>, stop_tokens, {},
+          "--generate: token ids (comma-separated) that end a prompt's "
+          "generation (the stop token is kept)");
 
 // The flags' values, read once after parsing.
 static std::string inputFile, entry, initFile, resumeFile, dataFile, tokensFile,
@@ -558,6 +580,156 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
 /// arguments. Flag names may be spelt with dashes (`--log-jsonl`), as the
 /// help shows them, or with underscores. Returns an exit status when the
 /// process should end, else -1.
+/// The prompts of `path`: one per line, token ids separated by spaces;
+/// blank lines are skipped.
+static absl::StatusOr<std::vector<std::vector<int64_t>>>
+readPrompts(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    return absl::NotFoundError("--prompts: cannot open " + path);
+  std::vector<std::vector<int64_t>> prompts;
+  std::string line;
+  for (int lineNo = 1; std::getline(in, line); ++lineNo) {
+    std::vector<int64_t> ids;
+    for (absl::string_view word :
+         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty())) {
+      int64_t id;
+      if (!absl::SimpleAtoi(word, &id))
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", lineNo, ": '", word,
+                         "' is not a token id (an integer)"));
+      ids.push_back(id);
+    }
+    if (!ids.empty())
+      prompts.push_back(std::move(ids));
+  }
+  if (prompts.empty())
+    return absl::InvalidArgumentError("--prompts: " + path + " has no prompt");
+  return prompts;
+}
+
+/// `merak-exec gen.mlir --generate --init weights --prompts FILE`: one
+/// process; prints each prompt's tokens and the throughput.
+static int generateText(const LaunchEnvironment &env, bool launching) {
+#if MERAK_HAVE_COMPILER
+  if (launching || env.worldSize > 1)
+    return fail("--generate runs in one process (a program of one rank)");
+  if (isTorchScriptArchive(inputFile))
+    return fail(inputFile + " is a TorchScript archive: compile it with "
+                            "merak-opt --merak-kv-cache first");
+  {
+    std::ifstream probe(inputFile, std::ios::binary);
+    char prefix[8] = {};
+    probe.read(prefix, sizeof(prefix));
+    if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))))
+      return fail(inputFile + " is a rank-program file, which holds one step; "
+                              "--generate runs the module merak-opt "
+                              "--merak-kv-cache writes (@prefill and @decode)");
+  }
+  if (initFile.empty())
+    return fail("--generate needs the weights: --init model.pt, weights or a "
+                "checkpoint");
+  std::string promptsFile = absl::GetFlag(FLAGS_prompts);
+  if (promptsFile.empty())
+    return fail("--generate needs --prompts FILE (token ids, one prompt per "
+                "line)");
+  absl::StatusOr<std::vector<std::vector<int64_t>>> prompts =
+      readPrompts(promptsFile);
+  if (!prompts.ok())
+    return fail(prompts.status());
+  GenerationRequest request;
+  request.prompts = *std::move(prompts);
+  request.maxNewTokens = absl::GetFlag(FLAGS_max_new_tokens);
+  request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  request.sampling.topK = absl::GetFlag(FLAGS_top_k);
+  request.sampling.topP = absl::GetFlag(FLAGS_top_p);
+  request.seed = seedFlag.value_or(0);
+  for (const std::string &word : absl::GetFlag(FLAGS_stop_tokens)) {
+    int64_t id;
+    if (!absl::SimpleAtoi(word, &id))
+      return fail("--stop-tokens: '" + word + "' is not a token id");
+    request.stopTokens.push_back(id);
+  }
+  if (absl::Status s = checkSampling(request.sampling); !s.ok())
+    return fail(s);
+  std::unique_ptr<CompiledPlan> plans[2];
+  const char *names[2] = {"prefill", "decode"};
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<CompiledPlan>> lowered =
+        compileModuleFile(inputFile, names[i], rankPrefix);
+    if (!lowered.ok())
+      return lowered.status().message().empty() ? 1 : fail(lowered.status());
+    plans[i] = *std::move(lowered);
+    Program &p = plans[i]->step();
+    if (p.worldSize() > 1)
+      return fail("@" + p.function + " runs on " +
+                  std::to_string(p.worldSize()) +
+                  " ranks; --generate runs programs of one rank");
+    if (absl::Status s = bindToRank(p, 0); !s.ok())
+      return fail(s);
+  }
+  absl::StatusOr<const BackendEntry *> device =
+      findBackend(absl::GetFlag(FLAGS_device));
+  if (!device.ok())
+    return fail(device.status());
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      createBackend(**device, kernelThreadsFor(env));
+  if (!backend.ok())
+    return fail(backend.status());
+  for (auto &plan : plans)
+    if (absl::Status s = checkBackendSupports(plan->step(), **backend); !s.ok())
+      return fail(s);
+  absl::StatusOr<std::unique_ptr<Generator>> generator = Generator::create(
+      plans[0]->step(), plans[1]->step(), **backend, nullptr);
+  if (!generator.ok())
+    return fail(generator.status());
+  absl::StatusOr<std::unique_ptr<GlobalState>> global =
+      openStateSource(initFile, false);
+  if (!global.ok())
+    return fail(global.status());
+  std::map<std::string, HostTensor> weights;
+  for (auto &plan : plans) {
+    absl::StatusOr<std::map<std::string, HostTensor>> shards =
+        shardState(plan->step(), **global);
+    if (!shards.ok())
+      return fail(shards.status());
+    weights.merge(*shards);
+  }
+  if (absl::Status s = (*generator)->loadWeights(weights, (*global)->name());
+      !s.ok())
+    return fail(s);
+  absl::StatusOr<GenerationResult> result = (*generator)->generate(request);
+  if (!result.ok())
+    return fail(result.status());
+  int64_t total = 0;
+  for (size_t i = 0; i < result->tokens.size(); ++i) {
+    std::printf("prompt %zu (%s):", i + 1, result->finish[i].c_str());
+    for (int64_t t : result->tokens[i])
+      std::printf(" %lld", (long long)t);
+    std::printf("\n");
+    total += int64_t(result->tokens[i].size());
+  }
+  double seconds = result->prefillSeconds + result->decodeSeconds;
+  std::printf("generated %lld tokens for %zu prompts in %.3f s: %.1f "
+              "tokens/s (prefill of %lld positions %.1f ms, %lld decode "
+              "steps of %.2f ms)\n",
+              (long long)total, result->tokens.size(), seconds,
+              seconds > 0 ? double(total) / seconds : 0.0,
+              (long long)(*generator)->window(), result->prefillSeconds * 1e3,
+              (long long)result->decodeSteps,
+              result->decodeSteps
+                  ? result->decodeSeconds * 1e3 / double(result->decodeSteps)
+                  : 0.0);
+  return 0;
+#else
+  (void)env;
+  (void)launching;
+  return fail("--generate lowers @prefill and @decode from a module, and "
+              "this merak-exec was built without the compiler "
+              "(MERAK_COMPILER=OFF)");
+#endif
+}
+
 int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   std::vector<std::string> args = underscoreFlagNames(argc, argv);
   std::vector<char *> pointers;
@@ -682,6 +854,9 @@ int main(int argc, char **argv) {
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
   if (profilingHardware)
     return profileHardware(argc, argv, env, launching, nproc, timeout);
+
+  if (absl::GetFlag(FLAGS_generate))
+    return generateText(env, launching);
 
   // The compiled programs: read from a rank-program file, or lowered here
   // from a module (MLIR diagnostics print as file:line:col: error).

@@ -172,6 +172,25 @@ TEST(CudaShape, GatherReadsTheIndexedRow) {
   EXPECT_EQ(gatherSource(last, 2, 7, 2), 3 * 3 + 2); // o = 3, row 2
 }
 
+TEST(CudaShape, UpdateSliceWritesTheRowsAtThePosition) {
+  // An update of [2, 3, 4] written at row 5 of a [2, 8, 4] result: every
+  // element lands at (o, 5 + r, k), and no two elements at one place.
+  std::vector<int> hits(2 * 8 * 4, 0);
+  for (int64_t i = 0; i < 2 * 3 * 4; ++i) {
+    int64_t o = i / 12, r = i / 4 % 3, k = i % 4;
+    int64_t t = updateSliceTarget(i, 3, 4, 8, 5);
+    EXPECT_EQ(t, (o * 8 + 5 + r) * 4 + k) << i;
+    ++hits[size_t(t)];
+  }
+  for (int64_t o = 0; o < 2; ++o)
+    for (int64_t row = 0; row < 8; ++row)
+      for (int64_t k = 0; k < 4; ++k)
+        EXPECT_EQ(hits[size_t((o * 8 + row) * 4 + k)], row >= 5 ? 1 : 0);
+  // The last dimension (inner 1) and one row: a decode step's cache.
+  EXPECT_EQ(updateSliceTarget(0, 1, 1, 16, 15), 15);
+  EXPECT_EQ(updateSliceTarget(3, 1, 1, 16, 0), 3 * 16);
+}
+
 TEST(CudaShape, SortKeyBitsCoverTheSentinel) {
   EXPECT_EQ(sortKeyBits(0), 1);
   EXPECT_EQ(sortKeyBits(1), 1);

@@ -197,6 +197,9 @@ enum class ArgumentRole : uint8_t {
   Value, // merak.value = N: value N of the same micro-batch
   Grad,  // merak.grad = "name": a parameter's gradient, summed over the step
   LossScale, // merak.loss_scale: rank-0 float, the step's loss scale
+  // Text generation (docs/generation.md):
+  Position, // merak.position: the decode step's position, [1] of i64
+  KvCache,  // merak.kv_cache = "kv.N": a layer's cached keys or values
 };
 const char *argumentRoleName(ArgumentRole role);
 /// The role as a noun for messages: "parameter", "buffer", "optimizer

@@ -7,6 +7,8 @@
 
 #include "CpuKernels.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace merak::runtime::cpu {
 
 void registerShapeKernels(KernelTable &table) {
@@ -47,6 +49,22 @@ void registerShapeKernels(KernelTable &table) {
     return c.set(
         0, at::constant_pad_nd(c.in(0), pad,
                                scalarFor(c.operandType(0).dtype, a.value)));
+  });
+  table.add(OpKind::UpdateSlice, [](Ctx &c) {
+    const at::Tensor &input = c.in(0), &update = c.in(1);
+    int64_t dim = c.a.dim < 0 ? c.a.dim + input.dim() : c.a.dim;
+    int64_t at = c.in(2).reshape({-1})[0].item<int64_t>();
+    int64_t n = update.size(dim), size = input.size(dim);
+    if (at < 0 || at > size - n)
+      throw std::out_of_range(absl::StrCat(
+          "update_slice: position ", at, " for ", n,
+          " rows does not fit dimension ", dim, " of size ", size));
+    // Into the dying input when planned (a decode step's cache), else a copy.
+    at::Tensor target = c.inPlace(0);
+    if (!target.defined())
+      target = input.clone();
+    target.narrow(dim, at, n).copy_(update);
+    c.set(0, target);
   });
   table.add(OpKind::Roll,
             [](Ctx &c) { c.set(0, at::roll(c.in(0), c.a.shifts, c.a.dims)); });

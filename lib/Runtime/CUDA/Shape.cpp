@@ -215,6 +215,21 @@ void indexBackward(Ctx &c) {
                    inner, paddingRow, out.view(), scratch, c.stream());
 }
 
+void updateSlice(Ctx &c) {
+  const CudaTensor &input = c.in(0);
+  int64_t dim = dimOf(c.a.dim, input.type.shape.size());
+  CudaTensor &out = c.result(0);
+  // The dying input's storage when planned (a decode step's cache), else
+  // a copy of it first.
+  if (out.data() != input.data())
+    copyStrided(input.view(), out.view(), c.stream());
+  View position = c.contiguous(2);
+  if (position.numel() != 1)
+    throw CudaError("update_slice: a position of more than one element");
+  launchUpdateSlice(c.view(1), int(dim), position.data, position.type,
+                    out.view(), c.stream());
+}
+
 void sliceBackward(Ctx &c) {
   const OpAttrs &a = c.a;
   CudaTensor &out = c.result(0);
@@ -249,6 +264,7 @@ void registerShapeKernels(KernelTable &table) {
   table.add(OpKind::Roll, roll);
   table.add(OpKind::Embedding, [](Ctx &c) { gather(c, 0); });
   table.add(OpKind::Index, [](Ctx &c) { gather(c, c.a.dim); });
+  table.add(OpKind::UpdateSlice, updateSlice);
   table.add(OpKind::IndexBackward, indexBackward);
   table.add(OpKind::SliceBackward, sliceBackward);
 }

@@ -75,6 +75,20 @@ __global__ void gatherKernel(View src, GatherGeometry g, const I *indices,
   }
 }
 
+template <typename T, typename I>
+__global__ void updateSliceKernel(View update, const I *position, int64_t rows,
+                                  int64_t inner, int64_t dimSize, T *out,
+                                  int64_t n) {
+  int64_t at = int64_t(position[0]);
+  if (at < 0 || at > dimSize - rows)
+    return;
+  const T *in = update.ptr<T>();
+  MERAK_GRID_STRIDE(i, n) {
+    out[updateSliceTarget(i, rows, inner, dimSize, at)] =
+        in[update.offsetOf(i)];
+  }
+}
+
 /// The sort keys (the index, or `dimSize` when out of range) and the
 /// positions 0..count-1 they are sorted with.
 template <typename I>
@@ -212,6 +226,36 @@ void launchGather(const View &src, int dim, const void *indices,
     throw CudaError(std::string("gather: indices of type ") +
                     elemTypeName(indexType));
   checkLaunch("gather");
+}
+
+void launchUpdateSlice(const View &update, int dim, const void *position,
+                       ElemType positionType, const View &dst,
+                       cudaStream_t stream) {
+  int64_t n = update.numel();
+  if (n == 0)
+    return;
+  if (update.rank != dst.rank || dim < 0 || dim >= dst.rank)
+    throw CudaError("update_slice: an update of another rank, or a dimension "
+                    "out of range");
+  int64_t inner = 1;
+  for (int d = dim + 1; d < dst.rank; ++d)
+    inner *= dst.sizes[d];
+  int64_t rows = update.sizes[dim], dimSize = dst.sizes[dim];
+  Launch l = linearLaunch(n);
+  auto run = [&](auto *at) {
+    MERAK_CUDA_DISPATCH_ALL(
+        dst.type, "update_slice", T,
+        updateSliceKernel<T><<<l.grid, l.block, 0, stream>>>(
+            update, at, rows, inner, dimSize, dst.ptr<T>(), n));
+  };
+  if (positionType == ElemType::I64)
+    run(static_cast<const int64_t *>(position));
+  else if (positionType == ElemType::I32)
+    run(static_cast<const int32_t *>(position));
+  else
+    throw CudaError(std::string("update_slice: a position of type ") +
+                    elemTypeName(positionType));
+  checkLaunch("update_slice");
 }
 
 int64_t scatterAddScratchBytes(int64_t count, int64_t dimSize) {

@@ -195,6 +195,18 @@ MERAK_HD int64_t gatherSource(const GatherGeometry &g, int64_t count,
   return g.outerView.offsetOf(o) + row * g.dimStride + g.innerView.offsetOf(j);
 }
 
+/// The offset, in elements, in a dense `[outer, dimSize, inner]` result of
+/// element `linear` (row-major) of an update of `[outer, rows, inner]`
+/// written at row `position` of the middle dimension (update_slice).
+MERAK_HD int64_t updateSliceTarget(int64_t linear, int64_t rows,
+                                   int64_t inner, int64_t dimSize,
+                                   int64_t position) {
+  int64_t k = linear % inner;
+  int64_t r = linear / inner % rows;
+  int64_t o = linear / inner / rows;
+  return (o * dimSize + position + r) * inner + k;
+}
+
 /// The sort keys of index_backward span [0, dimSize]: dimSize marks an
 /// index out of range (skipped). The bits a radix sort must look at.
 MERAK_HD int sortKeyBits(int64_t dimSize) {
@@ -232,6 +244,15 @@ void launchRoll(const View &src, const View &dst, const int64_t *shifts,
 void launchGather(const View &src, int dim, const void *indices,
                   ElemType indexType, int64_t count, const View &dst,
                   cudaStream_t stream);
+
+/// update_slice into `dst` (dense, already holding the input): `update`
+/// (any strides, `dst`'s rank) is written at row `position[0]` of
+/// dimension `dim` (`position`: one i32 or i64 element on the device,
+/// read there). A position at which the update does not fit cannot be
+/// reported from the device: nothing is written.
+void launchUpdateSlice(const View &update, int dim, const void *position,
+                       ElemType positionType, const View &dst,
+                       cudaStream_t stream);
 
 /// Device scratch bytes `launchScatterAdd` needs for `count` indices into
 /// `dimSize` rows.

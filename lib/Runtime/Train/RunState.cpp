@@ -74,6 +74,31 @@ bool isTorchScriptArchive(const std::string &path) {
          magic[2] == 3 && magic[3] == 4;
 }
 
+absl::StatusOr<std::unique_ptr<GlobalState>>
+openStateSource(const std::string &source, bool resuming) {
+  if (absl::Status s = checkStateSource(source); !s.ok())
+    return s;
+  if (!resuming && isTorchScriptArchive(source)) {
+    absl::StatusOr<std::map<std::string, HostTensor>> weights =
+        loadTorchScriptState(source);
+    if (!weights.ok())
+      return weights.status();
+    return wholeTensors(*std::move(weights), source);
+  }
+  absl::StatusOr<std::unique_ptr<GlobalState>> opened = openCheckpoint(source);
+  if (!opened.ok())
+    return opened.status();
+  if (resuming) {
+    auto format = (*opened)->metadata().find("format");
+    if (format == (*opened)->metadata().end() ||
+        format->second != kCheckpointFormat)
+      return absl::InvalidArgumentError(
+          source + " is not a checkpoint written by merak-exec --save "
+                   "(use --init to load its weights)");
+  }
+  return opened;
+}
+
 absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
                                          const Program &step,
                                          const std::string &initFile,
@@ -91,32 +116,13 @@ absl::StatusOr<LoadedState> loadRunState(StepRunner &runner,
       return s;
     return loaded;
   }
-  if (absl::Status s = checkStateSource(source); !s.ok())
-    return s;
   // Every rank reads the global tensors and keeps its shard.
   bool resuming = !resumeFile.empty();
-  std::unique_ptr<GlobalState> global;
-  if (!resuming && isTorchScriptArchive(source)) {
-    absl::StatusOr<std::map<std::string, HostTensor>> weights =
-        loadTorchScriptState(source);
-    if (!weights.ok())
-      return weights.status();
-    global = wholeTensors(*std::move(weights), source);
-  } else {
-    absl::StatusOr<std::unique_ptr<GlobalState>> opened =
-        openCheckpoint(source);
-    if (!opened.ok())
-      return opened.status();
-    global = *std::move(opened);
-    if (resuming) {
-      auto format = global->metadata().find("format");
-      if (format == global->metadata().end() ||
-          format->second != kCheckpointFormat)
-        return absl::InvalidArgumentError(
-            source + " is not a checkpoint written by merak-exec --save "
-                     "(use --init to load its weights)");
-    }
-  }
+  absl::StatusOr<std::unique_ptr<GlobalState>> opened =
+      openStateSource(source, resuming);
+  if (!opened.ok())
+    return opened.status();
+  std::unique_ptr<GlobalState> global = *std::move(opened);
   // The counters first: a bad field stops the run before any state loads.
   absl::StatusOr<LoadedState> counters =
       checkpointCounters(global->metadata(), global->name());

@@ -308,6 +308,12 @@ LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
     arg.lossScaling = {dynamic.getValue(), init.getValueAsDouble(),
                        window.getInt()};
   }
+  if (func.getArgAttr(i, kPositionAttr)) {
+    arg.role = ArgumentRole::Position, arg.name = "position", ++roles;
+  }
+  if (auto s = stringAttr(kKvCacheAttr)) {
+    arg.role = ArgumentRole::KvCache, arg.name = s.str(), ++roles;
+  }
   if (auto n = func.getArgAttrOfType<IntegerAttr>(i, kValueAttr)) {
     arg.role = ArgumentRole::Value, arg.pipelineValue = n.getInt();
     arg.name = "value " + std::to_string(n.getInt()), ++roles;
@@ -321,9 +327,10 @@ LogicalResult readArgument(func::FuncOp func, unsigned i, Argument &arg) {
                           << (roles == 0 ? " has none" : " has more than one")
                           << " of the attributes merak.param, merak.buffer, "
                              "merak.opt_state, merak.input, merak.lr, "
-                             "merak.step, merak.loss_scale (and, in a "
+                             "merak.step, merak.loss_scale (in a "
                              "pipeline stage function, "
-                             "merak.value, merak.grad)";
+                             "merak.value, merak.grad; in a generation "
+                             "step, merak.position, merak.kv_cache)";
 }
 
 /// Checks a collective against the mesh: it names the module's mesh, its

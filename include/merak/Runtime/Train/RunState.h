@@ -11,6 +11,7 @@
 #ifndef MERAK_RUNTIME_TRAIN_RUNSTATE_H
 #define MERAK_RUNTIME_TRAIN_RUNSTATE_H
 
+#include "merak/Runtime/Checkpoint.h"
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/Program.h"
@@ -37,6 +38,13 @@ struct LoadedState {
   std::optional<double> lossScale;
   int64_t lossScaleGoodSteps = 0;
 };
+
+/// The global tensors of `source`: a TorchScript archive (told by its
+/// content, unless `resuming`), safetensors weights, or a checkpoint (one
+/// file or shards with an index); `resuming` requires one written by
+/// merak-exec.
+absl::StatusOr<std::unique_ptr<GlobalState>>
+openStateSource(const std::string &source, bool resuming);
 
 /// Sets `runner`'s state: from `initFile` (a TorchScript archive, told by
 /// its content, or safetensors weights or a checkpoint) or from

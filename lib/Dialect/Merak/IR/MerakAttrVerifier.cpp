@@ -73,6 +73,8 @@ constexpr Rule kRules[] = {
     {kFrozenAttr, OnArgument, Holds::Unit},
     {kInitAttr, OnArgument, Holds::Name},
     {kStoredShapeAttr, OnArgument | OnResult, Holds::IndexArray},
+    {kPositionAttr, OnArgument, Holds::Unit},
+    {kKvCacheAttr, OnArgument | OnResult, Holds::Name},
     // Results.
     {kBufferUpdateAttr, OnResult, Holds::Name},
     {kLossAttr, OnResult, Holds::Unit},
@@ -104,8 +106,8 @@ constexpr Rule kRules[] = {
 
 /// The argument roles; an argument has at most one.
 constexpr llvm::StringLiteral kRoles[] = {
-    kParamAttr, kBufferAttr, kInputAttr,    kOptStateAttr,
-    kLrAttr,    kStepAttr,   kLossScaleAttr};
+    kParamAttr, kBufferAttr,    kInputAttr,    kOptStateAttr, kLrAttr,
+    kStepAttr,  kLossScaleAttr, kPositionAttr, kKvCacheAttr};
 
 const Rule *findRule(StringRef name) {
   for (const Rule &rule : kRules)

@@ -643,6 +643,36 @@ GRADIENT(IndexOp) {
   return success();
 }
 
+GRADIENT(UpdateSliceOp) {
+  SETUP();
+  if (!isFloat(getInput()))
+    return success();
+  auto ut = typeOf(getUpdate());
+  int64_t d = normalizeDim(getDim(), ut.getRank());
+  // The input's gradient is `g` with the written rows zero; the update's is
+  // those rows of `g`, gathered at position, position + 1, ...
+  operandGrads[0] = b.create<UpdateSliceOp>(loc, g, zerosOf(b, loc, ut),
+                                            getPosition(), getDimAttr());
+  Value position = getPosition();
+  auto pt = typeOf(position);
+  if (pt.getRank() != 1)
+    position = b.create<ReshapeOp>(loc, position, ArrayRef<int64_t>{1});
+  int64_t n = ut.getDimSize(d);
+  Value rows = position;
+  if (n != 1) {
+    auto rowsType = RankedTensorType::get({n}, pt.getElementType());
+    SmallVector<APInt> offsets;
+    for (int64_t i = 0; i < n; ++i)
+      offsets.push_back(APInt(pt.getElementType().getIntOrFloatBitWidth(), i));
+    Value arange = b.create<ConstantOp>(
+        loc, rowsType, DenseElementsAttr::get(rowsType, offsets));
+    rows = b.create<AddOp>(loc, position, arange);
+  }
+  operandGrads[1] =
+      b.create<IndexOp>(loc, g, rows, b.getI64IntegerAttr(d));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Shape manipulation
 //===----------------------------------------------------------------------===//

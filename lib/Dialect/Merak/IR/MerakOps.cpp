@@ -567,6 +567,31 @@ MERAK_INFER(IndexOp) {
   return success();
 }
 
+MERAK_INFER(UpdateSliceOp) {
+  MERAK_ADAPTOR(UpdateSliceOp);
+  auto x = tensorOf(a.getInput()), u = tensorOf(a.getUpdate());
+  auto p = tensorOf(a.getPosition());
+  int64_t d;
+  if (failed(normalizeDim(loc, a.getDim(), x.getRank(), d)))
+    return failure();
+  if (u.getElementType() != x.getElementType())
+    return emitOptionalError(loc, "update of element type ",
+                             u.getElementType(), " for an input of ",
+                             x.getElementType());
+  bool fits = u.getRank() == x.getRank() && u.getDimSize(d) <= x.getDimSize(d);
+  for (int64_t i = 0; fits && i < x.getRank(); ++i)
+    fits = i == d || u.getDimSize(i) == x.getDimSize(i);
+  if (!fits)
+    return emitOptionalError(loc, "update ", shapeStr(u.getShape()),
+                             " does not fit input ", shapeStr(x.getShape()),
+                             " along dimension ", d);
+  if (p.getNumElements() != 1)
+    return emitOptionalError(loc, "position must have one element, got ",
+                             shapeStr(p.getShape()));
+  inferred.push_back(x);
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Shape manipulation
 //===----------------------------------------------------------------------===//

@@ -515,6 +515,22 @@ void roll(SpaceBuilder &b, RollOp op) {
   elementwise(b, op, fixed);
 }
 
+/// update_slice: elementwise over input, update and result, the written
+/// dimension never split (its sizes differ); the position is a loop of
+/// its own, never split.
+void updateSlice(SpaceBuilder &b, UpdateSliceOp op) {
+  int64_t rank = rankOf(op.getInput());
+  SmallVector<unsigned> loops = b.parallels(rank);
+  b.unsplittable(loops[normalize(op.getDim(), rank)]);
+  SmallVector<unsigned> p = b.parallels(rankOf(op.getPosition()));
+  for (unsigned l : p)
+    b.unsplittable(l);
+  b.next(loops);
+  b.next(loops);
+  b.next(p);
+  b.next(loops);
+}
+
 void tri(SpaceBuilder &b, Operation *op) {
   int64_t rank = rankOf(op->getResult(0));
   elementwise(b, op, {rank - 2, rank - 1});
@@ -808,6 +824,10 @@ std::optional<LoopSpace> merak::getLoopSpace(Operation *op) {
           })
           .Case([&](RollOp o) {
             roll(b, o);
+            return true;
+          })
+          .Case([&](UpdateSliceOp o) {
+            updateSlice(b, o);
             return true;
           })
           // Reductions.

@@ -35,6 +35,12 @@ inline constexpr llvm::StringLiteral kLossScaleAttr = "merak.loss_scale";
 /// row-major reshape of the tensor as PyTorch holds it: that shape, in
 /// which weights are loaded and checkpoints saved.
 inline constexpr llvm::StringLiteral kStoredShapeAttr = "merak.stored_shape";
+/// Text generation (--merak-kv-cache): on an argument of @decode, the
+/// position its token is at (`tensor<1xi64>`); on an argument of @decode
+/// and a result of @prefill and @decode, one attention layer's cached keys
+/// or values, named.
+inline constexpr llvm::StringLiteral kPositionAttr = "merak.position";
+inline constexpr llvm::StringLiteral kKvCacheAttr = "merak.kv_cache";
 
 // Function results.
 inline constexpr llvm::StringLiteral kBufferUpdateAttr = "merak.buffer_update";

@@ -622,6 +622,23 @@ def Merak_RollOp : Merak_InferOp<"roll", [SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
+def Merak_UpdateSliceOp : Merak_InferOp<"update_slice"> {
+  let summary = "`input` with `update` written at a run-time position";
+  let description = [{
+    `result` is `input` except that `result[..., p : p + n, ...] = update`
+    along `dim`, where `p` is the one element of `position` (an integer
+    tensor of one element, known only when the step runs) and `n` is
+    `update`'s size along `dim`; every other dimension of `update` is
+    `input`'s. A position outside `[0, size - n]` is an error when the op
+    runs. `--merak-kv-cache` writes a decode step's keys and values into
+    the cache with it.
+  }];
+  let runtimeInPlace = [[0, 0]];
+  let arguments = (ins Merak_Tensor:$input, Merak_Tensor:$update,
+                   Merak_IntTensor:$position, I64Attr:$dim);
+  let results = (outs Merak_Tensor:$result);
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions
 //===----------------------------------------------------------------------===//

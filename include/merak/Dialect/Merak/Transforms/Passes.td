@@ -95,6 +95,49 @@ def Lora : Pass<"merak-lora", "mlir::ModuleOp"> {
   ];
 }
 
+def KvCache : Pass<"merak-kv-cache", "mlir::ModuleOp"> {
+  let summary = "The forward program as a text generator's prefill and "
+                "decode steps, with a key-value cache";
+  let description = [{
+    Runs on the forward program of a causal language model traced over its
+    whole context (`[batch, L]` token ids). Replaces it with two functions:
+
+    - `@prefill(params..., tokens [B, L])` returns the logits `[B, L, V]`
+      and every cache: the keys and values each attention layer reads,
+      for all L positions (`merak.kv_cache = "kv.N"` on the results);
+    - `@decode(params..., token [B, 1], position, caches...)` runs the
+      token at `position` (`tensor<1xi64>`, `merak.position`): it writes
+      that position's keys and values into the caches (`merak.update_slice`)
+      and returns the logits `[B, 1, V]` and the updated caches.
+
+    Nothing is matched by name or layer pattern. The pass follows the
+    token input's positions (dimension 1) through the program: an op that
+    keeps positions apart (elementwise ops, linears, norms over features,
+    reshapes and permutes that keep the position dimension whole, gathers
+    by token) computes one position in @decode; a product whose rows are
+    the queries and whose columns are positions too (`q @ k^T`), and the
+    product of the attention probabilities with positions (`p @ v`), read
+    their right operand as keys: that operand is cached, at the smallest
+    value it is reshaped, permuted, broadcast or cast from (so grouped-query
+    attention caches its keys before they are repeated over heads). A
+    constant computed without the tokens and lined up with the positions
+    (a causal mask, position embeddings, rotary tables) is read at the
+    position's row. Dropout is dropped (inference). An op that mixes the
+    positions in any other way is an error that names it and its line.
+
+    The loss and whatever only it reads (the targets) are left out.
+    `merak-exec --generate` runs the pair (docs/generation.md).
+  }];
+  let options = [
+    Option<"funcName", "func", "std::string", /*default=*/"\"forward\"",
+           "Name of the forward function">,
+    Option<"input", "input", "std::string", /*default=*/"\"idx\"",
+           "The token input (merak.input name), [batch, positions] of i64">,
+    Option<"logits", "logits", "int64_t", /*default=*/"0",
+           "The result holding the logits [batch, positions, vocabulary]">
+  ];
+}
+
 def MixedPrecision : Pass<"merak-mixed-precision", "mlir::ModuleOp"> {
   let summary = "Compute the forward in bfloat16 or float16 with float32 "
                 "master weights";
