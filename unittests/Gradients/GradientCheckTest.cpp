@@ -769,6 +769,20 @@ GRADIENT_CASES(
              "  %y = merak.roll %x {shifts = array<i64: 1, -2>, dims = "
              "array<i64: 0, 1>} : tensor<3x4xf64>",
              "3x4"},
+    GradCase{"update_slice_rows",
+             {param("x", "2x5x3"), param("u", "2x2x3"),
+              input("p", "tensor<1xi64>", "vals:2")},
+             "  %y = merak.update_slice %x, %u, %p {dim = 1 : i64} : "
+             "(tensor<2x5x3xf64>, tensor<2x2x3xf64>, tensor<1xi64>) -> "
+             "tensor<2x5x3xf64>",
+             "2x5x3"},
+    GradCase{"update_slice_one_row_last_dim",
+             {param("x", "3x4"), param("u", "3x1"),
+              input("p", "tensor<1xi64>", "vals:3")},
+             "  %y = merak.update_slice %x, %u, %p {dim = -1 : i64} : "
+             "(tensor<3x4xf64>, tensor<3x1xf64>, tensor<1xi64>) -> "
+             "tensor<3x4xf64>",
+             "3x4"},
     GradCase{"roll_dim_minus1_wraps",
              {param("x", "2x3x4")},
              "  %y = merak.roll %x {shifts = array<i64: 5>, dims = array<i64: "

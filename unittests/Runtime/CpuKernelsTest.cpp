@@ -610,6 +610,29 @@ TEST_F(CpuKernelsTest, EmbeddingBackwardMatchesAutograd) {
       "gradient");
 }
 
+TEST_F(CpuKernelsTest, UpdateSliceWritesAtTheRunTimePosition) {
+  torch::manual_seed(7);
+  at::Tensor cache = torch::randn({2, 3, 6, 4});
+  at::Tensor update = torch::randn({2, 3, 2, 4});
+  OpAttrs attrs;
+  attrs.dim = 2;
+  for (int64_t at : {0, 3, 4}) {
+    at::Tensor want = cache.clone();
+    want.narrow(2, at, 2).copy_(update);
+    at::Tensor position = torch::tensor({at}, torch::kLong);
+    expectIdentical(run(OpKind::UpdateSlice, attrs, {cache, update, position},
+                        {typeOf(cache)})[0],
+                    want, "update at " + std::to_string(at));
+  }
+  // Into the dying cache (a decode step's), when the plan says so.
+  at::Tensor want = cache.clone();
+  want.narrow(2, 1, 2).copy_(update);
+  expectIdentical(run(OpKind::UpdateSlice, attrs,
+                      {cache, update, torch::tensor({1}, torch::kLong)},
+                      {typeOf(cache)}, {}, /*inPlaceOperand=*/0)[0],
+                  want, "in place");
+}
+
 TEST_F(CpuKernelsTest, BatchNormMatchesPyTorchTraining) {
   torch::manual_seed(6);
   at::Tensor x0 = torch::randn({4, 3, 5, 5});

@@ -547,11 +547,19 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
              << " position; trace the model with its whole context";
 
     // The logits.
-    if (logits < 0 || logits >= int64_t(ret.getNumOperands()))
+    int64_t result = logits;
+    if (result < 0 || result >= int64_t(ret.getNumOperands()))
       return forward.emitError("--merak-kv-cache: logits=")
-             << logits << ", but @" << funcName << " has "
+             << result << ", but @" << funcName << " has "
              << ret.getNumOperands() << " results";
-    Value out = ret.getOperand(logits);
+    Value out = ret.getOperand(result);
+    auto outType = typeOf(out);
+    if (outType.getRank() != 3 || !isa<FloatType>(outType.getElementType()) ||
+        outType.getDimSize(0) != tokenType.getDimSize(0) ||
+        outType.getDimSize(1) != length)
+      return forward.emitError("--merak-kv-cache: result #")
+             << result << " is " << out.getType()
+             << ", not logits [batch, positions, vocabulary]";
 
     // The ops the logits need, in program order.
     llvm::DenseSet<Operation *> needed;
@@ -588,12 +596,9 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
     if (!flow.keyUses.empty())
       return flow.keyUses.front().first->getOwner()->emitError(
           "--merak-kv-cache: keys read here are not the cached ones");
-    Labels outLabels = flow.of(out);
-    if (outLabels.size() != 3 || outLabels[1] != Seq::Query ||
-        typeOf(out).getDimSize(0) != tokenType.getDimSize(0))
+    if (flow.of(out)[1] != Seq::Query)
       return forward.emitError("--merak-kv-cache: result #")
-             << logits << " is " << out.getType()
-             << ", not logits [batch, positions, vocabulary]";
+             << result << " does not hold the positions in dimension 1";
 
     // One name per cache.
     SmallVector<std::string> names;

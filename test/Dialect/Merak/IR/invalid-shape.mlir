@@ -425,3 +425,30 @@ func.func @reduce_sum_no_dims(%x: tensor<2x3xf32>) {
   %0 = merak.reduce_sum %x : (tensor<2x3xf32>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @update_slice_does_not_fit(%c: tensor<2x4x8xf32>, %u: tensor<2x5x8xf32>, %p: tensor<1xi64>) {
+  // expected-error @below {{update [2, 5, 8] does not fit input [2, 4, 8] along dimension 1}}
+  // expected-error @below {{'merak.update_slice' op failed to infer returned types}}
+  %0 = merak.update_slice %c, %u, %p {dim = 1 : i64} : (tensor<2x4x8xf32>, tensor<2x5x8xf32>, tensor<1xi64>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @update_slice_other_dims_differ(%c: tensor<2x4x8xf32>, %u: tensor<2x1x7xf32>, %p: tensor<1xi64>) {
+  // expected-error @below {{update [2, 1, 7] does not fit input [2, 4, 8] along dimension 1}}
+  // expected-error @below {{'merak.update_slice' op failed to infer returned types}}
+  %0 = merak.update_slice %c, %u, %p {dim = 1 : i64} : (tensor<2x4x8xf32>, tensor<2x1x7xf32>, tensor<1xi64>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @update_slice_two_positions(%c: tensor<2x4x8xf32>, %u: tensor<2x1x8xf32>, %p: tensor<2xi64>) {
+  // expected-error @below {{position must have one element, got [2]}}
+  // expected-error @below {{'merak.update_slice' op failed to infer returned types}}
+  %0 = merak.update_slice %c, %u, %p {dim = 1 : i64} : (tensor<2x4x8xf32>, tensor<2x1x8xf32>, tensor<2xi64>) -> tensor<2x4x8xf32>
+  return
+}

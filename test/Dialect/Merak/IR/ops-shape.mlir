@@ -141,6 +141,13 @@ func.func @roll(%x: tensor<4x6xf32>) {
 
 // Integer-tensor indexing along one dimension: input.shape[:dim] +
 // indices.shape + input.shape[dim+1:].
+// CHECK-LABEL: func.func @update_slice
+func.func @update_slice(%c: tensor<2x4x16x8xf32>, %u: tensor<2x4x1x8xf32>, %p: tensor<1xi64>) -> tensor<2x4x16x8xf32> {
+  // CHECK: merak.update_slice %{{.*}}, %{{.*}}, %{{.*}} {dim = 2 : i64} : (tensor<2x4x16x8xf32>, tensor<2x4x1x8xf32>, tensor<1xi64>) -> tensor<2x4x16x8xf32>
+  %0 = merak.update_slice %c, %u, %p {dim = 2 : i64} : (tensor<2x4x16x8xf32>, tensor<2x4x1x8xf32>, tensor<1xi64>) -> tensor<2x4x16x8xf32>
+  return %0 : tensor<2x4x16x8xf32>
+}
+
 // CHECK-LABEL: func.func @index
 // CHECK-SAME: (%[[X:[a-z0-9]+]]: tensor<5x6x7xf32>, %[[I:[a-z0-9]+]]: tensor<2x3xi64>, %[[J:[a-z0-9]+]]: tensor<4xi32>, %[[S:[a-z0-9]+]]: tensor<i64>)
 func.func @index(%x: tensor<5x6x7xf32>, %i: tensor<2x3xi64>, %j: tensor<4xi32>, %s: tensor<i64>) {
