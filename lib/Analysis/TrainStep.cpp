@@ -252,3 +252,12 @@ llvm::DenseSet<Operation *> merak::invariantOps(func::FuncOp func) {
   }
   return invariant;
 }
+
+llvm::SmallVector<func::FuncOp, 2>
+merak::generationFunctions(ModuleOp module) {
+  auto prefill = module.lookupSymbol<func::FuncOp>("prefill");
+  auto decode = module.lookupSymbol<func::FuncOp>("decode");
+  if (!prefill || !decode)
+    return {};
+  return {prefill, decode};
+}

@@ -608,12 +608,13 @@ readPrompts(const std::string &path) {
   return prompts;
 }
 
-/// `merak-exec gen.mlir --generate --init weights --prompts FILE`: one
-/// process; prints each prompt's tokens and the throughput.
-static int generateText(const LaunchEnvironment &env, bool launching) {
+/// `merak-exec gen.mlir --generate --init weights --prompts FILE`: on one
+/// process, or on the ranks of a tensor-parallel plan (`--nproc N`, or a
+/// launcher's); rank 0 prints each prompt's tokens and the throughput.
+static int generateText(const LaunchEnvironment &env, bool launching,
+                        int nproc, int argc, char **argv,
+                        std::chrono::milliseconds timeout) {
 #if MERAK_HAVE_COMPILER
-  if (launching || env.worldSize > 1)
-    return fail("--generate runs in one process (a program of one rank)");
   if (isTorchScriptArchive(inputFile))
     return fail(inputFile + " is a TorchScript archive: compile it with "
                             "merak-opt --merak-kv-cache first");
@@ -660,18 +661,53 @@ static int generateText(const LaunchEnvironment &env, bool launching) {
     if (!lowered.ok())
       return lowered.status().message().empty() ? 1 : fail(lowered.status());
     plans[i] = *std::move(lowered);
-    Program &p = plans[i]->step();
-    if (p.worldSize() > 1)
-      return fail("@" + p.function + " runs on " +
-                  std::to_string(p.worldSize()) +
-                  " ranks; --generate runs programs of one rank");
-    if (absl::Status s = bindToRank(p, 0); !s.ok())
-      return fail(s);
   }
+  Program &prefill = plans[0]->step(), &decode = plans[1]->step();
+  if (prefill.worldSize() != decode.worldSize())
+    return fail("@prefill runs on " + std::to_string(prefill.worldSize()) +
+                " ranks but @decode on " + std::to_string(decode.worldSize()));
+  if (absl::Status s = checkProcessCount(*plans[0], launching, nproc,
+                                         env.worldSize, env.launcher);
+      !s.ok())
+    return fail(s);
   absl::StatusOr<const BackendEntry *> device =
       findBackend(absl::GetFlag(FLAGS_device));
   if (!device.ok())
     return fail(device.status());
+  if (absl::Status s = checkDeviceRanks(**device, prefill.worldSize());
+      !s.ok())
+    return fail(s);
+  absl::StatusOr<const CommunicatorEntry *> comm =
+      communicatorIf(prefill.worldSize() > 1);
+  if (!comm.ok())
+    return fail(comm.status());
+  if (launching)
+    return launchLocalRanks(nproc, argc, argv, timeout);
+
+  const int64_t rank = env.rank;
+  for (Program *p : {&prefill, &decode})
+    if (absl::Status s = bindToRank(*p, rank); !s.ok())
+      return fail(s);
+  if (prefill.groups.size() != decode.groups.size())
+    return fail("@prefill and @decode communicate over different groups");
+  for (size_t g = 0; g < prefill.groups.size(); ++g)
+    if (prefill.groups[g].meshAxes != decode.groups[g].meshAxes)
+      return fail("@prefill and @decode communicate over different groups");
+  std::unique_ptr<DistributedJob> joined;
+  std::unique_ptr<Communicator> communicator;
+  if (env.worldSize > 1) {
+    absl::StatusOr<std::unique_ptr<DistributedJob>> made =
+        joinRun(env, **comm, timeout);
+    if (!made.ok())
+      return fail(made.status());
+    joined = *std::move(made);
+    job = joined.get();
+    absl::StatusOr<std::unique_ptr<Communicator>> c =
+        job->createGlooCommunicator(prefill);
+    if (!c.ok())
+      return fail(c.status());
+    communicator = *std::move(c);
+  }
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       createBackend(**device, kernelThreadsFor(env));
   if (!backend.ok())
@@ -679,8 +715,8 @@ static int generateText(const LaunchEnvironment &env, bool launching) {
   for (auto &plan : plans)
     if (absl::Status s = checkBackendSupports(plan->step(), **backend); !s.ok())
       return fail(s);
-  absl::StatusOr<std::unique_ptr<Generator>> generator = Generator::create(
-      plans[0]->step(), plans[1]->step(), **backend, nullptr);
+  absl::StatusOr<std::unique_ptr<Generator>> generator =
+      Generator::create(prefill, decode, **backend, communicator.get());
   if (!generator.ok())
     return fail(generator.status());
   absl::StatusOr<std::unique_ptr<GlobalState>> global =
@@ -701,29 +737,38 @@ static int generateText(const LaunchEnvironment &env, bool launching) {
   absl::StatusOr<GenerationResult> result = (*generator)->generate(request);
   if (!result.ok())
     return fail(result.status());
-  int64_t total = 0;
-  for (size_t i = 0; i < result->tokens.size(); ++i) {
-    std::printf("prompt %zu (%s):", i + 1, result->finish[i].c_str());
-    for (int64_t t : result->tokens[i])
-      std::printf(" %lld", (long long)t);
-    std::printf("\n");
-    total += int64_t(result->tokens[i].size());
+  if (rank == 0) {
+    int64_t total = 0;
+    for (size_t i = 0; i < result->tokens.size(); ++i) {
+      std::printf("prompt %zu (%s):", i + 1, result->finish[i].c_str());
+      for (int64_t t : result->tokens[i])
+        std::printf(" %lld", (long long)t);
+      std::printf("\n");
+      total += int64_t(result->tokens[i].size());
+    }
+    double seconds = result->prefillSeconds + result->decodeSeconds;
+    std::printf(
+        "generated %lld tokens for %zu prompts in %.3f s: %.1f tokens/s "
+        "(prefill of %lld positions %.1f ms, %lld decode steps of %.2f ms)\n",
+        (long long)total, result->tokens.size(), seconds,
+        seconds > 0 ? double(total) / seconds : 0.0,
+        (long long)(*generator)->window(), result->prefillSeconds * 1e3,
+        (long long)result->decodeSteps,
+        result->decodeSteps
+            ? result->decodeSeconds * 1e3 / double(result->decodeSteps)
+            : 0.0);
   }
-  double seconds = result->prefillSeconds + result->decodeSeconds;
-  std::printf("generated %lld tokens for %zu prompts in %.3f s: %.1f "
-              "tokens/s (prefill of %lld positions %.1f ms, %lld decode "
-              "steps of %.2f ms)\n",
-              (long long)total, result->tokens.size(), seconds,
-              seconds > 0 ? double(total) / seconds : 0.0,
-              (long long)(*generator)->window(), result->prefillSeconds * 1e3,
-              (long long)result->decodeSteps,
-              result->decodeSteps
-                  ? result->decodeSeconds * 1e3 / double(result->decodeSteps)
-                  : 0.0);
+  if (job) {
+    if (absl::Status s = job->finish(); !s.ok())
+      return fail(s);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(0);
+  }
   return 0;
 #else
-  (void)env;
-  (void)launching;
+  (void)env, (void)launching, (void)nproc, (void)argc, (void)argv,
+      (void)timeout;
   return fail("--generate lowers @prefill and @decode from a module, and "
               "this merak-exec was built without the compiler "
               "(MERAK_COMPILER=OFF)");
@@ -854,9 +899,9 @@ int main(int argc, char **argv) {
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
   if (profilingHardware)
     return profileHardware(argc, argv, env, launching, nproc, timeout);
-
   if (absl::GetFlag(FLAGS_generate))
-    return generateText(env, launching);
+    return generateText(env, launching, nproc, argc, argv, timeout);
+
 
   // The compiled programs: read from a rank-program file, or lowered here
   // from a module (MLIR diagnostics print as file:line:col: error).

@@ -10,9 +10,11 @@
 #ifndef MERAK_ANALYSIS_TRAINSTEP_H
 #define MERAK_ANALYSIS_TRAINSTEP_H
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <optional>
 
@@ -21,6 +23,11 @@ class FuncOp;
 } // namespace mlir::func
 
 namespace merak {
+
+/// @prefill and @decode, the text generator --merak-kv-cache makes, when
+/// `module` has both; else empty.
+llvm::SmallVector<mlir::func::FuncOp, 2>
+generationFunctions(mlir::ModuleOp module);
 
 /// `merak.id` of a forward op.
 std::optional<int64_t> getForwardId(mlir::Operation *op);

@@ -132,6 +132,11 @@ Generator::create(const Program &prefill, const Program &decode,
         logits.shape[0] != g->batchSize || logits.shape[1] != positions)
       return badProgram(*p, "its first result is " + logits.str() +
                                 ", not logits [batch, positions, vocabulary]");
+    if (!p->results[0].sharding.isReplicated())
+      return badProgram(*p, "its logits are split over ranks (" +
+                                p->results[0].sharding.str() +
+                                "); every rank picks the token from all of "
+                                "them");
     if (g->vocab && logits.shape[2] != g->vocab)
       return badProgram(*p, "the two steps' vocabularies differ");
     g->vocab = logits.shape[2];

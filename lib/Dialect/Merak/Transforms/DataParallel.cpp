@@ -109,6 +109,20 @@ struct DataParallelPass
       return signalPassFailure();
     }
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
+    if (!func && !generationFunctions(module).empty()) {
+      // A text generator: tensor parallelism alone.
+      MeshOp existing = lookupMesh(module);
+      int64_t dpAxis = existing ? meshAxisIndex(existing, "dp") : -1;
+      if (dp > 1 || zero > 0 ||
+          (dpAxis >= 0 && existing.getShape()[dpAxis] > 1) ||
+          (existing && meshAxisIndex(existing, "sp") >= 0)) {
+        emitError(module.getLoc(),
+                  "text generation (@prefill, @decode) is partitioned by tp "
+                  "alone; drop dp, zero and sp");
+        return signalPassFailure();
+      }
+      return;
+    }
     if (!func) {
       emitError(module.getLoc(), "no @")
           << kTrainStepName << "; run --merak-train first";

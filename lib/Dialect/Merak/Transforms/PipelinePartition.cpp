@@ -48,6 +48,12 @@ struct PipelinePartitionPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
+    if (!func && !generationFunctions(module).empty()) {
+      emitError(module.getLoc(), "text generation (@prefill, @decode) is "
+                                 "partitioned by tp alone; drop the pipeline "
+                                 "options");
+      return signalPassFailure();
+    }
     if (!func || func.getBody().empty()) {
       emitError(module.getLoc(), "no @")
           << kTrainStepName

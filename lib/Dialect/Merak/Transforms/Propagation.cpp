@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"
@@ -328,6 +329,25 @@ struct ShardingPropagationPass
           func, mesh, FlatSymbolRefAttr::get(mesh.getSymNameAttr()), {}};
       if (failed(p.run()))
         return signalPassFailure();
+      // A text generator's cache argument is defined with the sharding its
+      // update is computed with (split by heads under tp), so that no rank
+      // gathers or slices the cache at the step's boundary.
+      for (BlockArgument arg : func.getArguments()) {
+        if (!func.getArgAttr(arg.getArgNumber(), kKvCacheAttr) ||
+            argAnnotation(arg))
+          continue;
+        for (Operation *user : arg.getUsers()) {
+          Operation *reader = user;
+          if (auto s = dyn_cast<ShardOp>(user))
+            reader = s->hasOneUse() ? *s->getUsers().begin() : nullptr;
+          auto update = dyn_cast_or_null<UpdateSliceOp>(reader);
+          if (!update)
+            continue;
+          if (MeshShardingAttr s = p.defined(update.getResult()))
+            annotateArg(arg, s);
+          break;
+        }
+      }
     }
   }
 };

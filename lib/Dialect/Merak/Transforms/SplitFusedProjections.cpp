@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "merak/Analysis/TrainStep.h"
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/LayerPatterns.h"
@@ -391,7 +392,26 @@ struct SplitFusedProjectionsPass
     ModuleOp module = getOperation();
     auto forward = module.lookupSymbol<func::FuncOp>("forward");
     auto step = module.lookupSymbol<func::FuncOp>(kTrainStepName);
-    if (tp == 1 || !forward || !step || forward.isExternal())
+    if (tp == 1)
+      return;
+    // Functions without a training step derived from them (a forward
+    // alone, a text generator's @prefill and @decode) are rewritten in
+    // place, alike.
+    SmallVector<func::FuncOp, 2> alone;
+    if (!step && forward && !forward.isExternal())
+      alone.push_back(forward);
+    if (!step && !forward)
+      alone = generationFunctions(module);
+    if (!alone.empty()) {
+      for (func::FuncOp f : alone) {
+        for (Fused &fp : find(f))
+          rewrite(f, fp);
+        SmallVector<Type> inputs(f.getBody().getArgumentTypes());
+        f.setType(FunctionType::get(&getContext(), inputs, f.getResultTypes()));
+      }
+      return;
+    }
+    if (!forward || !step || forward.isExternal())
       return;
     SmallVector<Fused> fused = find(forward);
     if (fused.empty())

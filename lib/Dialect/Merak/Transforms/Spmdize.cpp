@@ -163,8 +163,10 @@ struct FunctionPartitioner {
                  newBlock->end());
     }
 
-    // Results: an updated argument keeps the argument's sharding; every
-    // other result (the loss, norms) is replicated.
+    // Results: an updated argument keeps the argument's sharding, a text
+    // generator's cache the sharding it is computed with (split by heads
+    // under tp, as the cache argument it becomes); every other result (the
+    // loss, norms, logits) is replicated.
     auto ret = cast<func::ReturnOp>(oldBlock.getTerminator());
     SmallVector<Value> results;
     SmallVector<MeshShardingAttr> resultShardings;
@@ -172,6 +174,8 @@ struct FunctionPartitioner {
       MeshShardingAttr target = repl();
       if (auto idx = func.getResultAttrOfType<IntegerAttr>(i, kUpdateArgAttr))
         target = argShardings[idx.getInt()];
+      if (func.getResultAttr(i, kKvCacheAttr))
+        target = shardingOf(v);
       FailureOr<Value> local = resharded(b, ret.getLoc(), v, target);
       if (failed(local))
         return failure();

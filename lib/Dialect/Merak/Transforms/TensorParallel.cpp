@@ -109,6 +109,12 @@ struct TensorParallelPass
   MeshAxis axis = 0;
   int64_t size = 1;
   bool failed = false;
+  /// A text generator's function (@prefill, @decode): every op is forward.
+  bool generation = false;
+
+  bool isForward(Operation *op) const {
+    return generation || ::isForward(op);
+  }
 
   enum class Split { Column, Row, Vocab };
   llvm::MapVector<LinearOp, Split> linears;
@@ -129,12 +135,19 @@ struct TensorParallelPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
-    if (!func) {
+    SmallVector<func::FuncOp, 2> funcs;
+    if (auto step = module.lookupSymbol<func::FuncOp>(kTrainStepName))
+      funcs.push_back(step);
+    else
+      funcs = generationFunctions(module);
+    if (funcs.empty()) {
       emitError(module.getLoc(), "no @")
-          << kTrainStepName << "; run --merak-train first";
+          << kTrainStepName
+          << "; run --merak-train first (or --merak-kv-cache for text "
+             "generation)";
       return signalPassFailure();
     }
+    generation = funcs.front().getSymName() != kTrainStepName;
     mesh = lookupMesh(module);
     if (!mesh)
       mesh = createMesh(module, {{"tp", tp > 0 ? int64_t(tp) : 1}});
@@ -149,13 +162,26 @@ struct TensorParallelPass
       return;
     axis = static_cast<MeshAxis>(idx);
     meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+    for (func::FuncOp f : funcs) {
+      func = f;
+      linears.clear();
+      embeddings.clear();
+      fusedHeads.clear();
+      splitLayers();
+      if (failed)
+        return signalPassFailure();
+    }
+  }
 
+  void splitLayers() {
     findMlps();
     findAttention();
-    if (vocabParallel)
+    // A generator's logits stay whole: every rank picks the same token
+    // from all of them.
+    if (vocabParallel && !generation)
       findVocabulary();
     if (failed)
-      return signalPassFailure();
+      return;
     for (auto [linear, split] : linears)
       annotateLinear(linear, split);
     for (EmbeddingOp e : embeddings)
@@ -163,7 +189,7 @@ struct TensorParallelPass
     for (ReshapeOp r : fusedHeads)
       annotateActivation(r.getResult(), r.getType().getRank() - 2);
     if (failed)
-      return signalPassFailure();
+      return;
     stateFollowsParam();
   }
 
@@ -446,6 +472,11 @@ struct SequenceParallelPass
     if (!megatron && !ulysses)
       return;
     func = module.lookupSymbol<func::FuncOp>(kTrainStepName);
+    if (!func && !generationFunctions(module).empty()) {
+      emitError(module.getLoc(), "text generation (@prefill, @decode) is "
+                                 "partitioned by tp alone; drop sp");
+      return signalPassFailure();
+    }
     mesh = lookupMesh(module);
     StringRef axisName = megatron ? "tp" : "sp";
     int64_t idx = mesh ? meshAxisIndex(mesh, axisName) : -1;
