@@ -850,6 +850,8 @@ serializeRankPrograms(const RankPrograms &programs) {
   json payload;
   payload["source"] = programs.source;
   payload["step"] = programToJson(programs.step);
+  if (programs.decode)
+    payload["decode"] = programToJson(*programs.decode);
   std::vector<uint8_t> cbor;
   try {
     // Each pipeline rank's plan is a CBOR document of its own, embedded as
@@ -975,6 +977,8 @@ public:
            plan->sourceName);
       plan->stepProgram =
           readProgram(field(payload, "payload", "step"), "step");
+      if (payload.contains("decode"))
+        plan->decodeProgram = readProgram(payload["decode"], "decode");
       const json &pipeline =
           arrayOf(field(payload, "payload", "pipeline"), "pipeline");
       for (size_t r = 0; r < pipeline.size(); ++r) {
@@ -1023,6 +1027,7 @@ class MemoryPlan final : public CompiledPlan {
 public:
   explicit MemoryPlan(RankPrograms programs) {
     stepProgram = std::move(programs.step);
+    decodeProgram = std::move(programs.decode);
     sourceName = std::move(programs.source);
     plans = std::move(programs.pipeline);
     ranks = int64_t(plans.size());
@@ -1063,6 +1068,8 @@ absl::StatusOr<RankPrograms> parseRankPrograms(std::string_view bytes,
     return plan.status();
   RankPrograms programs;
   programs.step = std::move((*plan)->step());
+  if (Program *decode = (*plan)->decode())
+    programs.decode = std::move(*decode);
   programs.source = (*plan)->source();
   if ((*plan)->pipelined())
     for (int64_t r = 0; r < (*plan)->pipelineRanks(); ++r) {

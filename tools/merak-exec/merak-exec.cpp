@@ -614,19 +614,9 @@ readPrompts(const std::string &path) {
 static int generateText(const LaunchEnvironment &env, bool launching,
                         int nproc, int argc, char **argv,
                         std::chrono::milliseconds timeout) {
-#if MERAK_HAVE_COMPILER
   if (isTorchScriptArchive(inputFile))
     return fail(inputFile + " is a TorchScript archive: compile it with "
                             "merak-opt --merak-kv-cache first");
-  {
-    std::ifstream probe(inputFile, std::ios::binary);
-    char prefix[8] = {};
-    probe.read(prefix, sizeof(prefix));
-    if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))))
-      return fail(inputFile + " is a rank-program file, which holds one step; "
-                              "--generate runs the module merak-opt "
-                              "--merak-kv-cache writes (@prefill and @decode)");
-  }
   if (initFile.empty())
     return fail("--generate needs the weights: --init model.pt, weights or a "
                 "checkpoint");
@@ -653,20 +643,42 @@ static int generateText(const LaunchEnvironment &env, bool launching,
   }
   if (absl::Status s = checkSampling(request.sampling); !s.ok())
     return fail(s);
-  std::unique_ptr<CompiledPlan> plans[2];
-  const char *names[2] = {"prefill", "decode"};
-  for (int i = 0; i < 2; ++i) {
+  // @prefill and @decode: lowered from the module, or read from a
+  // rank-program file written from it.
+  std::unique_ptr<CompiledPlan> compiled;
+  {
+    std::ifstream probe(inputFile, std::ios::binary);
+    char prefix[8] = {};
+    probe.read(prefix, sizeof(prefix));
+    if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))) ||
+        absl::EndsWith(inputFile, ".mrp")) {
+      absl::StatusOr<std::unique_ptr<CompiledPlan>> read =
+          openRankProgramFile(inputFile);
+      if (!read.ok())
+        return fail(read.status());
+      compiled = *std::move(read);
+    }
+  }
+  if (!compiled) {
+#if MERAK_HAVE_COMPILER
     absl::StatusOr<std::unique_ptr<CompiledPlan>> lowered =
-        compileModuleFile(inputFile, names[i], rankPrefix);
+        compileModuleFile(inputFile, "", rankPrefix);
     if (!lowered.ok())
       return lowered.status().message().empty() ? 1 : fail(lowered.status());
-    plans[i] = *std::move(lowered);
+    compiled = *std::move(lowered);
+#else
+    return fail(inputFile +
+                " is not a rank-program file, and this merak-exec was built "
+                "without the compiler (MERAK_COMPILER=OFF): compile it with "
+                "merak-translate --merak-to-rank-program");
+#endif
   }
-  Program &prefill = plans[0]->step(), &decode = plans[1]->step();
-  if (prefill.worldSize() != decode.worldSize())
-    return fail("@prefill runs on " + std::to_string(prefill.worldSize()) +
-                " ranks but @decode on " + std::to_string(decode.worldSize()));
-  if (absl::Status s = checkProcessCount(*plans[0], launching, nproc,
+  if (!compiled->decode())
+    return fail(inputFile + " holds @" + compiled->step().function +
+                ", not a text generator (@prefill and @decode): compile the "
+                "model with merak-opt --merak-kv-cache");
+  Program &prefill = compiled->step(), &decode = *compiled->decode();
+  if (absl::Status s = checkProcessCount(*compiled, launching, nproc,
                                          env.worldSize, env.launcher);
       !s.ok())
     return fail(s);
@@ -712,8 +724,8 @@ static int generateText(const LaunchEnvironment &env, bool launching,
       createBackend(**device, kernelThreadsFor(env));
   if (!backend.ok())
     return fail(backend.status());
-  for (auto &plan : plans)
-    if (absl::Status s = checkBackendSupports(plan->step(), **backend); !s.ok())
+  for (const Program *p : {&prefill, &decode})
+    if (absl::Status s = checkBackendSupports(*p, **backend); !s.ok())
       return fail(s);
   absl::StatusOr<std::unique_ptr<Generator>> generator =
       Generator::create(prefill, decode, **backend, communicator.get());
@@ -724,9 +736,9 @@ static int generateText(const LaunchEnvironment &env, bool launching,
   if (!global.ok())
     return fail(global.status());
   std::map<std::string, HostTensor> weights;
-  for (auto &plan : plans) {
+  for (const Program *p : {&prefill, &decode}) {
     absl::StatusOr<std::map<std::string, HostTensor>> shards =
-        shardState(plan->step(), **global);
+        shardState(*p, **global);
     if (!shards.ok())
       return fail(shards.status());
     weights.merge(*shards);
@@ -766,13 +778,6 @@ static int generateText(const LaunchEnvironment &env, bool launching,
     _exit(0);
   }
   return 0;
-#else
-  (void)env, (void)launching, (void)nproc, (void)argc, (void)argv,
-      (void)timeout;
-  return fail("--generate lowers @prefill and @decode from a module, and "
-              "this merak-exec was built without the compiler "
-              "(MERAK_COMPILER=OFF)");
-#endif
 }
 
 int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {

@@ -478,6 +478,40 @@ TEST(RankProgramFileTest, OpenedPlansDecodeEachPipelineRankOnDemand) {
   EXPECT_EQ(single->pipelineRanks(), 1);
 }
 
+TEST(RankProgramFileTest, TextGeneratorsKeepTheirDecodeStep) {
+  RankPrograms programs;
+  programs.source = "gen.mlir";
+  programs.step = sampleProgram();
+  programs.step.function = "prefill";
+  Program decode = sampleProgram();
+  decode.function = "decode";
+  decode.arguments[1].role = ArgumentRole::Position;
+  decode.arguments[1].name = "position";
+  decode.arguments[2].role = ArgumentRole::KvCache;
+  decode.arguments[2].name = "kv.0";
+  programs.decode = decode;
+  std::string bytes = bytesOf(programs);
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> opened =
+      openRankPrograms(bytes, "gen.mrp");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->step().function, "prefill");
+  ASSERT_NE((*opened)->decode(), nullptr);
+  const Program &read = *(*opened)->decode();
+  EXPECT_EQ(printProgram(read), printProgram(decode));
+  EXPECT_EQ(read.arguments[1].role, ArgumentRole::Position);
+  EXPECT_EQ(read.arguments[2].role, ArgumentRole::KvCache);
+  EXPECT_EQ(read.arguments[2].name, "kv.0");
+  absl::StatusOr<RankPrograms> parsed = parseRankPrograms(bytes, "gen.mrp");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->decode);
+  EXPECT_EQ(bytesOf(*parsed), bytes);
+  // A step without one has none.
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> step =
+      openRankPrograms(bytesOf(samplePrograms()), "plan.mrp");
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ((*step)->decode(), nullptr);
+}
+
 TEST(RankProgramFileTest, MalformedCborIsRefusedWithItsOffset) {
   std::string bytes = bytesOf(samplePrograms());
   // A map whose key string is cut short.

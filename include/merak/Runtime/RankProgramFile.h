@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ struct RankPrograms {
   std::vector<PipelinePlan> pipeline;
   /// Where it was compiled from (the module's file name), for messages.
   std::string source;
+  /// A text generator (--merak-kv-cache): `step` is @prefill and this its
+  /// @decode, planned but bound to no rank.
+  std::optional<Program> decode;
 };
 
 /// A compiled plan as a run starts from it: the step, and each pipeline
@@ -59,9 +63,12 @@ public:
   /// pipelined plan. An error names the file and the rank; one whose
   /// diagnostics were already printed (a module's) has an empty message.
   virtual absl::StatusOr<PipelinePlan> pipelinePlan(int64_t rank) = 0;
+  /// A text generator's @decode (`RankPrograms::decode`), or null.
+  Program *decode() { return decodeProgram ? &*decodeProgram : nullptr; }
 
 protected:
   Program stepProgram;
+  std::optional<Program> decodeProgram;
   int64_t ranks = 0; // pipeline ranks; 0 without a pipeline
   std::string sourceName;
 };

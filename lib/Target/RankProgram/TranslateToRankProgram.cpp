@@ -41,10 +41,27 @@ FailureOr<func::FuncOp> entryFunction(ModuleOp module, llvm::StringRef entry) {
   if (!func)
     func = module.lookupSymbol<func::FuncOp>("forward");
   if (!func)
+    func = module.lookupSymbol<func::FuncOp>("prefill");
+  if (!func)
     return emitError(module.getLoc())
-           << "the module has neither @train_step nor @forward; name the "
-              "function to run";
+           << "the module has neither @train_step nor @forward (nor a text "
+              "generator's @prefill); name the function to run";
   return func;
+}
+
+/// A text generator's @decode, lowered, when the run starts from its
+/// @prefill (no entry named); else nothing.
+FailureOr<std::optional<Program>> decodeOf(ModuleOp module, func::FuncOp func,
+                                           llvm::StringRef entry) {
+  if (!entry.empty() || func.getSymName() != "prefill")
+    return std::optional<Program>();
+  auto decode = module.lookupSymbol<func::FuncOp>("decode");
+  if (!decode)
+    return std::optional<Program>();
+  FailureOr<Program> lowered = lowerToProgram(decode);
+  if (failed(lowered))
+    return failure();
+  return std::optional<Program>(*std::move(lowered));
 }
 
 /// The pipeline ranks of a run starting from `func`: those of the module's
@@ -79,6 +96,10 @@ FailureOr<RankPrograms> lowerToRankPrograms(ModuleOp module,
   if (failed(step))
     return failure();
   programs.step = *std::move(step);
+  FailureOr<std::optional<Program>> decode = decodeOf(module, *func, entry);
+  if (failed(decode))
+    return failure();
+  programs.decode = *std::move(decode);
   FailureOr<int64_t> pp = pipelineRanksOf(module, *func, entry);
   if (failed(pp))
     return failure();
@@ -154,6 +175,10 @@ public:
     if (failed(step))
       return absl::InvalidArgumentError("");
     stepProgram = *std::move(step);
+    FailureOr<std::optional<Program>> decode = decodeOf(*module, *func, entry);
+    if (failed(decode))
+      return absl::InvalidArgumentError("");
+    decodeProgram = *std::move(decode);
     FailureOr<int64_t> pp = pipelineRanksOf(*module, *func, entry);
     if (failed(pp))
       return absl::InvalidArgumentError("");
