@@ -78,6 +78,10 @@ def load_sharded(index_path):
             box = tuple(slice(o, o + s) for o, s in zip(block["offsets"],
                                                         block["shape"]))
             tensor[box] = part.reshape(block["shape"])
+        # A parameter the program views by section (a fused projection and
+        # its adapter) is held in the shape PyTorch gives it.
+        if "stored_shape" in entry:
+            tensor = tensor.reshape(entry["stored_shape"])
         out[name] = tensor
     return out
 

@@ -282,7 +282,13 @@ struct SplitFusedProjectionsPass
       if (!weight || (l.getBias() && !soleParam(forward, l.getBias())))
         return;
       Fused f{l, {}};
-      for (Operation *user : l->getUsers()) {
+      // A LoRA adapter's up projection is fused alike: it is viewed by
+      // section with the layer.
+      std::optional<LoraAdapter> adapter = loraAdapterOf(l);
+      if (adapter && !soleParam(forward, adapter->up.getWeight()))
+        return;
+      Value produced = adapter ? adapter->out : l.getResult();
+      for (Operation *user : produced.getUsers()) {
         auto s = dyn_cast<SliceOp>(user);
         if (!s || s.getDim() != last || s.getStep() != 1)
           return;
@@ -333,7 +339,22 @@ struct SplitFusedProjectionsPass
     viewBySection(forward, weight, count);
     if (bias)
       viewBySection(forward, bias, count);
+    std::optional<LoraAdapter> adapter = loraAdapterOf(l);
+    BlockArgument up;
+    CastOp upCast;
+    AddOp sum;
+    MulOp scaled;
+    if (adapter) {
+      up = soleParam(forward, adapter->up.getWeight());
+      upCast = castOf(adapter->up.getWeight());
+      viewBySection(forward, up, count);
+      sum = adapter->out.getDefiningOp<AddOp>();
+      scaled = sum.getRhs().getDefiningOp<MulOp>();
+    }
+    // After the adapter's sum, where its down projection is defined.
     OpBuilder b(l);
+    if (adapter)
+      b.setInsertionPointAfter(sum);
     auto sectionOf = [&](BlockArgument arg, CastOp toCompute,
                          int64_t s) -> Value {
       auto type = cast<RankedTensorType>(arg.getType());
@@ -357,15 +378,34 @@ struct SplitFusedProjectionsPass
       Value bs = bias ? sectionOf(bias, biasCast, s) : Value();
       auto linear = b.create<LinearOp>(section.getLoc(), section.getType(),
                                        l.getInput(), w, bs);
-      section.getResult().replaceAllUsesWith(linear.getResult());
-      section.erase();
-      for (Operation *user : linear->getUsers())
+      Value out = linear.getResult();
+      if (adapter) {
+        // base_s + up_s(down(x)) * scale, section by section.
+        auto upLinear = b.create<LinearOp>(
+            section.getLoc(), section.getType(), adapter->down.getResult(),
+            sectionOf(up, upCast, s), Value());
+        Value part = b.create<MulOp>(scaled.getLoc(), upLinear.getResult(),
+                                     scaled.getRhs());
+        out = b.create<AddOp>(sum.getLoc(), out, part);
+      }
+      section.getResult().replaceAllUsesWith(out);
+      for (Operation *user : out.getUsers())
         if (auto r = dyn_cast<ReshapeOp>(user))
           if (std::optional<int64_t> h = r.mergesBatchAndHeads();
               h && (!heads || *h == *heads)) {
             heads = h;
             merged.push_back(r);
           }
+    }
+    // Erased after the loop: the builder inserts before the first of them.
+    for (SliceOp section : f.sections)
+      section.erase();
+    if (adapter) {
+      sum.erase();
+      scaled.erase();
+      adapter->up.erase();
+      if (upCast)
+        upCast.erase();
     }
     l.erase();
     if (weightCast)

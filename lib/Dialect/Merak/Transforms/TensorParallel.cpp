@@ -50,6 +50,40 @@ std::pair<Value, int64_t> merak::weightParam(Value v) {
   return {v, 0};
 }
 
+std::optional<merak::LoraAdapter> merak::loraAdapterOf(LinearOp base) {
+  Value x = stripShards(base.getInput());
+  for (Operation *user : base.getResult().getUsers()) {
+    // Through the base's result annotation, if any.
+    SmallVector<Operation *> readers{user};
+    if (auto s = dyn_cast<ShardOp>(user))
+      readers.assign(s->getUsers().begin(), s->getUsers().end());
+    for (Operation *reader : readers) {
+      auto add = dyn_cast<AddOp>(reader);
+      if (!add || stripShards(add.getLhs()) != base.getResult())
+        continue;
+      auto scaled = stripShards(add.getRhs()).getDefiningOp<MulOp>();
+      if (!scaled)
+        continue;
+      auto up = stripShards(scaled.getLhs()).getDefiningOp<LinearOp>();
+      if (!up || up.getBias())
+        continue;
+      auto down = stripShards(up.getInput()).getDefiningOp<LinearOp>();
+      if (!down || down.getBias())
+        continue;
+      Value in = stripShards(down.getInput());
+      Operation *entry = down;
+      if (auto drop = in.getDefiningOp<DropoutOp>()) {
+        entry = drop;
+        in = stripShards(drop.getInput());
+      }
+      if (in != x)
+        continue;
+      return LoraAdapter{base, down, up, entry, add.getResult()};
+    }
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 /// Users of `v`, looking through sharding annotations.
@@ -116,6 +150,54 @@ struct TensorParallelPass
     return generation || ::isForward(op);
   }
 
+  /// LoRA adapters by their base linear; the ops of their branches that
+  /// read the base's input; their outputs; their own linears.
+  llvm::MapVector<Operation *, LoraAdapter> adapters;
+  DenseMap<Operation *, LinearOp> adapterEntries;
+  DenseMap<Value, LinearOp> adapterOutputs;
+  llvm::DenseSet<Operation *> adapterLinears;
+
+  void findAdapters() {
+    func.walk([&](LinearOp l) {
+      if (!isForward(l))
+        return;
+      if (std::optional<LoraAdapter> a = loraAdapterOf(l)) {
+        adapters[l] = *a;
+        adapterEntries[a->entry] = l;
+        adapterOutputs[a->out] = l;
+        adapterLinears.insert(a->down);
+        adapterLinears.insert(a->up);
+      }
+    });
+  }
+
+  /// The layer whose output `v` is: a linear, or an adapted linear's sum
+  /// with its adapter; null for anything else (an adapter's own linears).
+  LinearOp layerOf(Value v) {
+    v = stripShards(v);
+    if (LinearOp base = adapterOutputs.lookup(v))
+      return base;
+    auto l = v.getDefiningOp<LinearOp>();
+    return l && !adapterLinears.contains(l) ? l : LinearOp();
+  }
+
+  /// The layer's output: the adapter's sum for an adapted linear.
+  Value outputOf(LinearOp l) {
+    auto it = adapters.find(l);
+    return it == adapters.end() ? l.getResult() : it->second.out;
+  }
+
+  /// The layer `use` is the input of, or null.
+  LinearOp readerLayer(OpOperand *use) {
+    Operation *user = use->getOwner();
+    if (LinearOp base = adapterEntries.lookup(user))
+      return base;
+    auto l = dyn_cast<LinearOp>(user);
+    return l && use->getOperandNumber() == 0 && !adapterLinears.contains(l)
+               ? l
+               : LinearOp();
+  }
+
   enum class Split { Column, Row, Vocab };
   llvm::MapVector<LinearOp, Split> linears;
   SmallVector<EmbeddingOp> embeddings;
@@ -167,6 +249,10 @@ struct TensorParallelPass
       linears.clear();
       embeddings.clear();
       fusedHeads.clear();
+      adapters.clear();
+      adapterEntries.clear();
+      adapterOutputs.clear();
+      adapterLinears.clear();
       splitLayers();
       if (failed)
         return signalPassFailure();
@@ -174,6 +260,7 @@ struct TensorParallelPass
   }
 
   void splitLayers() {
+    findAdapters();
     findMlps();
     findAttention();
     // A generator's logits stay whole: every rank picks the same token
@@ -222,12 +309,13 @@ struct TensorParallelPass
   /// linear -> elementwise* -> linear.
   void findMlps() {
     func.walk([&](LinearOp first) {
-      if (!isForward(first) || linears.count(first))
+      if (!isForward(first) || linears.count(first) ||
+          adapterLinears.contains(first))
         return;
       int64_t hidden = lastDim(first.getResult());
-      SmallVector<Value> work{first.getResult()};
+      SmallVector<Value> work{outputOf(first)};
       llvm::SmallPtrSet<Operation *, 8> seen;
-      SmallVector<LinearOp> sinks;
+      llvm::SetVector<Operation *> sinks;
       bool chain = true;
       while (!work.empty() && chain) {
         Value v = work.pop_back_val();
@@ -235,9 +323,8 @@ struct TensorParallelPass
           Operation *user = use->getOwner();
           if (!isForward(user))
             continue;
-          if (auto next = dyn_cast<LinearOp>(user);
-              next && use->getOperandNumber() == 0) {
-            sinks.push_back(next);
+          if (LinearOp next = readerLayer(use)) {
+            sinks.insert(next);
             continue;
           }
           if (isHiddenElementwise(user) && user->getNumResults() == 1 &&
@@ -251,14 +338,14 @@ struct TensorParallelPass
       }
       if (!chain || sinks.size() != 1 || seen.empty())
         return;
-      LinearOp last = sinks.front();
+      auto last = cast<LinearOp>(sinks.front());
       // Every linear feeding the chain is column-split (SwiGLU's gate and
       // up projections).
       SmallVector<LinearOp> firsts{first};
       for (Operation *op : seen)
         for (Value operand : op->getOperands())
-          if (auto other = stripShards(operand).getDefiningOp<LinearOp>();
-              other && other != first && isForward(other))
+          if (LinearOp other = layerOf(operand);
+              other && isForward(other) && !llvm::is_contained(firsts, other))
             firsts.push_back(other);
       for (LinearOp l : firsts)
         if (!canSplit(l, Split::Column)) {
@@ -292,7 +379,7 @@ struct TensorParallelPass
           fusedHeads.push_back(r);
           return;
         }
-        auto proj = in.getDefiningOp<LinearOp>();
+        LinearOp proj = layerOf(in);
         if (!proj || !isForward(proj) || linears.count(proj))
           return;
         if (*heads % size != 0) {
@@ -323,9 +410,8 @@ struct TensorParallelPass
           llvm::append_range(uses, usesOf(flat.getResult()));
           continue;
         }
-        if (auto out = dyn_cast<LinearOp>(user);
-            out && isForward(out) && uses[i]->getOperandNumber() == 0 &&
-            !linears.count(out))
+        if (LinearOp out = readerLayer(uses[i]);
+            out && isForward(out) && !linears.count(out))
           linears[out] = Split::Row;
       }
     });
@@ -443,10 +529,16 @@ struct TensorParallelPass
       splitParam(l.getWeight(), 0, what, l);
       if (l.getBias())
         splitParam(l.getBias(), 0, what, l);
+      // The adapter's up projection makes the layer's outputs: split alike.
+      if (auto a = adapters.find(l); a != adapters.end())
+        splitParam(a->second.up.getWeight(), 0, what, l);
       return;
     }
     case Split::Row:
       splitParam(l.getWeight(), 1, "row-parallel linear", l);
+      // The adapter's down projection reads the layer's split inputs.
+      if (auto a = adapters.find(l); a != adapters.end())
+        splitParam(a->second.down.getWeight(), 1, "row-parallel linear", l);
       return;
     }
   }

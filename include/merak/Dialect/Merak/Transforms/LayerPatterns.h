@@ -11,6 +11,7 @@
 
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 
+#include <optional>
 #include <utility>
 
 namespace merak {
@@ -28,6 +29,20 @@ inline bool isHiddenElementwise(mlir::Operation *op) {
 /// the parameter itself, 1 for a section `select(param, 0, s)` of a fused
 /// projection (--merak-split-fused-projections).
 std::pair<mlir::Value, int64_t> weightParam(mlir::Value v);
+
+/// A LoRA adapter on a linear (--merak-lora): the layer's output is
+/// `out = base + linear(linear(x', down), up) * scale`, `x'` the base's
+/// input or a dropout of it. Tensor parallelism splits the adapter with its
+/// layer: `up` by rows with a column-parallel base, `down` by columns with
+/// a row-parallel one.
+struct LoraAdapter {
+  LinearOp base, down, up;
+  /// The ops of the adapter's branch that read the base's input: `down`,
+  /// or the dropout before it.
+  mlir::Operation *entry = nullptr;
+  mlir::Value out;
+};
+std::optional<LoraAdapter> loraAdapterOf(LinearOp base);
 
 } // namespace merak
 
