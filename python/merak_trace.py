@@ -135,6 +135,44 @@ def meta_device():
         yield
 
 
+@contextlib.contextmanager
+def _pre_hooks_in_forward(module):
+    """``torch.jit.trace`` compiles a module's forward pre-hooks with
+    TorchScript, which a hook object such as ``nn.utils.weight_norm``'s
+    ``WeightNorm`` does not survive ("'WeightNorm' object has no attribute
+    '__name__'"). Within this context each pre-hook that is not a plain
+    function runs at the start of its module's forward instead, so the trace
+    records what it computes (weight norm's ``g * v / ||v||`` from the
+    ``_g`` and ``_v`` parameters, which stay the parameters) like any other
+    op."""
+    moved = []
+    for sub in module.modules():
+        hooks = sub._forward_pre_hooks
+        objects = [(k, h) for k, h in hooks.items() if not inspect.isfunction(h)
+                   and not inspect.ismethod(h)]
+        if not objects:
+            continue
+        for key, _ in objects:
+            del hooks[key]
+        forward = sub.forward
+
+        def hooked(*args, _sub=sub, _forward=forward, _objects=objects):
+            for _, hook in _objects:
+                result = hook(_sub, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+            return _forward(*args)
+        sub.forward = hooked
+        moved.append((sub, objects))
+    try:
+        yield
+    finally:
+        for sub, objects in moved:
+            del sub.forward
+            for key, hook in objects:
+                sub._forward_pre_hooks[key] = hook
+
+
 def save(module, example_inputs, path, input_names=None, check_trace=True,
          weights=None, meta=False):
     """Traces ``module`` on ``example_inputs`` and saves it to ``path``.
@@ -157,7 +195,8 @@ def save(module, example_inputs, path, input_names=None, check_trace=True,
         inputs = tuple(t.to("meta") for t in inputs)
         check_trace = False
     description = describe_inputs(module, inputs, input_names)
-    traced = torch.jit.trace(module, inputs, check_trace=check_trace)
+    with _pre_hooks_in_forward(module):
+        traced = torch.jit.trace(module, inputs, check_trace=check_trace)
     torch.jit.save(traced, str(path),
                    _extra_files={INPUTS_FILE: json.dumps(description)})
     if weights is not None:

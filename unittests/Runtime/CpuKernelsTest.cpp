@@ -610,6 +610,27 @@ TEST_F(CpuKernelsTest, EmbeddingBackwardMatchesAutograd) {
       "gradient");
 }
 
+TEST_F(CpuKernelsTest, ExactGeluBackwardReadsATransposedGradient) {
+  // A gradient that reaches GELU through a transpose (wav2vec2's feature
+  // extractor): LibTorch 1.13's own kernel misreads it when the input is
+  // laid out otherwise; the kernel's result is the float64 one.
+  torch::manual_seed(8);
+  at::Tensor x = torch::randn({2, 16, 39});
+  at::Tensor dy = torch::randn({2, 39, 16}).transpose(1, 2);
+  at::Tensor want =
+      at::gelu_backward(dy.to(at::kDouble).contiguous(), x.to(at::kDouble),
+                        "none")
+          .to(at::kFloat);
+  OpAttrs attrs;
+  at::Tensor got =
+      run(OpKind::GeluBackward, attrs, {dy, x}, {typeOf(x)})[0];
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-6);
+  // Written into the dying gradient's own (transposed) storage.
+  at::Tensor inPlace = run(OpKind::GeluBackward, attrs, {dy.clone(), x},
+                           {typeOf(x)}, {}, /*inPlaceOperand=*/0)[0];
+  EXPECT_LT((inPlace - want).abs().max().item<double>(), 1e-6);
+}
+
 TEST_F(CpuKernelsTest, UpdateSliceWritesAtTheRunTimePosition) {
   torch::manual_seed(7);
   at::Tensor cache = torch::randn({2, 3, 6, 4});

@@ -1,6 +1,7 @@
 //===- Convolution.cpp - convolution and pooling --------------------------===//
 //
-// Two-dimensional convolution, max, average and adaptive pooling.
+// Two-dimensional convolution, max, average and adaptive pooling; a
+// one-dimensional convolution is the two-dimensional one over a height of 1.
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,8 +47,9 @@ void Importer::populateConvolutionConverters(ConverterTable &table) {
     Value x = im.tensorArg(n, 0), w = im.tensorArg(n, 1);
     if (!x || !w)
       return failure();
-    if (typeOf(w).getRank() != 4)
-      return im.unsupported(n, "not 2-D");
+    int64_t rank = typeOf(w).getRank();
+    if (rank != 4 && rank != 3)
+      return im.unsupported(n, "not 1-D or 2-D");
     Value bias;
     if (!im.isNone(n, 2) && !(bias = im.tensorArg(n, 2)))
       return failure();
@@ -69,6 +71,28 @@ void Importer::populateConvolutionConverters(ConverterTable &table) {
     }
     auto groups = im.intArg(n, groupsIdx, "groups");
     TRY(groups);
+    if (rank == 3) {
+      // [N, C, L] as [N, C, 1, L]: a kernel of height 1, stride 1, no
+      // padding, dilation 1 along the added height.
+      auto xs = typeOf(x).getShape(), ws = typeOf(w).getShape();
+      if (xs.size() != 3 || stride->size() != 1 || padding->size() != 1 ||
+          dilation->size() != 1) {
+        im.error(n) << "a 1-D convolution takes a [N, C, L] input and one "
+                       "stride, padding and dilation";
+        return failure();
+      }
+      Value x2 = im.reshape(x, {xs[0], xs[1], 1, xs[2]});
+      Value w2 = im.reshape(w, {ws[0], ws[1], 1, ws[2]});
+      Value y = im.make1<Conv2dOp>(
+          x2, w2, bias, im.b.getDenseI64ArrayAttr({1, (*stride)[0]}),
+          im.b.getDenseI64ArrayAttr({0, (*padding)[0]}),
+          im.b.getDenseI64ArrayAttr({1, (*dilation)[0]}),
+          im.b.getI64IntegerAttr(*groups));
+      if (!y)
+        return failure();
+      auto ys = typeOf(y).getShape();
+      return im.bind(n, im.reshape(y, {ys[0], ys[1], ys[3]}));
+    }
     Value v =
         im.make1<Conv2dOp>(x, w, bias, im.b.getDenseI64ArrayAttr(pair(*stride)),
                            im.b.getDenseI64ArrayAttr(pair(*padding)),
@@ -76,7 +100,7 @@ void Importer::populateConvolutionConverters(ConverterTable &table) {
                            im.b.getI64IntegerAttr(*groups));
     return im.bind(n, v);
   };
-  table["aten::conv2d"] = table["aten::_convolution"] =
+  table["aten::conv2d"] = table["aten::conv1d"] = table["aten::_convolution"] =
       table["aten::convolution"] = conv;
   table["aten::max_pool2d"] = [window](Importer &im,
                                        jit::Node *n) -> LogicalResult {

@@ -61,6 +61,78 @@ void Importer::populateNormalizationConverters(ConverterTable &table) {
                               im.b.getF64FloatAttr(*eps));
     return im.bind(n, v);
   };
+  // group_norm: the channels in `num_groups` groups, each normalized with
+  // the positions it covers (layer_norm over [N, G, C / G * rest]), then the
+  // per-channel affine.
+  CONVERT("aten::group_norm") {
+    Value x = im.tensorArg(n, 0);
+    if (!x)
+      return failure();
+    auto groups = im.intArg(n, 1, "num_groups");
+    TRY(groups);
+    Value w, bias;
+    if (!im.isNone(n, 2) && !(w = im.tensorArg(n, 2)))
+      return failure();
+    if (!im.isNone(n, 3) && !(bias = im.tensorArg(n, 3)))
+      return failure();
+    auto eps = im.floatArg(n, 4, "eps");
+    TRY(eps);
+    auto xs = typeOf(x).getShape();
+    if (xs.size() < 2 || *groups < 1 || xs[1] % *groups != 0) {
+      im.error(n) << "group_norm of " << *groups << " groups over "
+                  << xs.size() << "-D input: the channels (dimension 1) must "
+                  << "divide into the groups";
+      return failure();
+    }
+    int64_t rest = 1;
+    for (size_t d = 2; d < xs.size(); ++d)
+      rest *= xs[d];
+    Value grouped = im.reshape(x, {xs[0], *groups, xs[1] / *groups * rest});
+    Value normed =
+        im.make1<LayerNormOp>(grouped, Value(), Value(),
+                              im.b.getI64IntegerAttr(1),
+                              im.b.getF64FloatAttr(*eps));
+    if (!normed)
+      return failure();
+    Value y = im.reshape(normed, xs);
+    // The affine per channel: [C] viewed as [C, 1, ...].
+    SmallVector<int64_t> channel{xs[1]};
+    channel.append(xs.size() - 2, 1);
+    if (w && !(y = im.make1<MulOp>(y, im.reshape(w, channel))))
+      return failure();
+    if (bias && !(y = im.make1<AddOp>(y, im.reshape(bias, channel))))
+      return failure();
+    return im.bind(n, y);
+  };
+  // _weight_norm(v, g, dim): v * g / ||v||, the norm over every dimension
+  // but `dim` (nn.utils.weight_norm's weight).
+  CONVERT("aten::_weight_norm") {
+    Value v = im.tensorArg(n, 0), g = im.tensorArg(n, 1);
+    if (!v || !g)
+      return failure();
+    auto dim = im.intArg(n, 2, "dim");
+    TRY(dim);
+    int64_t rank = typeOf(v).getRank();
+    if (*dim < -1 || *dim >= rank) {
+      im.error(n) << "dim " << *dim << " of a weight of rank " << rank;
+      return failure();
+    }
+    // dim -1: the norm of the whole weight.
+    SmallVector<int64_t> others;
+    for (int64_t d = 0; d < rank; ++d)
+      if (*dim == -1 || d != *dim)
+        others.push_back(d);
+    Value squares = im.make1<MulOp>(v, v);
+    Value sum = im.make1<ReduceSumOp>(squares, im.b.getDenseI64ArrayAttr(others),
+                                      im.b.getBoolAttr(true));
+    if (!sum)
+      return failure();
+    Value norm = im.make1<SqrtOp>(sum);
+    Value scale = im.make1<DivOp>(g, norm);
+    if (!scale)
+      return failure();
+    return im.bind(n, im.make1<MulOp>(v, scale));
+  };
   CONVERT("aten::rms_norm") {
     Value x = im.tensorArg(n, 0);
     if (!x)

@@ -190,11 +190,25 @@ void registerElementwiseKernels(KernelTable &table) {
       return c.set(0, dx);
     }
     const char *approx = a.tanhApproximation ? "tanh" : "none";
+    // LibTorch 1.13's exact GELU kernels compute wrong values when their
+    // operands and result are laid out differently (a transposed gradient,
+    // or a result written into a transposed view: errors up to 1e37): such
+    // a backward runs on contiguous operands into a fresh tensor, copied
+    // into the planned one.
+    const at::Tensor &dy = c.in(0), &x = c.in(1);
+    at::Tensor target = c.inPlace(0);
+    bool mixed = dy.strides() != x.strides() ||
+                 (target.defined() && target.strides() != x.strides());
+    if (!a.tanhApproximation && mixed) {
+      at::Tensor dx = at::gelu_backward(dy.contiguous(), x.contiguous(), approx);
+      if (!target.defined())
+        return c.set(0, dx);
+      target.copy_(dx);
+      return c.set(0, target);
+    }
     return elementwise(
-        c, [&] { return at::gelu_backward(c.in(0), c.in(1), approx); },
-        [&](at::Tensor &o) {
-          at::gelu_backward_out(o, c.in(0), c.in(1), approx);
-        });
+        c, [&] { return at::gelu_backward(dy, x, approx); },
+        [&](at::Tensor &o) { at::gelu_backward_out(o, dy, x, approx); });
   });
   table.add(OpKind::DropoutMask, [](Ctx &c) {
     c.set(0, dropoutMask(c, c.resultType(0), c.evaluating() ? 0.0 : c.a.p));
