@@ -8,7 +8,7 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build g++ ccache git
   llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools
-  libtorch-dev python3-torch python3-torchvision python3-numpy
+  libtorch-dev python3-torch python3-torchvision python3-torchaudio python3-numpy
   libgloo-dev libabsl-dev nlohmann-json3-dev libopenblas0-pthread libdnnl-dev
   libsleef-dev libsentencepiece-dev python3-sentencepiece libyaml-cpp-dev
   chromium
