@@ -580,6 +580,33 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
 /// arguments. Flag names may be spelt with dashes (`--log-jsonl`), as the
 /// help shows them, or with underscores. Returns an exit status when the
 /// process should end, else -1.
+/// The compiled programs of `inputFile`: read from a rank-program file
+/// (told by its content; a file named .mrp that is none gets the format's
+/// error), else lowered from a module starting at `entry` (MLIR
+/// diagnostics print as file:line:col: error, and the status then has an
+/// empty message). `fromFile` says which.
+static absl::StatusOr<std::unique_ptr<CompiledPlan>>
+openCompiledPlan(const std::string &entry, bool &fromFile) {
+  fromFile = false;
+  std::ifstream probe(inputFile, std::ios::binary);
+  char prefix[8] = {};
+  probe.read(prefix, sizeof(prefix));
+  if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))) ||
+      absl::EndsWith(inputFile, ".mrp")) {
+    fromFile = true;
+    return openRankProgramFile(inputFile);
+  }
+#if MERAK_HAVE_COMPILER
+  return compileModuleFile(inputFile, entry, rankPrefix);
+#else
+  (void)entry;
+  return absl::InvalidArgumentError(
+      inputFile + " is not a rank-program file, and this merak-exec was built "
+                  "without the compiler (MERAK_COMPILER=OFF): compile it with "
+                  "merak-translate --merak-to-rank-program");
+#endif
+}
+
 /// The prompts of `path`: one per line, token ids separated by spaces;
 /// blank lines are skipped.
 static absl::StatusOr<std::vector<std::vector<int64_t>>>
@@ -645,34 +672,12 @@ static int generateText(const LaunchEnvironment &env, bool launching,
     return fail(s);
   // @prefill and @decode: lowered from the module, or read from a
   // rank-program file written from it.
-  std::unique_ptr<CompiledPlan> compiled;
-  {
-    std::ifstream probe(inputFile, std::ios::binary);
-    char prefix[8] = {};
-    probe.read(prefix, sizeof(prefix));
-    if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))) ||
-        absl::EndsWith(inputFile, ".mrp")) {
-      absl::StatusOr<std::unique_ptr<CompiledPlan>> read =
-          openRankProgramFile(inputFile);
-      if (!read.ok())
-        return fail(read.status());
-      compiled = *std::move(read);
-    }
-  }
-  if (!compiled) {
-#if MERAK_HAVE_COMPILER
-    absl::StatusOr<std::unique_ptr<CompiledPlan>> lowered =
-        compileModuleFile(inputFile, "", rankPrefix);
-    if (!lowered.ok())
-      return lowered.status().message().empty() ? 1 : fail(lowered.status());
-    compiled = *std::move(lowered);
-#else
-    return fail(inputFile +
-                " is not a rank-program file, and this merak-exec was built "
-                "without the compiler (MERAK_COMPILER=OFF): compile it with "
-                "merak-translate --merak-to-rank-program");
-#endif
-  }
+  bool fromFile = false;
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> opened =
+      openCompiledPlan("", fromFile);
+  if (!opened.ok())
+    return opened.status().message().empty() ? 1 : fail(opened.status());
+  std::unique_ptr<CompiledPlan> compiled = *std::move(opened);
   if (!compiled->decode())
     return fail(inputFile + " holds @" + compiled->step().function +
                 ", not a text generator (@prefill and @decode): compile the "
@@ -909,47 +914,22 @@ int main(int argc, char **argv) {
 
 
   // The compiled programs: read from a rank-program file, or lowered here
-  // from a module (MLIR diagnostics print as file:line:col: error).
-  std::unique_ptr<CompiledPlan> compiled;
-  bool fromFile = false;
-  {
-    std::ifstream probe(inputFile, std::ios::binary);
-    char prefix[8] = {};
-    probe.read(prefix, sizeof(prefix));
-    // By content; a file named .mrp that is none gets the format's error.
-    if (isRankProgramFile(std::string_view(prefix, size_t(probe.gcount()))) ||
-        absl::EndsWith(inputFile, ".mrp")) {
-      absl::StatusOr<std::unique_ptr<CompiledPlan>> read =
-          openRankProgramFile(inputFile);
-      if (!read.ok())
-        return fail(read.status());
-      if (!entry.empty() && entry != (*read)->step().function)
-        return fail(inputFile + " holds @" + (*read)->step().function +
-                    ", not @" + entry +
-                    ": compile it with merak-translate "
-                    "--merak-rank-program-entry=" +
-                    entry);
-      compiled = *std::move(read);
-      fromFile = true;
-    }
-  }
-  if (!compiled && isTorchScriptArchive(inputFile))
+  // from a module.
+  if (!absl::EndsWith(inputFile, ".mrp") && isTorchScriptArchive(inputFile))
     return fail(inputFile + " is a TorchScript archive: import it and build "
                             "its step with merak-opt first");
-  if (!compiled) {
-#if MERAK_HAVE_COMPILER
-    absl::StatusOr<std::unique_ptr<CompiledPlan>> lowered =
-        compileModuleFile(inputFile, entry, rankPrefix);
-    if (!lowered.ok())
-      return lowered.status().message().empty() ? 1 : fail(lowered.status());
-    compiled = *std::move(lowered);
-#else
-    return fail(inputFile +
-                " is not a rank-program file, and this merak-exec was built "
-                "without the compiler (MERAK_COMPILER=OFF): compile it with "
-                "merak-translate --merak-to-rank-program");
-#endif
-  }
+  bool fromFile = false;
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> opened =
+      openCompiledPlan(entry, fromFile);
+  if (!opened.ok())
+    return opened.status().message().empty() ? 1 : fail(opened.status());
+  std::unique_ptr<CompiledPlan> compiled = *std::move(opened);
+  if (fromFile && !entry.empty() && entry != compiled->step().function)
+    return fail(inputFile + " holds @" + compiled->step().function +
+                ", not @" + entry +
+                ": compile it with merak-translate "
+                "--merak-rank-program-entry=" +
+                entry);
   const double programsReadyMs = msSinceStart();
   Program &program = compiled->step();
   const bool pipelined = compiled->pipelined();
