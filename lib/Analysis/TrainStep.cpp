@@ -253,8 +253,7 @@ llvm::DenseSet<Operation *> merak::invariantOps(func::FuncOp func) {
   return invariant;
 }
 
-llvm::SmallVector<func::FuncOp, 2>
-merak::generationFunctions(ModuleOp module) {
+llvm::SmallVector<func::FuncOp, 2> merak::generationFunctions(ModuleOp module) {
   auto prefill = module.lookupSymbol<func::FuncOp>("prefill");
   auto decode = module.lookupSymbol<func::FuncOp>("decode");
   if (!prefill || !decode)

@@ -32,8 +32,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
@@ -638,8 +638,8 @@ readPrompts(const std::string &path) {
 /// `merak-exec gen.mlir --generate --init weights --prompts FILE`: on one
 /// process, or on the ranks of a tensor-parallel plan (`--nproc N`, or a
 /// launcher's); rank 0 prints each prompt's tokens and the throughput.
-static int generateText(const LaunchEnvironment &env, bool launching,
-                        int nproc, int argc, char **argv,
+static int generateText(const LaunchEnvironment &env, bool launching, int nproc,
+                        int argc, char **argv,
                         std::chrono::milliseconds timeout) {
   if (isTorchScriptArchive(inputFile))
     return fail(inputFile + " is a TorchScript archive: compile it with "
@@ -691,8 +691,7 @@ static int generateText(const LaunchEnvironment &env, bool launching,
       findBackend(absl::GetFlag(FLAGS_device));
   if (!device.ok())
     return fail(device.status());
-  if (absl::Status s = checkDeviceRanks(**device, prefill.worldSize());
-      !s.ok())
+  if (absl::Status s = checkDeviceRanks(**device, prefill.worldSize()); !s.ok())
     return fail(s);
   absl::StatusOr<const CommunicatorEntry *> comm =
       communicatorIf(prefill.worldSize() > 1);
@@ -912,7 +911,6 @@ int main(int argc, char **argv) {
   if (absl::GetFlag(FLAGS_generate))
     return generateText(env, launching, nproc, argc, argv, timeout);
 
-
   // The compiled programs: read from a rank-program file, or lowered here
   // from a module.
   if (!absl::EndsWith(inputFile, ".mrp") && isTorchScriptArchive(inputFile))
@@ -925,8 +923,8 @@ int main(int argc, char **argv) {
     return opened.status().message().empty() ? 1 : fail(opened.status());
   std::unique_ptr<CompiledPlan> compiled = *std::move(opened);
   if (fromFile && !entry.empty() && entry != compiled->step().function)
-    return fail(inputFile + " holds @" + compiled->step().function +
-                ", not @" + entry +
+    return fail(inputFile + " holds @" + compiled->step().function + ", not @" +
+                entry +
                 ": compile it with merak-translate "
                 "--merak-rank-program-entry=" +
                 entry);

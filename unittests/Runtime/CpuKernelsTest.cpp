@@ -617,13 +617,11 @@ TEST_F(CpuKernelsTest, ExactGeluBackwardReadsATransposedGradient) {
   torch::manual_seed(8);
   at::Tensor x = torch::randn({2, 16, 39});
   at::Tensor dy = torch::randn({2, 39, 16}).transpose(1, 2);
-  at::Tensor want =
-      at::gelu_backward(dy.to(at::kDouble).contiguous(), x.to(at::kDouble),
-                        "none")
-          .to(at::kFloat);
+  at::Tensor want = at::gelu_backward(dy.to(at::kDouble).contiguous(),
+                                      x.to(at::kDouble), "none")
+                        .to(at::kFloat);
   OpAttrs attrs;
-  at::Tensor got =
-      run(OpKind::GeluBackward, attrs, {dy, x}, {typeOf(x)})[0];
+  at::Tensor got = run(OpKind::GeluBackward, attrs, {dy, x}, {typeOf(x)})[0];
   EXPECT_LT((got - want).abs().max().item<double>(), 1e-6);
   // Written into the dying gradient's own (transposed) storage.
   at::Tensor inPlace = run(OpKind::GeluBackward, attrs, {dy.clone(), x},

@@ -79,8 +79,8 @@ void Importer::populateNormalizationConverters(ConverterTable &table) {
     TRY(eps);
     auto xs = typeOf(x).getShape();
     if (xs.size() < 2 || *groups < 1 || xs[1] % *groups != 0) {
-      im.error(n) << "group_norm of " << *groups << " groups over "
-                  << xs.size() << "-D input: the channels (dimension 1) must "
+      im.error(n) << "group_norm of " << *groups << " groups over " << xs.size()
+                  << "-D input: the channels (dimension 1) must "
                   << "divide into the groups";
       return failure();
     }
@@ -88,10 +88,9 @@ void Importer::populateNormalizationConverters(ConverterTable &table) {
     for (size_t d = 2; d < xs.size(); ++d)
       rest *= xs[d];
     Value grouped = im.reshape(x, {xs[0], *groups, xs[1] / *groups * rest});
-    Value normed =
-        im.make1<LayerNormOp>(grouped, Value(), Value(),
-                              im.b.getI64IntegerAttr(1),
-                              im.b.getF64FloatAttr(*eps));
+    Value normed = im.make1<LayerNormOp>(grouped, Value(), Value(),
+                                         im.b.getI64IntegerAttr(1),
+                                         im.b.getF64FloatAttr(*eps));
     if (!normed)
       return failure();
     Value y = im.reshape(normed, xs);
@@ -123,8 +122,8 @@ void Importer::populateNormalizationConverters(ConverterTable &table) {
       if (*dim == -1 || d != *dim)
         others.push_back(d);
     Value squares = im.make1<MulOp>(v, v);
-    Value sum = im.make1<ReduceSumOp>(squares, im.b.getDenseI64ArrayAttr(others),
-                                      im.b.getBoolAttr(true));
+    Value sum = im.make1<ReduceSumOp>(
+        squares, im.b.getDenseI64ArrayAttr(others), im.b.getBoolAttr(true));
     if (!sum)
       return failure();
     Value norm = im.make1<SqrtOp>(sum);

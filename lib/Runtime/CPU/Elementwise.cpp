@@ -200,7 +200,8 @@ void registerElementwiseKernels(KernelTable &table) {
     bool mixed = dy.strides() != x.strides() ||
                  (target.defined() && target.strides() != x.strides());
     if (!a.tanhApproximation && mixed) {
-      at::Tensor dx = at::gelu_backward(dy.contiguous(), x.contiguous(), approx);
+      at::Tensor dx =
+          at::gelu_backward(dy.contiguous(), x.contiguous(), approx);
       if (!target.defined())
         return c.set(0, dx);
       target.copy_(dx);

@@ -198,9 +198,8 @@ MERAK_HD int64_t gatherSource(const GatherGeometry &g, int64_t count,
 /// The offset, in elements, in a dense `[outer, dimSize, inner]` result of
 /// element `linear` (row-major) of an update of `[outer, rows, inner]`
 /// written at row `position` of the middle dimension (update_slice).
-MERAK_HD int64_t updateSliceTarget(int64_t linear, int64_t rows,
-                                   int64_t inner, int64_t dimSize,
-                                   int64_t position) {
+MERAK_HD int64_t updateSliceTarget(int64_t linear, int64_t rows, int64_t inner,
+                                   int64_t dimSize, int64_t position) {
   int64_t k = linear % inner;
   int64_t r = linear / inner % rows;
   int64_t o = linear / inner / rows;

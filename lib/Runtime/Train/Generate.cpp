@@ -46,9 +46,8 @@ int64_t pickToken(const float *logits, int64_t vocab, const SamplingOptions &o,
   // Ranked by logit (ties by index, so the order is fixed), cut to top-k.
   std::vector<int64_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return logits[a] > logits[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
   if (o.topK > 0 && o.topK < vocab)
     order.resize(size_t(o.topK));
   std::vector<double> p(order.size());
@@ -116,8 +115,8 @@ Generator::create(const Program &prefill, const Program &decode,
                     TensorType{DType::I64, {g->batchSize, 1}})
     return badProgram(decode, "it needs one input, a token per row");
   const Argument *position = only(decode, ArgumentRole::Position, n);
-  if (n != 1 || decode.values[position->value].type !=
-                    TensorType{DType::I64, {1}})
+  if (n != 1 ||
+      decode.values[position->value].type != TensorType{DType::I64, {1}})
     return badProgram(decode, "it needs one position");
   std::vector<const Argument *> cacheArgs;
   for (const Argument &a : decode.arguments)
@@ -177,8 +176,8 @@ Generator::loadWeights(const std::map<std::string, HostTensor> &tensors,
       auto have = weights.find(a.name);
       if (have != weights.end())
         continue;
-      absl::StatusOr<TensorHandle> h = loadStateArgument(
-          backend, a, type, tensors, sourceName, false);
+      absl::StatusOr<TensorHandle> h =
+          loadStateArgument(backend, a, type, tensors, sourceName, false);
       if (!h.ok())
         return h.status();
       weights[a.name] = *std::move(h);
@@ -292,8 +291,7 @@ Generator::generate(const GenerationRequest &request) {
     for (int64_t b = 0; b < batchSize; ++b) {
       int64_t base = (b * positions + at) * vocab;
       if (logits.type.dtype == DType::F32)
-        std::memcpy(row.data(),
-                    logits.bytes() + base * int64_t(sizeof(float)),
+        std::memcpy(row.data(), logits.bytes() + base * int64_t(sizeof(float)),
                     size_t(vocab) * sizeof(float));
       else
         for (int64_t v = 0; v < vocab; ++v)

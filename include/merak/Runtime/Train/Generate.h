@@ -61,7 +61,6 @@ struct GenerationResult {
   int64_t decodeSteps = 0;
 };
 
-
 class Generator {
 public:
   ~Generator();
@@ -89,8 +88,7 @@ private:
   /// One handle per argument of `program`: weights by name, the token
   /// input, the position, the caches by name.
   absl::StatusOr<std::vector<TensorHandle>>
-  arguments(const Program &program, const HostTensor &tokens,
-            int64_t position);
+  arguments(const Program &program, const HostTensor &tokens, int64_t position);
   absl::StatusOr<HostTensor> logitsOf(const Program &program,
                                       const std::vector<TensorHandle> &results);
 

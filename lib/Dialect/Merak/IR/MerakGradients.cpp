@@ -668,8 +668,7 @@ GRADIENT(UpdateSliceOp) {
         loc, rowsType, DenseElementsAttr::get(rowsType, offsets));
     rows = b.create<AddOp>(loc, position, arange);
   }
-  operandGrads[1] =
-      b.create<IndexOp>(loc, g, rows, b.getI64IntegerAttr(d));
+  operandGrads[1] = b.create<IndexOp>(loc, g, rows, b.getI64IntegerAttr(d));
   return success();
 }
 

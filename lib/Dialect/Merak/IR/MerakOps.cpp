@@ -575,9 +575,8 @@ MERAK_INFER(UpdateSliceOp) {
   if (failed(normalizeDim(loc, a.getDim(), x.getRank(), d)))
     return failure();
   if (u.getElementType() != x.getElementType())
-    return emitOptionalError(loc, "update of element type ",
-                             u.getElementType(), " for an input of ",
-                             x.getElementType());
+    return emitOptionalError(loc, "update of element type ", u.getElementType(),
+                             " for an input of ", x.getElementType());
   bool fits = u.getRank() == x.getRank() && u.getDimSize(d) <= x.getDimSize(d);
   for (int64_t i = 0; fits && i < x.getRank(); ++i)
     fits = i == d || u.getDimSize(i) == x.getDimSize(i);

@@ -1,4 +1,5 @@
-//===- KvCache.cpp - --merak-kv-cache ---------------------------------------===//
+//===- KvCache.cpp - --merak-kv-cache
+//---------------------------------------===//
 //
 // The forward program as the two steps of a text generator: @prefill runs
 // the whole window of positions and returns, besides the logits, the keys
@@ -285,16 +286,16 @@ private:
               return one(broadcastAll(o));
             })
         .Case([&](SoftmaxOp o) -> FailureOr<SmallVector<Labels>> {
-          if (flow.of(o.getInput())[wrap(o.getDim(), typeOf(o.getResult()).getRank())] ==
-              Seq::Query) {
+          if (flow.of(o.getInput())[wrap(
+                  o.getDim(), typeOf(o.getResult()).getRank())] == Seq::Query) {
             fail(o, "normalizes over the positions it computes");
             return failure();
           }
           return same(o.getInput());
         })
         .Case([&](LogSoftmaxOp o) -> FailureOr<SmallVector<Labels>> {
-          if (flow.of(o.getInput())[wrap(o.getDim(), typeOf(o.getResult()).getRank())] ==
-              Seq::Query) {
+          if (flow.of(o.getInput())[wrap(
+                  o.getDim(), typeOf(o.getResult()).getRank())] == Seq::Query) {
             fail(o, "normalizes over the positions it computes");
             return failure();
           }
@@ -302,8 +303,8 @@ private:
         })
         .Case<LayerNormOp, RmsNormOp>(
             [&](Operation *o) -> FailureOr<SmallVector<Labels>> {
-              int64_t n = o->getAttrOfType<IntegerAttr>("normalized_rank")
-                              .getInt();
+              int64_t n =
+                  o->getAttrOfType<IntegerAttr>("normalized_rank").getInt();
               SmallVector<int64_t> dims;
               for (int64_t i = 1; i <= n; ++i)
                 dims.push_back(-i);
@@ -393,20 +394,21 @@ private:
               return one(reduce(o, o->getOperand(0), dims.asArrayRef(),
                                 keep && keep.getValue()));
             })
-        .Case<TrilOp, TriuOp>([&](Operation *o)
-                                  -> FailureOr<SmallVector<Labels>> {
-          if (failed(keepsPositions(o, o->getOperand(0), {-2, -1},
-                                    "masks across positions")))
-            return failure();
-          return same(o->getOperand(0));
-        })
+        .Case<TrilOp, TriuOp>(
+            [&](Operation *o) -> FailureOr<SmallVector<Labels>> {
+              if (failed(keepsPositions(o, o->getOperand(0), {-2, -1},
+                                        "masks across positions")))
+                return failure();
+              return same(o->getOperand(0));
+            })
         .Case([&](PadOp o) -> FailureOr<SmallVector<Labels>> {
           SmallVector<int64_t> dims;
-          for (auto [i, lh] : llvm::enumerate(llvm::zip(o.getLow(), o.getHigh())))
+          for (auto [i, lh] :
+               llvm::enumerate(llvm::zip(o.getLow(), o.getHigh())))
             if (std::get<0>(lh) != 0 || std::get<1>(lh) != 0)
               dims.push_back(i);
-          if (failed(keepsPositions(o, o.getInput(), dims,
-                                    "pads the positions")))
+          if (failed(
+                  keepsPositions(o, o.getInput(), dims, "pads the positions")))
             return failure();
           return same(o.getInput());
         })
@@ -459,7 +461,8 @@ std::pair<Value, int64_t> cachePoint(Value v, int64_t dim,
     Value in;
     int64_t inDim = -1;
     if (auto p = dyn_cast<PermuteOp>(def)) {
-      in = p.getInput(), inDim = wrap(p.getPermutation()[dim], typeOf(in).getRank());
+      in = p.getInput(),
+      inDim = wrap(p.getPermutation()[dim], typeOf(in).getRank());
     } else if (auto c = dyn_cast<CastOp>(def)) {
       in = c.getInput(), inDim = dim;
     } else if (auto e = dyn_cast<ExpandOp>(def)) {
@@ -520,8 +523,8 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
     // The token input.
     BlockArgument tokens;
     for (BlockArgument arg : body.getArguments()) {
-      auto name = forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                       kInputAttr);
+      auto name =
+          forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kInputAttr);
       if (name && name.getValue() == input)
         tokens = arg;
     }
@@ -531,12 +534,11 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
         if (auto n = forward.getArgAttrOfType<StringAttr>(i, kInputAttr))
           names.push_back(n.str());
       return forward.emitError("--merak-kv-cache: @")
-             << funcName << " has no input '" << input << "' (its inputs: "
-             << llvm::join(names, ", ") << ")";
+             << funcName << " has no input '" << input
+             << "' (its inputs: " << llvm::join(names, ", ") << ")";
     }
     auto tokenType = typeOf(tokens);
-    if (!tokenType.getElementType().isInteger(64) ||
-        tokenType.getRank() != 2)
+    if (!tokenType.getElementType().isInteger(64) || tokenType.getRank() != 2)
       return forward.emitError("--merak-kv-cache: input '")
              << input << "' is " << tokenType
              << ", not token ids [batch, positions] of i64";
@@ -614,8 +616,8 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
   }
 
   /// The arguments of `forward` that `ops` read.
-  static SmallVector<BlockArgument>
-  usedArguments(func::FuncOp forward, ArrayRef<Operation *> ops) {
+  static SmallVector<BlockArgument> usedArguments(func::FuncOp forward,
+                                                  ArrayRef<Operation *> ops) {
     llvm::DenseSet<Value> read;
     for (Operation *op : ops)
       for (Value v : op->getOperands())
@@ -661,7 +663,8 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
   }
 
   /// `type` with every query dimension of `labels` of size one.
-  static RankedTensorType oneQuery(RankedTensorType type, const Labels &labels) {
+  static RankedTensorType oneQuery(RankedTensorType type,
+                                   const Labels &labels) {
     SmallVector<int64_t> shape(type.getShape());
     for (auto [i, s] : llvm::enumerate(labels))
       if (s == Seq::Query)
@@ -727,8 +730,8 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
                                                rb.getI64IntegerAttr(dim)));
       for (auto [orig, res] : llvm::zip(op->getResults(), copy->getResults())) {
         auto point = flow.cached.find(orig);
-        Labels labels = point == flow.cached.end() ? flow.of(orig)
-                                                   : before.lookup(orig);
+        Labels labels =
+            point == flow.cached.end() ? flow.of(orig) : before.lookup(orig);
         res.setType(oneQuery(typeOf(orig), labels));
       }
       ArrayRef<int64_t> shape = typeOf(copy->getResult(0)).getShape();
@@ -744,9 +747,9 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
           continue;
         unsigned index = std::distance(flow.cached.begin(), point);
         Value cache = block->getArgument(positionArg + 1 + index);
-        Value full = fb.create<UpdateSliceOp>(op->getLoc(), cache, res,
-                                              position,
-                                              fb.getI64IntegerAttr(point->second));
+        Value full =
+            fb.create<UpdateSliceOp>(op->getLoc(), cache, res, position,
+                                     fb.getI64IntegerAttr(point->second));
         map.map(orig, full);
       }
       fb.setInsertionPointToEnd(block);

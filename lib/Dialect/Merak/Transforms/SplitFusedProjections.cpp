@@ -381,9 +381,9 @@ struct SplitFusedProjectionsPass
       Value out = linear.getResult();
       if (adapter) {
         // base_s + up_s(down(x)) * scale, section by section.
-        auto upLinear = b.create<LinearOp>(
-            section.getLoc(), section.getType(), adapter->down.getResult(),
-            sectionOf(up, upCast, s), Value());
+        auto upLinear = b.create<LinearOp>(section.getLoc(), section.getType(),
+                                           adapter->down.getResult(),
+                                           sectionOf(up, upCast, s), Value());
         Value part = b.create<MulOp>(scaled.getLoc(), upLinear.getResult(),
                                      scaled.getRhs());
         out = b.create<AddOp>(sum.getLoc(), out, part);

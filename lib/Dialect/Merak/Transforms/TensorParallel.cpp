@@ -146,9 +146,7 @@ struct TensorParallelPass
   /// A text generator's function (@prefill, @decode): every op is forward.
   bool generation = false;
 
-  bool isForward(Operation *op) const {
-    return generation || ::isForward(op);
-  }
+  bool isForward(Operation *op) const { return generation || ::isForward(op); }
 
   /// LoRA adapters by their base linear; the ops of their branches that
   /// read the base's input; their outputs; their own linears.
