@@ -479,6 +479,20 @@ static int launchLocalRanks(int64_t nproc, int argc, char **argv,
   return runLocalRanks(launch);
 }
 
+/// The end of a run that succeeded: a multi-process one waits for every
+/// rank (`job->finish`) and exits at once; Gloo's groups close their
+/// connections as the process ends.
+static int endRun() {
+  if (job) {
+    if (absl::Status s = job->finish(); !s.ok())
+      return fail(s);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(0);
+  }
+  return 0;
+}
+
 /// `--profile-hardware -o FILE`: every rank measures (HardwareProbe.h);
 /// rank 0 prints what it found and writes the profile atomically.
 static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
@@ -566,14 +580,7 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
            "--nproc N measures them");
     note("hardware profile written to " + output);
   }
-  if (job) {
-    if (absl::Status s = job->finish(); !s.ok())
-      return fail(s);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    _exit(0);
-  }
-  return 0;
+  return endRun();
 }
 
 /// Parses the flags into the globals above; `positional` gets the other
@@ -774,14 +781,7 @@ static int generateText(const LaunchEnvironment &env, bool launching, int nproc,
             ? result->decodeSeconds * 1e3 / double(result->decodeSteps)
             : 0.0);
   }
-  if (job) {
-    if (absl::Status s = job->finish(); !s.ok())
-      return fail(s);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    _exit(0);
-  }
-  return 0;
+  return endRun();
 }
 
 int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
@@ -1298,13 +1298,5 @@ int main(int argc, char **argv) {
             lossScaleMetadata());
         !s.ok())
       return fail(s);
-  if (job) {
-    if (absl::Status s = job->finish(); !s.ok())
-      return fail(s);
-    // Gloo's groups close their connections as the process ends.
-    std::fflush(stdout);
-    std::fflush(stderr);
-    _exit(0);
-  }
-  return 0;
+  return endRun();
 }
