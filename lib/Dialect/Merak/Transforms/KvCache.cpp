@@ -50,7 +50,6 @@ int64_t wrap(int64_t dim, int64_t rank) { return dim < 0 ? dim + rank : dim; }
 /// value computed from the tokens, the constant operands the decode step
 /// reads at its position, and where keys and values are cached.
 struct PositionFlow {
-  int64_t length = 0;
   DenseMap<Value, Labels> labels;
   /// Operands (of ops reading the tokens) computed without them whose
   /// dimension `second` lines up with the query positions: @decode reads
@@ -285,22 +284,17 @@ private:
               }
               return one(broadcastAll(o));
             })
-        .Case([&](SoftmaxOp o) -> FailureOr<SmallVector<Labels>> {
-          if (flow.of(o.getInput())[wrap(
-                  o.getDim(), typeOf(o.getResult()).getRank())] == Seq::Query) {
-            fail(o, "normalizes over the positions it computes");
-            return failure();
-          }
-          return same(o.getInput());
-        })
-        .Case([&](LogSoftmaxOp o) -> FailureOr<SmallVector<Labels>> {
-          if (flow.of(o.getInput())[wrap(
-                  o.getDim(), typeOf(o.getResult()).getRank())] == Seq::Query) {
-            fail(o, "normalizes over the positions it computes");
-            return failure();
-          }
-          return same(o.getInput());
-        })
+        .Case<SoftmaxOp, LogSoftmaxOp>(
+            [&](Operation *o) -> FailureOr<SmallVector<Labels>> {
+              // Over the attended positions (attention's softmax) it may.
+              Labels in = flow.of(o->getOperand(0));
+              int64_t dim = o->getAttrOfType<IntegerAttr>("dim").getInt();
+              if (in[wrap(dim, in.size())] == Seq::Query) {
+                fail(o, "normalizes over the positions it computes");
+                return failure();
+              }
+              return one(in);
+            })
         .Case<LayerNormOp, RmsNormOp>(
             [&](Operation *o) -> FailureOr<SmallVector<Labels>> {
               int64_t n =
@@ -580,7 +574,6 @@ struct KvCachePass : public merak::impl::KvCacheBase<KvCachePass> {
     // Positions, the key uses, their cache points; then again with the
     // cache points known.
     PositionFlow flow;
-    flow.length = length;
     if (failed(analyze(ops, tokens, 1, flow)))
       return failure();
     for (auto [use, dim] : flow.keyUses) {
