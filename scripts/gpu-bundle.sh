@@ -97,7 +97,16 @@ for precision in "bf16" "fp16 loss-scale-init=1048576 loss-scale-window=3"; do
     -o "$OUT/models/$name.mrp"
   rm "$OUT/models/$name.mlir"
 done
-mkdir -p "$OUT/src/test/e2e/Inputs"
+# Text generators (--merak-kv-cache: @prefill and @decode), as
+# test/e2e/generate/greedy.test makes them on the CPU.
+for m in gpt2 llama; do
+  "$BUILD/bin/merak-opt" "$FIXTURES/$m.pt" --merak-kv-cache -o "$OUT/models/$m-gen.mlir"
+  "$BUILD/bin/merak-translate" "$OUT/models/$m-gen.mlir" --merak-to-rank-program \
+    -o "$OUT/models/$m-gen.mrp"
+  rm "$OUT/models/$m-gen.mlir"
+done
+mkdir -p "$OUT/src/test/e2e/Inputs" "$OUT/src/test/e2e/generate/Inputs"
+cp "$ROOT/test/e2e/generate/Inputs/generate_reference.py" "$OUT/src/test/e2e/generate/Inputs/"
 cp "$ROOT"/test/e2e/{reference.py,compare_losses.py,make_batches.py} "$OUT/src/test/e2e/"
 cp "$ROOT"/test/e2e/Inputs/check_loss_scale.py "$OUT/src/test/e2e/Inputs/"
 cp "$ROOT"/test/fixtures/*.py "$OUT/src/test/fixtures/"

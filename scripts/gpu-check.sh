@@ -218,6 +218,31 @@ if [[ -f $B/models/gpt2-fp16.mrp && -f $dir/ref.jsonl ]]; then
   fi
 fi
 
+# Text generation (the key-value cache's update_slice and the decode
+# step): greedy tokens from prompts of different lengths in one batch equal
+# PyTorch's, which recomputes the whole sequence for each token, as
+# test/e2e/generate/greedy.test on the CPU.
+GEN=$B/src/test/e2e/generate/Inputs/generate_reference.py
+for m in gpt2 llama; do
+  [[ -f $B/models/$m-gen.mrp && -f $B/models/$m.pt ]] || continue
+  dir=$O/$m-gen
+  mkdir -p "$dir"
+  printf '5 17 33 2 60 14\n71 8 90\n' > "$dir/prompts.txt"
+  if "$PY" "$GEN" weights "$B/models/$m.pt" --sharpen 20 --out "$dir/weights.safetensors" > "$dir/weights.log" 2>&1 &&
+     "$BIN/merak-exec" "$B/models/$m-gen.mrp" --device "$DEVICE" --generate \
+       --init "$dir/weights.safetensors" --prompts "$dir/prompts.txt" --max-new-tokens 9 > "$dir/merak.out" 2>&1 &&
+     "$PY" "$GEN" greedy --fixture "$m" --weights "$dir/weights.safetensors" \
+       --prompts "$dir/prompts.txt" --max-new-tokens 9 > "$dir/ref.out" 2>&1; then
+    if diff <(grep '^prompt' "$dir/ref.out") <(grep '^prompt' "$dir/merak.out") > "$dir/diff.txt"; then
+      row "$m generation (greedy)" ok "tokens equal PyTorch's; $(grep -m1 -o 'in [0-9.]* s.*' "$dir/merak.out" || tail -1 "$dir/merak.out")"
+    else
+      row "$m generation (greedy)" FAIL "tokens differ: $(head -3 "$dir/diff.txt" | tr '\n' ' ')"
+    fi
+  else
+    row "$m generation (greedy)" FAIL "$(grep -h -m1 -i error "$dir"/*.log "$dir"/*.out | head -1)"
+  fi
+done
+
 if [[ -n ${BENCH:-} && -f $B/bench/gpt2-small-bf16.mrp ]]; then
   echo "== benchmark: GPT-2 small"
   "$PY" "$B/src/bench/gpu_gpt2.py" run --dir "$B/bench" --merak-exec "$BIN/merak-exec" \
