@@ -20,7 +20,8 @@ Two halves, because the GPU machine has no compiler:
       FLOPs utilisation (6 N + 12 L T d FLOPs per token, as PaLM counts
       them, over the GPU's dense bfloat16 peak, --peak-tflops, 989 for an
       H100 SXM), and the ratio of each to merak-exec's bfloat16 run; then
-      each kernel family's share of merak-exec's bfloat16 step, from a
+      each kernel family's share of merak-exec's bfloat16 step, and the
+      20 ops (by result types) that take the most of it, from a
       `--profile-json` run (each op waited for, so the shares are the
       kernels' own times).
 """
@@ -199,7 +200,8 @@ def run(args):
                     "--profile-json", profile_path],
                    check=True, stdout=subprocess.DEVNULL)
     with open(profile_path) as f:
-        shares = family_shares(json.load(f))
+        profile = json.load(f)
+    shares = family_shares(profile)
 
     base = dict((r[0], r[1]) for r in rows)["merak-exec bf16"]
     print("GPT-2 small, %d parameters, batch %d x %d tokens, %s, torch %s"
@@ -216,6 +218,12 @@ def run(args):
     print("| --- | --- | --- |")
     for family, ms, share in shares:
         print("| %s | %.1f | %.0f %% |" % (family, ms, 100 * share))
+    print()
+    print("| op and result types (merak-exec bf16, --profile) | calls per step | ms per step |")
+    print("| --- | --- | --- |")
+    for entry in profile.get("top_shapes", [])[:20]:
+        print("| %s | %g | %.2f |" % (entry["op"], entry["calls_per_step"],
+                                      entry["ms_per_step"]))
 
 
 def main():

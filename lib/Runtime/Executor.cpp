@@ -313,16 +313,28 @@ absl::Status Executor::runInstructions(
   struct Timed {
     OpProfile *profile;
     OpKind kind;
+    const Instruction *inst = nullptr;
+    const Program *program = nullptr;
     std::chrono::steady_clock::time_point started =
         std::chrono::steady_clock::now();
     ~Timed() {
       if (!profile)
         return;
+      double seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - started)
+                           .count();
       OpProfile::Entry &e = profile->byKind[kind];
       ++e.calls;
-      e.seconds += std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - started)
-                       .count();
+      e.seconds += seconds;
+      if (!inst)
+        return;
+      std::string label = std::string(opFullName(kind)) + " ->";
+      for (size_t r = 0; r < inst->results.size(); ++r)
+        absl::StrAppend(&label, r ? ", " : " ",
+                        program->values[inst->results[r]].type.str());
+      OpProfile::Entry &s = profile->byShape[label];
+      ++s.calls;
+      s.seconds += seconds;
     }
   };
   // Waits for the transfers of the collectives in flight of `group` that
@@ -414,7 +426,7 @@ absl::Status Executor::runInstructions(
       } else {
         absl::Status status;
         {
-          Timed timed{profile, inst.kind};
+          Timed timed{profile, inst.kind, &inst, &program};
           status = isCollective(inst.kind) ? communicator->execute(call)
                                            : backend.execute(call);
           // A backend that queues its kernels (a GPU stream) has only

@@ -199,6 +199,29 @@ absl::StatusOr<HostTensor> makeOperand(const TensorType &type,
         type.shape.size() < 2 ? 1 : type.shape[type.shape.size() - 2];
     for (int64_t i = 0; i < n; ++i)
       values[i] = (i % cols) <= ((i / cols) % rows) ? 1 : 0;
+  } else if (kind == "softmax") {
+    // Each row of the last dimension a softmax of normal draws (over the
+    // positions on and below the diagonal of the last two dimensions with
+    // `softmax:causal`, zero above): the probabilities an attention's
+    // backward reads.
+    bool causal = parts.size() > 1 && parts[1] == "causal";
+    if (parts.size() > 2 || (parts.size() == 2 && !causal))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "init '", init, "': expected softmax or softmax:causal"));
+    int64_t cols = type.shape.empty() ? 1 : type.shape.back();
+    int64_t rows =
+        type.shape.size() < 2 ? 1 : type.shape[type.shape.size() - 2];
+    std::normal_distribution<double> d(0, 1);
+    for (int64_t start = 0; start < n; start += cols) {
+      int64_t keep = causal ? std::min(cols, (start / cols) % rows + 1) : cols;
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        values[start + j] = j < keep ? std::exp(d(rng)) : 0;
+        sum += values[start + j];
+      }
+      for (int64_t j = 0; j < cols; ++j)
+        values[start + j] /= sum;
+    }
   } else if (kind == "ones" || kind == "zeros") {
     for (double &v : values)
       v = kind == "ones" ? 1 : 0;

@@ -312,3 +312,23 @@ TEST(CudaElementwise, GeluMatchesItsDefinitions) {
 }
 
 } // namespace
+
+// Dense operands go in packs of kPack elements, each pack one access of at
+// most 16 bytes, where every address is a multiple of its pack's size.
+TEST(CudaElementwise, PackAlignment) {
+  EXPECT_EQ(packAlignment(1), 8u);
+  EXPECT_EQ(packAlignment(2), 16u);
+  EXPECT_EQ(packAlignment(4), 16u);
+  EXPECT_EQ(packAlignment(8), 16u);
+  EXPECT_EQ(alignof(Pack<uint16_t>), 16u);
+  EXPECT_EQ(sizeof(Pack<uint16_t>), 16u);
+  EXPECT_EQ(sizeof(Pack<float>), 32u);
+  alignas(16) static char buffer[64];
+  EXPECT_TRUE(packAligned(buffer, 2));
+  EXPECT_TRUE(packAligned(buffer + 16, 4));
+  // A view starting one bf16 element in is not: its kernel goes element by
+  // element.
+  EXPECT_FALSE(packAligned(buffer + 2, 2));
+  EXPECT_TRUE(packAligned(buffer + 8, 1));
+  EXPECT_FALSE(packAligned(buffer + 4, 1));
+}

@@ -46,6 +46,9 @@ struct OpProfile {
     double seconds = 0;
   };
   std::map<OpKind, Entry> byKind;
+  /// The same by op and result types (`merak.linear -> 8x1024x768xbf16`):
+  /// which instructions of a kind take the time.
+  std::map<std::string, Entry> byShape;
 };
 
 /// The value of state argument `arg` (of `type`) from `tensors`, by name:

@@ -48,9 +48,15 @@ void maskedAttentionBackward(Ctx &c) {
        gv = c.result(2).view();
   GemmDevice dev = gemmDevice(c);
   gemm(dev, transposeLast(probs), g, gv);
-  View ds = c.scratch(c.in(5).type).view();
-  gemm(dev, g, transposeLast(v), ds);
-  softmaxBackwardScaled(ds, probs, attentionScale(c), c.a.scaleDivides,
+  // The probabilities' gradient in f32 for f16 and bf16: the softmax
+  // backward subtracts its row's weighted mean from each element.
+  TensorType dpType = c.in(5).type;
+  if (probs.type == ElemType::BF16 || probs.type == ElemType::F16)
+    dpType.dtype = DType::F32;
+  View dp = c.scratch(dpType).view();
+  View ds = dpType == c.in(5).type ? dp : c.scratch(c.in(5).type).view();
+  gemm(dev, g, transposeLast(v), dp);
+  softmaxBackwardScaled(dp, probs, ds, attentionScale(c), c.a.scaleDivides,
                         c.stream());
   gemm(dev, ds, k, gq);
   gemm(dev, transposeLast(ds), q, gk);

@@ -89,21 +89,25 @@ __global__ void maskedSoftmaxKernel(T *scores, int64_t rows, int64_t cols,
   }
 }
 
-template <typename T>
-__global__ void softmaxBackwardKernel(T *grad, const T *probs, int64_t rows,
-                                      int64_t cols, Acc<T> scale, bool divide) {
+/// `out` may be `grad` (then `G` is `T`): each thread writes only the
+/// elements it read.
+template <typename T, typename G>
+__global__ void softmaxBackwardKernel(const G *grad, const T *probs, T *out,
+                                      int64_t rows, int64_t cols, Acc<T> scale,
+                                      bool divide) {
   using A = Acc<T>;
   __shared__ A shared[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    T *g = grad + row * cols;
+    const G *g = grad + row * cols;
     const T *p = probs + row * cols;
+    T *o = out + row * cols;
     A dot = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      dot += toAcc(g[j]) * toAcc(p[j]);
+      dot += A(toAcc(g[j])) * toAcc(p[j]);
     dot = blockReduce(dot, shared, SumOp());
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      A d = (toAcc(g[j]) - dot) * toAcc(p[j]);
-      g[j] = convertTo<T>(divide ? d / scale : d * scale);
+      A d = (A(toAcc(g[j])) - dot) * toAcc(p[j]);
+      o[j] = convertTo<T>(divide ? d / scale : d * scale);
     }
   }
 }
@@ -145,21 +149,30 @@ void maskedSoftmax(const View &scores, const View &mask, float scale,
   checkLaunch("masked softmax");
 }
 
-void softmaxBackwardScaled(const View &grad, const View &probs, float scale,
-                           bool divide, cudaStream_t stream) {
-  if (!grad.isContiguous() || !probs.isContiguous() ||
-      grad.numel() != probs.numel() || grad.type != probs.type)
-    throw CudaError("softmax backward: grad and probs must be dense, of one "
-                    "shape and type");
+void softmaxBackwardScaled(const View &grad, const View &probs, const View &out,
+                           float scale, bool divide, cudaStream_t stream) {
+  bool wideGrad = grad.type == ElemType::F32 && probs.type != ElemType::F64;
+  if (!grad.isContiguous() || !probs.isContiguous() || !out.isContiguous() ||
+      grad.numel() != probs.numel() || out.numel() != probs.numel() ||
+      out.type != probs.type || (grad.type != probs.type && !wideGrad))
+    throw CudaError("softmax backward: grad, probs and the result must be "
+                    "dense, of one shape, the result of probs' type and grad "
+                    "of it or f32");
   int64_t rows, cols;
   rowsOf(grad, rows, cols);
   if (rows == 0 || cols == 0)
     return;
   int block = rowBlock(cols);
   unsigned grid = rowGrid(rows);
-  MERAK_CUDA_DISPATCH_FLOAT(grad.type, "softmax backward", T, {
-    softmaxBackwardKernel<T><<<grid, block, 0, stream>>>(
-        grad.ptr<T>(), probs.ptr<const T>(), rows, cols, Acc<T>(scale), divide);
+  MERAK_CUDA_DISPATCH_FLOAT(probs.type, "softmax backward", T, {
+    if (grad.type == probs.type)
+      softmaxBackwardKernel<T, T><<<grid, block, 0, stream>>>(
+          grad.ptr<const T>(), probs.ptr<const T>(), out.ptr<T>(), rows, cols,
+          Acc<T>(scale), divide);
+    else
+      softmaxBackwardKernel<T, float><<<grid, block, 0, stream>>>(
+          grad.ptr<const float>(), probs.ptr<const T>(), out.ptr<T>(), rows,
+          cols, Acc<T>(scale), divide);
   });
   checkLaunch("softmax backward");
 }

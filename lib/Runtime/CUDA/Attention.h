@@ -46,12 +46,14 @@ MERAK_HD unsigned rowGrid(int64_t rows, int64_t maxBlocks = 65535LL * 16) {
 void maskedSoftmax(const View &scores, const View &mask, float scale,
                    bool divide, cudaStream_t stream);
 
-/// `grad` (dense `[rows, cols]`, the gradient of the probabilities)
-/// replaced in place by `scaled(probs * (grad - sum(grad * probs)))`, each
-/// row's sum over its `cols` in the accumulation type; `probs` dense, of
-/// `grad`'s type.
-void softmaxBackwardScaled(const View &grad, const View &probs, float scale,
-                           bool divide, cudaStream_t stream);
+/// `out = scaled(probs * (grad - sum(grad * probs)))` for dense
+/// `[rows, cols]` operands (`grad` the gradient of the probabilities), each
+/// row's sum over its `cols` in the accumulation type. `out` has `probs`'
+/// type and may be `grad`; `grad` has it too, or is f32 (a product of f16
+/// or bf16 operands kept in its f32 accumulation, so that the difference
+/// is not taken between rounded values).
+void softmaxBackwardScaled(const View &grad, const View &probs, const View &out,
+                           float scale, bool divide, cudaStream_t stream);
 
 } // namespace merak::runtime::cuda
 

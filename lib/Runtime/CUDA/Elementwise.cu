@@ -62,6 +62,46 @@ __global__ void ternaryKernel(F f, Out *out, const A *a, const B *b, const C *c,
   }
 }
 
+/// The dense kernels: element `i` of every operand at offset `i`, `packs`
+/// packs of `kPack` elements each (Elementwise.h).
+template <typename F, typename Out, typename... In>
+__global__ void densePackKernel(F f, Out *out, int64_t packs, const In *...in) {
+  MERAK_GRID_STRIDE(i, packs) {
+    Pack<Out> y;
+    auto apply = [&](const Pack<In> &...x) {
+#pragma unroll
+      for (int k = 0; k < kPack; ++k)
+        y.v[k] = f(x.v[k]...);
+    };
+    apply(reinterpret_cast<const Pack<In> *>(in)[i]...);
+    reinterpret_cast<Pack<Out> *>(out)[i] = y;
+  }
+}
+
+template <typename F, typename Out, typename... In>
+__global__ void denseTailKernel(F f, Out *out, int64_t n, const In *...in) {
+  MERAK_GRID_STRIDE(i, n) { out[i] = f(in[i]...); }
+}
+
+/// `out = f(in...)` over `n` dense elements when every address allows
+/// packs; false (nothing launched) otherwise.
+template <typename F, typename Out, typename... In>
+bool mapDense(F f, Out *out, int64_t n, cudaStream_t stream, const In *...in) {
+  if (!packAligned(out, sizeof(Out)) || !(packAligned(in, sizeof(In)) && ...))
+    return false;
+  int64_t packs = n / kPack, done = packs * kPack;
+  if (packs > 0) {
+    Launch l = linearLaunch(packs, kBlock);
+    densePackKernel<<<l.grid, l.block, 0, stream>>>(f, out, packs, in...);
+  }
+  if (done < n) {
+    Launch l = linearLaunch(n - done, kBlock);
+    denseTailKernel<<<l.grid, l.block, 0, stream>>>(f, out + done, n - done,
+                                                    (in + done)...);
+  }
+  return true;
+}
+
 /// `views` broadcast to `out`'s shape (a CudaError naming `what` when one
 /// does not broadcast), as the kernels index them.
 template <int N>
@@ -83,6 +123,8 @@ void mapUnary(F f, const View &a, const View &out, const char *what,
     return;
   Strided<1> s;
   bool dense = prepare<1>({&a}, out, what, s);
+  if (dense && mapDense(f, out.ptr<Out>(), n, stream, a.ptr<A>()))
+    return checkLaunch(what);
   Launch l = linearLaunch(n, kBlock);
   unaryKernel<<<l.grid, l.block, 0, stream>>>(f, out.ptr<Out>(), a.ptr<A>(), s,
                                               dense, n);
@@ -97,6 +139,8 @@ void mapBinary(F f, const View &a, const View &b, const View &out,
     return;
   Strided<2> s;
   bool dense = prepare<2>({&a, &b}, out, what, s);
+  if (dense && mapDense(f, out.ptr<Out>(), n, stream, a.ptr<A>(), b.ptr<B>()))
+    return checkLaunch(what);
   Launch l = linearLaunch(n, kBlock);
   binaryKernel<<<l.grid, l.block, 0, stream>>>(f, out.ptr<Out>(), a.ptr<A>(),
                                                b.ptr<B>(), s, dense, n);
@@ -111,6 +155,9 @@ void mapTernary(F f, const View &a, const View &b, const View &c,
     return;
   Strided<3> s;
   bool dense = prepare<3>({&a, &b, &c}, out, what, s);
+  if (dense && mapDense(f, out.ptr<Out>(), n, stream, a.ptr<A>(), b.ptr<B>(),
+                        c.ptr<C>()))
+    return checkLaunch(what);
   Launch l = linearLaunch(n, kBlock);
   ternaryKernel<<<l.grid, l.block, 0, stream>>>(
       f, out.ptr<Out>(), a.ptr<A>(), b.ptr<B>(), c.ptr<C>(), s, dense, n);

@@ -138,6 +138,23 @@ template <int N> MERAK_HD bool makeStrided(View *views, Strided<N> &s) {
   return dense;
 }
 
+/// Dense operands in packs: each thread of the dense kernels moves
+/// `kPack` consecutive elements of every operand with whole-pack loads and
+/// stores (one 16-byte access for 2-byte elements), where every operand's
+/// address is a multiple of its pack's alignment; the `n % kPack`
+/// elements after the last pack go element by element.
+constexpr int kPack = 8;
+MERAK_HD constexpr size_t packAlignment(size_t elemBytes) {
+  return elemBytes * kPack < 16 ? elemBytes * kPack : 16;
+}
+MERAK_HD bool packAligned(const void *p, size_t elemBytes) {
+  return reinterpret_cast<uintptr_t>(p) % packAlignment(elemBytes) == 0;
+}
+/// `kPack` elements of `T`, loaded and stored as one.
+template <typename T> struct alignas(packAlignment(sizeof(T))) Pack {
+  T v[kPack];
+};
+
 /// Whether tril (`upper` false) or triu keeps the element at `row`, `col`
 /// of a matrix: `col - row <= diagonal`, or `>= diagonal`.
 MERAK_HD bool triangleKeeps(int64_t row, int64_t col, int64_t diagonal,

@@ -89,9 +89,10 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols,
 }
 
 /// One cuBLASLt call, in row-major terms: `c[m, n] = alpha a[m, k] b[k, n] +
-/// beta c (+ bias)` for `batch` matrices.
+/// beta c (+ bias)` for `batch` matrices; `c` of `outType` (`type`, or f32
+/// for products of f16 or bf16).
 struct Call {
-  ElemType type;
+  ElemType type, outType;
   int64_t m, n, k, batch;
   const void *a, *b;
   void *c;
@@ -139,7 +140,8 @@ bool tryMatmul(const GemmDevice &dev, const Call &call) {
       call.la.trans
           ? layout(type, call.m, call.k, call.la.ld, call.batch, call.strideA)
           : layout(type, call.k, call.m, call.la.ld, call.batch, call.strideA);
-  d.c = layout(type, call.n, call.m, call.ldc, call.batch, call.strideC);
+  d.c = layout(dataType(call.outType), call.n, call.m, call.ldc, call.batch,
+               call.strideC);
 
   // Lt's A is our b: the alignments follow the swap.
   unsigned alignA = alignmentOf(reinterpret_cast<uintptr_t>(call.b)),
@@ -169,7 +171,7 @@ bool tryMatmul(const GemmDevice &dev, const Call &call) {
                  alignBias,
                  call.bias != nullptr,
                  int64_t(dev.workspaceBytes),
-                 0};
+                 int64_t(call.outType)};
   cublasLtMatmulAlgo_t algo;
   bool cached = false;
   {
@@ -246,10 +248,10 @@ void run(const GemmDevice &dev, Call call) {
     // No products: beta * c (+ bias), one matrix after the other.
     for (int64_t i = 0; i < call.batch; ++i) {
       void *c = static_cast<char *>(call.c) +
-                i * call.strideC * int64_t(elemSize(call.type));
+                i * call.strideC * int64_t(elemSize(call.outType));
       View cv;
       cv.data = c;
-      cv.type = call.type;
+      cv.type = call.outType;
       cv.rank = 2;
       cv.sizes[0] = call.m;
       cv.sizes[1] = call.n;
@@ -298,7 +300,9 @@ void gemm(const GemmDevice &dev, const View &a, const View &b, const View &c,
   if (rank < 2 || a.rank != rank || b.rank != rank)
     throw CudaError("gemm: operands of ranks " + std::to_string(a.rank) + ", " +
                     std::to_string(b.rank) + " and " + std::to_string(rank));
-  if (a.type != c.type || b.type != c.type)
+  bool widened = c.type == ElemType::F32 &&
+                 (a.type == ElemType::BF16 || a.type == ElemType::F16);
+  if (a.type != b.type || (a.type != c.type && !widened))
     throw CudaError(std::string("gemm: operands of types ") +
                     elemTypeName(a.type) + ", " + elemTypeName(b.type) +
                     " and " + elemTypeName(c.type));
@@ -311,6 +315,8 @@ void gemm(const GemmDevice &dev, const View &a, const View &b, const View &c,
       throw CudaError("gemm: the operands' batch sizes differ");
   if (bias && rank != 2)
     throw CudaError("gemm: a bias on a stack of products");
+  if (bias && widened)
+    throw CudaError("gemm: a bias on a widened product");
   if (c.numel() == 0)
     return;
   MatrixLayout la, lb, lc;
@@ -321,23 +327,23 @@ void gemm(const GemmDevice &dev, const View &a, const View &b, const View &c,
     throw CudaError("gemm: an operand that cuBLASLt cannot read in place");
   BatchPlan plan = planBatch(a, b, c);
   Call call{
-      c.type, m,    n,   k,     plan.batch(),  a.data,        b.data,
-      c.data, la,   lb,  lc.ld, plan.innerA(), plan.innerB(), plan.innerC(),
-      alpha,  beta, bias};
+      a.type,        c.type, m,    n,   k,     plan.batch(),  a.data,
+      b.data,        c.data, la,   lb,  lc.ld, plan.innerA(), plan.innerB(),
+      plan.innerC(), alpha,  beta, bias};
   if (plan.calls() == 1 && foldsIntoRows(call.batch, m, la, call.strideA,
                                          call.strideB, lc.ld, call.strideC)) {
     // One matrix times a stack: one product of all the stack's rows.
     call.m *= call.batch;
     call.batch = 1;
   }
-  size_t size = elemSize(c.type);
+  int64_t size = int64_t(elemSize(a.type)), outSize = int64_t(elemSize(c.type));
   for (int64_t i = 0, calls = plan.calls(); i < calls; ++i) {
     int64_t oa, ob, oc;
     plan.offsets(i, oa, ob, oc);
     Call one = call;
-    one.a = static_cast<const char *>(a.data) + oa * int64_t(size);
-    one.b = static_cast<const char *>(b.data) + ob * int64_t(size);
-    one.c = static_cast<char *>(c.data) + oc * int64_t(size);
+    one.a = static_cast<const char *>(a.data) + oa * size;
+    one.b = static_cast<const char *>(b.data) + ob * size;
+    one.c = static_cast<char *>(c.data) + oc * outSize;
     run(dev, one);
   }
 }

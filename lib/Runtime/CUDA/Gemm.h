@@ -176,7 +176,9 @@ struct GemmDevice {
 };
 
 /// `c = alpha * a @ b + beta * c (+ bias)` for stacks of one rank (>= 2)
-/// and one element type (f16, bf16, f32 or f64, computed in f32 or f64):
+/// and one element type (f16, bf16, f32 or f64, computed in f32 or f64;
+/// `c` may be f32 for products of f16 or bf16, rounded once from the f32
+/// accumulation):
 /// `a [..., m, k]`, `b [..., k, n]`, `c [..., m, n]` with equal leading
 /// sizes (stride 0 where an operand is broadcast), `a` and `b` readable in
 /// place (`gemmReadable`), `c` row-major in its last two dimensions.

@@ -395,6 +395,21 @@ std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
         {"calls_per_step", steps > 0 ? double(e.calls) / double(steps) : 0.0},
         {"ms_per_step", steps > 0 ? e.seconds * 1e3 / double(steps) : 0.0}};
   doc["ops"] = ops;
+  // The 40 op-and-shape entries that take the most time, the longest first.
+  std::vector<std::pair<std::string, OpProfile::Entry>> shapes(
+      profile.byShape.begin(), profile.byShape.end());
+  std::stable_sort(shapes.begin(), shapes.end(), [](auto &a, auto &b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  if (shapes.size() > 40)
+    shapes.resize(40);
+  nlohmann::ordered_json top = nlohmann::ordered_json::array();
+  for (const auto &[label, e] : shapes)
+    top.push_back(
+        {{"op", label},
+         {"calls_per_step", steps > 0 ? double(e.calls) / double(steps) : 0.0},
+         {"ms_per_step", steps > 0 ? e.seconds * 1e3 / double(steps) : 0.0}});
+  doc["top_shapes"] = top;
   return doc.dump(2) + "\n";
 }
 

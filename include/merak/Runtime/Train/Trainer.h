@@ -177,7 +177,8 @@ std::string profileReport(const OpProfile &profile, double stepMs,
                           const std::string &libraries);
 
 /// The same figures per step as JSON (`merak-exec --profile-json`): the
-/// kernel time and calls of each op kind, and the run's peak memory and the
+/// kernel time and calls of each op kind (and of the 40 op-and-result-type
+/// pairs that take the most, `top_shapes`), and the run's peak memory and the
 /// state it held before the first step (parameters, optimizer state), which
 /// calibrate the plan model (`--merak-auto-parallel calibration=`).
 std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
