@@ -21,6 +21,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
 import merak_safetensors  # noqa: E402
 
 
+def matches(parts, want):
+    """Whether the dotted components `want` appear together in `parts`
+    (as --merak-lora matches a target to a weight's name)."""
+    return any(parts[i:i + len(want)] == want
+               for i in range(len(parts) - len(want) + 1))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
@@ -39,7 +46,7 @@ def main():
         parts = name.split(".")
         if parts[-1] != "weight" or weights[name].dim() != 2:
             continue
-        if not any(t in parts for t in targets):
+        if not any(matches(parts, t.split(".")) for t in targets):
             continue
         out, inp = weights[name].shape
         prefix = name[:-len(".weight")]

@@ -1,5 +1,4 @@
-//===- Lora.cpp - --merak-lora
-//---------------------------------------------===//
+//===- Lora.cpp - --merak-lora --------------------------------------------===//
 //
 // Low-rank adapters on the forward program: each target linear gets two
 // new parameters whose product, scaled, is added to its result, and every
@@ -9,6 +8,7 @@
 
 #include "merak/Dialect/Merak/IR/AttrNames.h"
 #include "merak/Dialect/Merak/IR/MerakOps.h"
+#include "merak/Dialect/Merak/Transforms/LayerPatterns.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -57,6 +57,169 @@ bool feedsLossDirectly(Value value) {
     }
   }
   return false;
+}
+
+bool isScalar(Value v) {
+  return cast<RankedTensorType>(v.getType()).getRank() == 0;
+}
+
+/// The linears `v` is computed from through ops that move, scale, combine
+/// or rotate values without mixing features (a query or key through its
+/// head split, scaling and rotary embedding; GPT-2's fused projection
+/// through its slices).
+void projectionsOf(Value v, llvm::SmallPtrSetImpl<Operation *> &out) {
+  SmallVector<Value> work{v};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def || !seen.insert(def).second)
+      continue;
+    if (isa<LinearOp>(def)) {
+      out.insert(def);
+      continue;
+    }
+    if (isa<ReshapeOp, PermuteOp, SliceOp, SelectOp, ExpandOp, ConcatOp, CastOp,
+            DropoutOp, MulOp, DivOp, AddOp, SubOp, NegOp, RollOp>(def))
+      for (Value operand : def->getOperands())
+        work.push_back(operand);
+  }
+}
+
+/// The linears that read `v` through ops that only move or cast it (an
+/// attention's output projection after its heads are merged).
+void readersOf(Value v, llvm::SmallPtrSetImpl<Operation *> &out) {
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto linear = dyn_cast<LinearOp>(user)) {
+        if (use.getOperandNumber() == 0)
+          out.insert(linear);
+      } else if (isa<ReshapeOp, PermuteOp, CastOp, DropoutOp>(user)) {
+        work.push_back(user->getResult(0));
+      }
+    }
+  }
+}
+
+/// The matmul `v` is computed from through scaling, masking and casts (an
+/// attention's scores before their softmax), or null.
+MatmulOp scoresProduct(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto m = dyn_cast<MatmulOp>(def))
+      return m;
+    if (isa<CastOp, ReshapeOp, DropoutOp>(def)) {
+      v = def->getOperand(0);
+      continue;
+    }
+    if (!isa<MulOp, DivOp, AddOp, SubOp, WhereOp>(def))
+      return {};
+    // Of the operands, the one with the scores' shape that is computed
+    // (a mask or a bias is a constant, an input or a broadcast).
+    Value next;
+    for (Value operand : def->getOperands())
+      if (operand.getType() == v.getType() && !isScalar(operand) &&
+          scoresProduct(operand)) {
+        next = operand;
+        break;
+      }
+    if (!next)
+      return {};
+    v = next;
+  }
+  return {};
+}
+
+/// The linears of the attention layers and of the MLPs of `func`, found by
+/// structure as tensor parallelism finds them: an attention is a softmax
+/// over the product of two values, whose probabilities multiply a third
+/// (or a fused `masked_attention`); its projections are the linears the
+/// query, key and value come from and those reading its result. An MLP is
+/// two linears joined by an activation (GELU, ReLU, SiLU, a gated product,
+/// or such a function written out in arithmetic), neither of them the
+/// output head nor an attention's.
+struct LayerCategories {
+  llvm::SmallPtrSet<Operation *, 32> attention, mlp;
+};
+
+LayerCategories categorize(func::FuncOp func,
+                           llvm::function_ref<bool(LinearOp)> isHead) {
+  LayerCategories c;
+  auto addAttention = [&](Value q, Value k, Value v, Value out) {
+    projectionsOf(q, c.attention);
+    projectionsOf(k, c.attention);
+    projectionsOf(v, c.attention);
+    readersOf(out, c.attention);
+  };
+  func.walk([&](Operation *op) {
+    if (auto fused = dyn_cast<MaskedAttentionOp>(op)) {
+      addAttention(fused.getQuery(), fused.getKey(), fused.getValue(),
+                   fused.getResult());
+      return;
+    }
+    auto softmax = dyn_cast<SoftmaxOp>(op);
+    if (!softmax)
+      return;
+    MatmulOp scores = scoresProduct(softmax.getInput());
+    if (!scores)
+      return;
+    // The probabilities (through dropout and casts) times the values.
+    SmallVector<Value> work{softmax.getResult()};
+    while (!work.empty()) {
+      Value p = work.pop_back_val();
+      for (OpOperand &use : p.getUses()) {
+        Operation *user = use.getOwner();
+        if (auto m = dyn_cast<MatmulOp>(user); m && use.getOperandNumber() == 0)
+          addAttention(scores.getLhs(), scores.getRhs(), m.getRhs(),
+                       m.getResult());
+        else if (isa<DropoutOp, CastOp>(user))
+          work.push_back(user->getResult(0));
+      }
+    }
+  });
+  func.walk([&](LinearOp first) {
+    if (c.attention.contains(first) || isHead(first))
+      return;
+    // The activation's values, from the first linear's result.
+    llvm::SmallPtrSet<Value, 16> chain;
+    SmallVector<Value> work{first.getResult()};
+    chain.insert(first.getResult());
+    SmallVector<LinearOp> seconds;
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      for (OpOperand &use : v.getUses()) {
+        Operation *user = use.getOwner();
+        if (auto second = dyn_cast<LinearOp>(user)) {
+          if (use.getOperandNumber() == 0 && second != first &&
+              !c.attention.contains(second) && !isHead(second))
+            seconds.push_back(second);
+          continue;
+        }
+        bool activation = isHiddenElementwise(user) || isa<CastOp>(user);
+        if (!activation && isHiddenArithmetic(user))
+          activation = llvm::all_of(user->getOperands(), [&](Value operand) {
+            return chain.contains(operand) || isScalar(operand);
+          });
+        if (activation && user->getNumResults() == 1 &&
+            chain.insert(user->getResult(0)).second)
+          work.push_back(user->getResult(0));
+      }
+    }
+    // A linear whose result only passes through casts to the next one is
+    // not an MLP (a projection pair, such as LoRA's own adapters).
+    bool activated = llvm::any_of(chain, [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      return def && def != first.getOperation() && !isa<CastOp>(def);
+    });
+    if (!activated)
+      return;
+    for (LinearOp second : seconds) {
+      c.mlp.insert(first);
+      c.mlp.insert(second);
+    }
+  });
+  return c;
 }
 
 /// Whether the dotted components of `target` appear, in order and
@@ -117,6 +280,11 @@ struct LoraPass : public merak::impl::LoraBase<LoraPass> {
     if (wanted.empty())
       return emitError(func.getLoc(), "--merak-lora: targets is empty");
     bool allLinear = llvm::is_contained(wanted, "all-linear");
+    auto isCategory = [](StringRef t) {
+      return t == "all-linear" || t == "attention" || t == "mlp";
+    };
+    LayerCategories categories = categorize(
+        func, [](LinearOp op) { return feedsLossDirectly(op.getResult()); });
 
     // The linears on a parameter weight, and what matched each target.
     SmallVector<std::pair<LinearOp, BlockArgument>> linears;
@@ -148,9 +316,16 @@ struct LoraPass : public merak::impl::LoraBase<LoraPass> {
         }
       }
       for (StringRef t : wanted)
-        if (t != "all-linear" && nameMatches(name, t)) {
+        if (!isCategory(t) && nameMatches(name, t)) {
           pick = true;
           ++matched[t];
+        }
+      for (auto [category, set] :
+           {std::pair{StringRef("attention"), &categories.attention},
+            std::pair{StringRef("mlp"), &categories.mlp}})
+        if (llvm::is_contained(wanted, category) && set->contains(op)) {
+          pick = true;
+          ++matched[category];
         }
       if (pick)
         chosen.push_back({op, w});

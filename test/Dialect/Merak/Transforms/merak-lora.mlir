@@ -7,6 +7,11 @@
 // RUN: not merak-opt %s --merak-lora="rank=0" 2>&1 | FileCheck %s --check-prefix=RANK
 // RUN: not merak-opt %s --merak-lora="dropout=1" 2>&1 | FileCheck %s --check-prefix=DROPOUT
 // RUN: not merak-opt %s --merak-autodiff --merak-lora 2>&1 | FileCheck %s --check-prefix=ORDER
+// RUN: merak-opt %S/Inputs/lora-layers.mlir --merak-lora="targets=attention" | FileCheck %s --check-prefix=ATTN
+// RUN: merak-opt %S/Inputs/lora-layers.mlir --merak-lora="targets=mlp" | FileCheck %s --check-prefix=MLP
+// RUN: merak-opt %S/Inputs/lora-layers.mlir --merak-lora="targets=attention,mlp,proj" | FileCheck %s --check-prefix=BOTH
+// RUN: merak-opt %fixtures/gpt2.pt --merak-fuse-attention --merak-lora="targets=attention" | FileCheck %s --check-prefix=FUSED
+// RUN: not merak-opt %s --merak-lora="targets=attention" 2>&1 | FileCheck %s --check-prefix=NOATTN
 
 // fc1 gets A [2, 8] (kaiming-uniform) and B [16, 2] (zeros); its result
 // gains linear(linear(x, A), B) * alpha / rank; every other parameter is
@@ -40,6 +45,41 @@
 // Frozen parameters get no gradient: the step returns the adapters' only.
 // GRAD-LABEL: func.func @train_step
 // GRAD-SAME: -> (tensor<f32> {merak.loss}, tensor<2x8xf32> {merak.grad = "fc1.lora_A.weight"}, tensor<16x2xf32> {merak.grad = "fc1.lora_B.weight"})
+
+// Categories by structure: `attention` is the linears the query, key and
+// value come from and the one reading the attention's result; `mlp` the
+// two linears around the activation. proj (a linear, then tanh, then the
+// head) is neither, and the head is never adapted.
+// ATTN-LABEL: func.func @forward
+// ATTN-SAME: merak.param = "q.lora_A.weight"
+// ATTN-SAME: merak.param = "k.lora_A.weight"
+// ATTN-SAME: merak.param = "v.lora_A.weight"
+// ATTN-SAME: merak.param = "o.lora_A.weight"
+// ATTN-NOT: up.lora
+// ATTN-NOT: down.lora
+// ATTN-NOT: proj.lora
+// MLP-LABEL: func.func @forward
+// MLP-NOT: {{(q|k|v|o|proj|head)}}.lora
+// MLP-SAME: merak.param = "up.lora_A.weight"
+// MLP-NOT: {{(q|k|v|o|proj|head)}}.lora
+// MLP-SAME: merak.param = "down.lora_A.weight"
+// MLP-NOT: {{(q|k|v|o|proj|head)}}.lora
+// Categories and names together.
+// BOTH-LABEL: func.func @forward
+// BOTH-SAME: "q.lora_A.weight"
+// BOTH-SAME: "v.lora_A.weight"
+// BOTH-SAME: "up.lora_A.weight"
+// BOTH-SAME: "proj.lora_A.weight"
+// BOTH-NOT: head.lora
+// A fused attention (merak.masked_attention) is found too: GPT-2's fused
+// q/k/v projection and its output projection, in both layers.
+// FUSED-LABEL: func.func @forward
+// FUSED-SAME: "transformer.h.0.attn.c_attn.lora_A.weight"
+// FUSED-SAME: "transformer.h.0.attn.c_proj.lora_A.weight"
+// FUSED-SAME: "transformer.h.1.attn.c_attn.lora_A.weight"
+// FUSED-SAME: "transformer.h.1.attn.c_proj.lora_A.weight"
+// FUSED-NOT: mlp.c_fc.lora
+// NOATTN: error: --merak-lora: target 'attention' matches no linear layer; the linear weights are: fc1.weight, fc2.weight, head.weight
 
 // NOMATCH: error: --merak-lora: target 'attn' matches no linear layer; the linear weights are: fc1.weight, fc2.weight, head.weight
 // RANK: error: --merak-lora: rank must be at least 1, got 0

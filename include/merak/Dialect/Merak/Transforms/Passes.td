@@ -74,12 +74,16 @@ def Lora : Pass<"merak-lora", "mlir::ModuleOp"> {
     and no update; it is still loaded and saved. B starts at zero, so the
     adapted model starts as the base one.
 
-    `targets` is a comma-separated list: a name (one or more dotted
-    components of the weight's name, e.g. `c_attn` or `attn.c_proj`), or
-    `all-linear`: every linear on a weight of its own (not tied to another
-    op), except the output head (a linear whose result reaches the loss
-    through shape ops alone). A target that matches no linear is an error
-    that lists the linear weights there are.
+    `targets` is a comma-separated list of names (one or more dotted
+    components of the weight's name, e.g. `c_attn` or `attn.c_proj`) and
+    categories: `all-linear`, every linear on a weight of its own (not tied
+    to another op) except the output head (a linear whose result reaches
+    the loss through shape ops alone); `attention`, the projections of the
+    attention layers (the linears the query, key and value come from, and
+    those reading the attention's result); `mlp`, the linears of the MLPs
+    (two linears joined by an activation). Categories are found by the
+    program's structure, whatever the layers are called. A target that
+    matches no linear is an error that lists the linear weights there are.
   }];
   let options = [
     Option<"funcName", "func", "std::string", /*default=*/"\"forward\"",
@@ -91,7 +95,8 @@ def Lora : Pass<"merak-lora", "mlir::ModuleOp"> {
     Option<"dropout", "dropout", "double", /*default=*/"0.0",
            "Dropout on the adapters' input (training mode)">,
     Option<"targets", "targets", "std::string", /*default=*/"\"all-linear\"",
-           "Comma-separated: all-linear, or dotted weight-name components">
+           "Comma-separated: all-linear, attention, mlp, or dotted "
+           "weight-name components">
   ];
 }
 
