@@ -31,6 +31,62 @@ bool isFloatTensor(Type t) {
   return rt && isa<FloatType>(rt.getElementType());
 }
 
+/// `g`, a gradient accumulated by additions, as one concatenation when
+/// every term is the `slice_backward` of one slice of a partition of the
+/// same dimension (the gradient of a fused projection whose result the
+/// forward slices into queries, keys and values): the slices' gradients
+/// side by side, with no zero-filled tensors to add up. Otherwise `g`.
+Value concatenatedSlices(OpBuilder &b, Value g) {
+  auto root = g.getDefiningOp<AddOp>();
+  if (!root)
+    return g;
+  SmallVector<SliceBackwardOp> terms;
+  SmallVector<AddOp> adds;
+  SmallVector<Value> work{g};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (auto add = v.getDefiningOp<AddOp>();
+        add && (v == g || v.hasOneUse()) && add.getType() == g.getType() &&
+        add.getLhs().getType() == g.getType() &&
+        add.getRhs().getType() == g.getType()) {
+      adds.push_back(add);
+      work.push_back(add.getLhs());
+      work.push_back(add.getRhs());
+      continue;
+    }
+    auto slice = v.getDefiningOp<SliceBackwardOp>();
+    if (!slice || !v.hasOneUse() || slice.getStep() != 1)
+      return g;
+    terms.push_back(slice);
+  }
+  int64_t dim = terms.front().getDim();
+  llvm::sort(terms, [](SliceBackwardOp x, SliceBackwardOp y) {
+    return x.getStart() < y.getStart();
+  });
+  int64_t next = 0;
+  for (SliceBackwardOp t : terms) {
+    if (t.getDim() != dim || t.getStart() != next)
+      return g;
+    next = t.getEnd();
+  }
+  if (next != terms.front().getDimSize())
+    return g;
+  SmallVector<Value> parts;
+  for (SliceBackwardOp t : terms)
+    parts.push_back(t.getGrad());
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(root);
+  auto concat = b.create<ConcatOp>(root.getLoc(), g.getType(), parts,
+                                   b.getI64IntegerAttr(dim));
+  concat->setAttrs(root->getDiscardableAttrDictionary());
+  root.getResult().replaceAllUsesWith(concat.getResult());
+  for (AddOp add : adds)
+    add.erase();
+  for (SliceBackwardOp t : terms)
+    t.erase();
+  return concat.getResult();
+}
+
 struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
   using AutodiffBase::AutodiffBase;
 
@@ -202,6 +258,14 @@ struct AutodiffPass : public merak::impl::AutodiffBase<AutodiffPass> {
     }
     if (!ok)
       return failure();
+    // Several values may share one gradient: each is rewritten once.
+    llvm::DenseMap<Value, Value> rewritten;
+    for (auto &[value, g] : grads) {
+      auto [it, fresh] = rewritten.try_emplace(g, Value());
+      if (fresh)
+        it->second = concatenatedSlices(b, g);
+      g = it->second;
+    }
 
     // Results: loss, one gradient per parameter, then buffer updates.
     SmallVector<Value> results{loss};

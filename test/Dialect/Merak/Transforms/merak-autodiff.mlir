@@ -130,3 +130,38 @@ func.func @forward(%w: tensor<2xf32> {merak.param = "w"}) -> tensor<f32>
   %0 = merak.reduce_sum %w {dims = array<i64>} : (tensor<2xf32>) -> tensor<f32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+// A value sliced into parts that cover it (a fused q/k/v projection): the
+// parts' gradients are concatenated, not zero-filled and added. A partial
+// cover keeps slice_backward and add.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[W:.*]]: tensor<6x4xf32> {merak.param = "qkv"}, %[[V:.*]]: tensor<4x4xf32> {merak.param = "part"}
+// CHECK: merak.slice_backward %{{.*}} {dim = 1 : i64, dim_size = 4 : i64, end = 4 : i64
+// CHECK: merak.slice_backward %{{.*}} {dim = 1 : i64, dim_size = 4 : i64, end = 1 : i64
+// CHECK: merak.add
+// CHECK-NOT: dim_size = 6
+// The gradients of k (d(q*k)/dk = q) and of q, then the concatenation in
+// the slices' order: q, k, u.
+// CHECK: %[[KG:.*]] = merak.mul %{{.*}}, %{{.*}} {merak.grad_of = 4
+// CHECK: %[[QG:.*]] = merak.mul %{{.*}}, %{{.*}} {merak.grad_of = 4
+// CHECK: %[[CAT:.*]] = merak.concat %[[QG]], %[[KG]], %{{.*}} {dim = 1 : i64, merak.grad_of = {{[0-9]+}} : i64} : (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x6xf32>
+// CHECK: merak.reshape %[[CAT]]
+// CHECK-NOT: dim_size = 6
+func.func @forward(%w: tensor<6x4xf32> {merak.param = "qkv"}, %v: tensor<4x4xf32> {merak.param = "part"}, %x: tensor<2x4xf32> {merak.input = "x"}) -> tensor<f32> {
+  %y = merak.linear %x, %w : (tensor<2x4xf32>, tensor<6x4xf32>) -> tensor<2x6xf32>
+  %q = merak.slice %y {dim = 1 : i64, start = 0 : i64, end = 2 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %k = merak.slice %y {dim = 1 : i64, start = 2 : i64, end = 4 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %u = merak.slice %y {dim = 1 : i64, start = 4 : i64, end = 6 : i64} : (tensor<2x6xf32>) -> tensor<2x2xf32>
+  %qk = merak.mul %q, %k : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %s = merak.mul %qk, %u : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %z = merak.linear %x, %v : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %a = merak.slice %z {dim = 1 : i64, start = 0 : i64, end = 1 : i64} : (tensor<2x4xf32>) -> tensor<2x1xf32>
+  %b = merak.slice %z {dim = 1 : i64, start = 3 : i64, end = 4 : i64} : (tensor<2x4xf32>) -> tensor<2x1xf32>
+  %ab = merak.mul %a, %b : (tensor<2x1xf32>, tensor<2x1xf32>) -> tensor<2x1xf32>
+  %0 = merak.reduce_sum %s {dims = array<i64>} : (tensor<2x2xf32>) -> tensor<f32>
+  %1 = merak.reduce_sum %ab {dims = array<i64>} : (tensor<2x1xf32>) -> tensor<f32>
+  %2 = merak.add %0, %1 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}
