@@ -2,16 +2,19 @@
 """Writes the README's model table from the test suite, so that it says
 what the tests check and nothing else.
 
-For every model fixture (test/fixtures, traced at build time) the table
-gives its parameter count and op kinds (from `merak-opt --merak-model-summary`
-on the traced archive), and what the lit tests under test/ do with it, read
-from their RUN lines: which optimizers and precisions train it, and under
-which plans (`--merak-parallelize` options, pipeline schedules) a run of it
-is compared with PyTorch; "also" lists the precisions besides float32, and
-LoRA (`--merak-lora`), that such a run uses. A run counts when a `merak-exec` log of the
-fixture's step is compared (`compare_losses.py`, not under `not`) with a
-log written by `reference.py`, or with a log that is itself compared with
-one, in the same test file.
+For every model fixture (test/fixtures, traced at build time), and every
+model a test traces itself with a script of its own (SCRIPTED: the speech,
+language and vision models under test/e2e), the table gives its parameter count
+and op kinds (from `merak-opt --merak-model-summary` on the traced archive;
+a scripted model is traced into a temporary directory for it), and what
+the lit tests under test/ do with it, read from their RUN lines: which
+optimizers and precisions train it, and under which plans
+(`--merak-parallelize` options, pipeline schedules) a run of it is compared
+with PyTorch; "also" lists the precisions besides float32, and LoRA
+(`--merak-lora`), that such a run uses. A run counts when a `merak-exec`
+log of the model's step is compared (`compare_losses.py`, not under
+`not`) with a log written by `reference.py`, or with a log that is itself
+compared with one, in the same test file.
 
 Usage:
   model_zoo.py --merak-opt BIN --fixtures DIR [--tests DIR] [--readme FILE]
@@ -29,6 +32,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 BEGIN = "<!-- model-zoo:begin -->"
 END = "<!-- model-zoo:end -->"
@@ -52,6 +56,55 @@ MODELS = {
                "shifted windows: `roll`, padding, constant attention masks"),
     "convnext_tiny": ("ConvNeXt-T", "torchvision",
                       "depthwise convolutions, layer scale"),
+}
+
+
+# Models a test traces itself: `%python %S/Inputs/SCRIPT.py ARG
+# ARCHIVE.pt BATCHES.safetensors STEPS` in a RUN line, the archive then
+# compiled by merak-opt. Each entry: the script under test/, its model
+# argument, and the same facts as MODELS gives.
+SCRIPTED = {
+    "wav2vec2": ("e2e/audio/Inputs/speech_model.py", "wav2vec2",
+                 "Wav2Vec2 (large LV-60 layout)", "torchaudio",
+                 "toy size, keyword-classification head; weight norm, 1-D "
+                 "convolutions, a layer norm per feature convolution"),
+    "hubert": ("e2e/audio/Inputs/speech_model.py", "hubert",
+               "HuBERT (base layout)", "torchaudio",
+               "toy size, keyword-classification head; weight norm, 1-D "
+               "convolutions, group norm, post-norm layers"),
+    "opt": ("e2e/models/Inputs/language_models.py", "opt", "OPT style",
+            "in-tree",
+            "positions from the attention mask (offset 2), pre-LN, ReLU MLP, "
+            "tied LM head, scaled query"),
+    "gptj": ("e2e/models/Inputs/language_models.py", "gptj",
+             "GPT-J style", "in-tree",
+             "parallel attention and MLP on one layer norm, interleaved "
+             "partial rotary embedding, written-out tanh GELU, untied LM "
+             "head with bias"),
+    "bart": ("e2e/models/Inputs/language_models.py", "bart", "BART style",
+             "in-tree",
+             "encoder-decoder, learned positions (offset 2), post-LN, "
+             "padding and causal masks, cross-attention, tied LM head plus "
+             "final_logits_bias"),
+    "unet": ("e2e/models/Inputs/dense_models.py", "unet",
+             "DDPM UNet", "in-tree",
+             "noise prediction, sinusoidal timestep MLP, GroupNorm ResNet "
+             "blocks, mid-resolution attention, nearest upsampling, "
+             "concatenated skips, MSE loss"),
+    "segformer": ("e2e/models/Inputs/dense_models.py", "segformer",
+                  "SegFormer style", "in-tree",
+                  "overlapping patch embeddings, spatial-reduction "
+                  "attention, Mix-FFN (depthwise conv), bilinear all-MLP "
+                  "decoder, per-pixel cross-entropy"),
+    "clip": ("e2e/models/Inputs/vision_models.py", "clip", "CLIP style",
+             "in-tree",
+             "image and text towers, QuickGELU, end-of-text token by "
+             "argmax, L2-normalised embeddings, learnable temperature, "
+             "symmetric contrastive loss"),
+    "dinov2": ("e2e/models/Inputs/vision_models.py", "dinov2",
+               "DINOv2 style", "in-tree",
+               "register tokens, LayerScale, SwiGLU MLP, fused q/k/v "
+               "reshaped to five dimensions, class-token head"),
 }
 
 
@@ -150,12 +203,26 @@ def scan_tests(root):
     for directory, _, files in os.walk(root):
         for name in sorted(files):
             if name.endswith(".test"):
-                scan_file(os.path.join(directory, name), found)
+                scan_file(os.path.join(directory, name), found, root)
     return found
 
 
-def scan_file(path, found):
+def scripted_model(words, test, root):
+    """The SCRIPTED model whose archive the command `words` (in the test
+    file `test` under `root`) traces, and that archive; or None."""
+    if len(words) < 4 or not words[1].endswith(".py"):
+        return None
+    script = words[1].replace("%S", os.path.dirname(test))
+    script = os.path.relpath(script, root).replace(os.sep, "/")
+    for key, entry in SCRIPTED.items():
+        if entry[:2] == (script, words[2]):
+            return key, words[3]
+    return None
+
+
+def scan_file(path, found, root):
     origin = {}    # a compiled file -> (model, {option: [values]})
+    traced = {}    # an archive a SCRIPTED model was traced to -> model
     logs = {}      # a merak-exec log -> (model, options)
     references = set()
     comparisons = []
@@ -171,6 +238,8 @@ def scan_file(path, found):
                 m = re.match(r"%fixtures/(\w+)\.pt$", source)
                 if m:
                     model, options = m.group(1), {}
+                elif source in traced:
+                    model, options = traced[source], {}
                 elif source in origin:
                     model, options = origin[source]
                     options = {k: list(v) for k, v in options.items()}
@@ -188,7 +257,10 @@ def scan_file(path, found):
                     logs[log] = origin[program]
             elif tool.startswith("python") or tool == "%python":
                 script = os.path.basename(words[1]) if len(words) > 1 else ""
-                if script == "reference.py" and not negated:
+                model = None if negated else scripted_model(words, path, root)
+                if model:
+                    traced[model[1]] = model[0]
+                elif script == "reference.py" and not negated:
                     out = option(words, "--out-jsonl")
                     if out:
                         references.add(out)
@@ -236,6 +308,21 @@ def summary(merak_opt, archive):
             int(ops.group(1)) if ops else 0)
 
 
+def scripted_summary(merak_opt, tests, key):
+    """summary() of a SCRIPTED model, traced into a temporary directory."""
+    script, argument = SCRIPTED[key][:2]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = os.path.join(tmp, key + ".pt")
+        done = subprocess.run(
+            [sys.executable, os.path.join(tests, script), argument, archive,
+             os.path.join(tmp, "batches.safetensors"), "1"],
+            capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit("model_zoo.py: tracing %s with %s failed: %s"
+                     % (key, script, done.stderr.strip()))
+        return summary(merak_opt, archive)
+
+
 def plan_key(plan):
     return (plan != "one process", plan)
 
@@ -245,12 +332,18 @@ def table(args):
     rows = ["| model | source | parameters | ops (kinds) | trained with | "
             "plans compared with PyTorch | notes |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for key, (title, source, notes) in MODELS.items():
-        archive = os.path.join(args.fixtures, key + ".pt")
-        if not os.path.exists(archive):
-            sys.exit("model_zoo.py: no fixture %s (build the fixtures)"
-                     % archive)
-        params, kinds, ops = summary(args.merak_opt, archive)
+    models = [(key, facts, False) for key, facts in MODELS.items()]
+    models += [(key, entry[2:], True) for key, entry in SCRIPTED.items()]
+    for key, (title, source, notes), scripted in models:
+        if scripted:
+            params, kinds, ops = scripted_summary(args.merak_opt, args.tests,
+                                                  key)
+        else:
+            archive = os.path.join(args.fixtures, key + ".pt")
+            if not os.path.exists(archive):
+                sys.exit("model_zoo.py: no fixture %s (build the fixtures)"
+                         % archive)
+            params, kinds, ops = summary(args.merak_opt, archive)
         entry = tested.get(key)
         if entry:
             trained = ", ".join(sorted(entry["optimizers"]))
@@ -289,7 +382,7 @@ def main():
         with open(args.readme, "w", encoding="utf-8") as f:
             f.write(head + BEGIN + new + END + tail)
         print("model_zoo.py: wrote the table of %d models to %s"
-              % (len(MODELS), args.readme))
+              % (len(MODELS) + len(SCRIPTED), args.readme))
         return 0
     if old == new:
         print("model_zoo.py: the README's model table matches the test suite")

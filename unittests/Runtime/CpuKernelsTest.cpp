@@ -473,6 +473,29 @@ TEST_F(CpuKernelsTest, SoftmaxBackwardMatchesAutograd) {
   }
 }
 
+TEST_F(CpuKernelsTest, SoftmaxAndCrossEntropyBackwardReadStridedOperands) {
+  // LibTorch 1.13's kernels misread a strided softmax output (a tp rank's
+  // slice of the heads) and write a strided `out` wrongly (the gradient of
+  // logits that are a transposed view, CLIP's loss over the columns); the
+  // kernels' results are those of dense operands.
+  torch::manual_seed(9);
+  at::Tensor y = at::softmax(torch::randn({4, 4, 9, 9}), 3).narrow(1, 2, 2);
+  at::Tensor g = torch::randn({4, 2, 9, 9});
+  OpAttrs attrs;
+  attrs.dim = 3;
+  expectIdentical(run(OpKind::SoftmaxBackward, attrs, {g, y}, {typeOf(g)})[0],
+                  at::_softmax_backward_data(g, y.contiguous(), 3, at::kFloat),
+                  "softmax gradient of a slice");
+
+  at::Tensor logits = torch::randn({5, 5}).t();
+  at::Tensor target = torch::arange(5, torch::kLong);
+  at::Tensor x = logits.contiguous().requires_grad_(true);
+  at::cross_entropy_loss(x, target).backward(torch::tensor(0.5f));
+  expectIdentical(run(OpKind::CrossEntropyBackward, OpAttrs(),
+                      {torch::tensor(0.5f), logits, target}, {typeOf(x)})[0],
+                  x.grad(), "cross-entropy gradient of a transpose");
+}
+
 /// What masked_attention stands for, as the unfused ops compute it, with
 /// autograd's gradients of `sum(result * g)`.
 struct UnfusedAttention {

@@ -1190,6 +1190,7 @@ const Importer::ConverterTable &Importer::converters() {
     populateShapeConverters(*t);
     populateReductionConverters(*t);
     populateConvolutionConverters(*t);
+    populateInterpolationConverters(*t);
     populateLossConverters(*t);
     return t;
   }();

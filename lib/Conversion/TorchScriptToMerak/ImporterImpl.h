@@ -100,6 +100,7 @@ public:
   static void populateShapeConverters(ConverterTable &table);
   static void populateReductionConverters(ConverterTable &table);
   static void populateConvolutionConverters(ConverterTable &table);
+  static void populateInterpolationConverters(ConverterTable &table);
   static void populateLossConverters(ConverterTable &table);
 
 private:

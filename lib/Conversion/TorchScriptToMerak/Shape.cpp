@@ -362,6 +362,37 @@ void Importer::populateShapeConverters(ConverterTable &table) {
   };
   table["aten::expand"] = table["aten::expand_as"] =
       table["aten::broadcast_to"] = expand;
+  // Every tensor expanded to the shapes' broadcast (F.mse_loss and
+  // F.l1_loss call it on their operands).
+  CONVERT("aten::broadcast_tensors") {
+    auto xs = im.tensorListArg(n, 0);
+    TRY(xs);
+    std::vector<int64_t> target;
+    for (Value x : *xs) {
+      auto shape = typeOf(x).getShape();
+      if (shape.size() > target.size())
+        target.insert(target.begin(), shape.size() - target.size(), 1);
+      int64_t offset = (int64_t)target.size() - (int64_t)shape.size();
+      for (int64_t i = 0; i < (int64_t)shape.size(); ++i) {
+        int64_t &t = target[offset + i];
+        if (t == 1)
+          t = shape[i];
+        else if (shape[i] != 1 && shape[i] != t) {
+          im.error(n) << "shapes cannot be broadcast together";
+          return failure();
+        }
+      }
+    }
+    std::vector<Slot> parts;
+    for (Value x : *xs) {
+      Value v = im.expandTo(x, target);
+      if (!v)
+        return failure();
+      parts.push_back(Slot::tensor(v, /*view=*/true));
+    }
+    im.slot(n->output(0)) = Slot::list(parts);
+    return success();
+  };
   CONVERT("aten::repeat") {
     Value x = im.tensorArg(n, 0);
     if (!x)

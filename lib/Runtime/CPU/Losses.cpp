@@ -140,7 +140,10 @@ at::Tensor crossEntropyBackward(const at::Tensor &grad,
                                 const at::Tensor &logits,
                                 const at::Tensor &target, const OpAttrs &a) {
   int64_t n = logits.size(0), numClasses = logits.size(1);
-  at::Tensor result = at::empty_like(logits);
+  // Row-major whatever the logits' strides: LibTorch 1.13's
+  // `_log_softmax_backward_data_out` writes a strided `out` (the gradient of
+  // a transposed view, as `empty_like` would make it) wrongly.
+  at::Tensor result = at::empty({n, numClasses}, logits.options());
   CrossEntropyTargets t =
       crossEntropyTargets(target, numClasses, a.ignoreIndex);
   double ls = a.labelSmoothing;

@@ -15,8 +15,11 @@ void registerNormalizationKernels(KernelTable &table) {
   table.add(OpKind::LogSoftmax,
             [](Ctx &c) { c.set(0, at::log_softmax(c.in(0), c.a.dim)); });
   table.add(OpKind::SoftmaxBackward, [](Ctx &c) {
-    c.set(0, at::_softmax_backward_data(c.in(0), c.in(1), c.a.dim,
-                                        c.in(0).scalar_type()));
+    // LibTorch 1.13's kernel reads a strided softmax output (a tensor
+    // parallel rank's slice of the heads) wrongly: both operands dense.
+    c.set(0,
+          at::_softmax_backward_data(c.in(0).contiguous(), c.in(1).contiguous(),
+                                     c.a.dim, c.in(0).scalar_type()));
   });
   table.add(OpKind::LayerNorm, [](Ctx &c) {
     const OpAttrs &a = c.a;

@@ -113,19 +113,20 @@ public:
     // Readers left as they were get the old shape back.
     llvm::SmallPtrSet<Operation *, 16> done(rewritten.begin(), rewritten.end());
     for (Operation *op : rewritten) {
-      Value old = op->getResult(0);
-      Value back;
-      for (OpOperand &use : llvm::make_early_inc_range(old.getUses())) {
-        if (done.count(use.getOwner()))
-          continue;
-        if (!back) {
-          Value v = map[old].value;
-          OpBuilder b(v.getContext());
-          b.setInsertionPointAfterValue(v);
-          back = reshape(b, op->getLoc(), v,
-                         cast<RankedTensorType>(old.getType()));
+      for (Value old : op->getResults()) {
+        Value back;
+        for (OpOperand &use : llvm::make_early_inc_range(old.getUses())) {
+          if (done.count(use.getOwner()))
+            continue;
+          if (!back) {
+            Value v = map[old].value;
+            OpBuilder b(v.getContext());
+            b.setInsertionPointAfterValue(v);
+            back = reshape(b, op->getLoc(), v,
+                           cast<RankedTensorType>(old.getType()));
+          }
+          use.set(back);
         }
-        use.set(back);
       }
     }
     for (Operation *op : llvm::reverse(rewritten))
@@ -161,7 +162,9 @@ private:
   /// Rewrites `op`, which reads a rewritten value, where its meaning carries
   /// over; otherwise leaves it.
   void rewrite(Operation *op) {
-    if (op->getNumResults() != 1)
+    // Masked attention has two results (and probabilities), alike in
+    // their batch dimensions; any other op one.
+    if (op->getNumResults() != 1 && !isa<MaskedAttentionOp>(op))
       return;
     auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
     if (!type)
@@ -182,12 +185,14 @@ private:
       if (auto it = map.find(v); it != map.end())
         operands.map(v, it->second.value);
     Operation *copy = b.clone(*op, operands);
-    copy->getResult(0).setType(splitDim(type, *dim, heads));
+    for (OpResult r : copy->getResults())
+      r.setType(splitDim(cast<RankedTensorType>(r.getType()), *dim, heads));
     if (auto p = dyn_cast<PermuteOp>(copy))
       p.setPermutation(splitPermutation(cast<PermuteOp>(op)));
     if (auto s = dyn_cast<SoftmaxOp>(copy))
       s.setDim(s.getDim() + (s.getDim() > map[op->getOperand(0)].dim));
-    map[op->getResult(0)] = {copy->getResult(0), *dim};
+    for (auto [old, split] : llvm::zip(op->getResults(), copy->getResults()))
+      map[old] = {split, *dim};
     rewritten.push_back(op);
   }
 
@@ -210,7 +215,7 @@ private:
       int64_t dim = *splitOf(s.getInput());
       return s.getDim() == dim ? std::nullopt : std::optional(dim);
     }
-    if (isa<AddOp, SubOp, MulOp, DivOp, MatmulOp>(op)) {
+    if (isa<AddOp, SubOp, MulOp, DivOp, MatmulOp, MaskedAttentionOp>(op)) {
       std::optional<int64_t> dim;
       for (Value v : op->getOperands()) {
         auto t = cast<RankedTensorType>(v.getType());
@@ -221,14 +226,22 @@ private:
         }
       }
       // An operand not rewritten may only span dimensions after the
-      // merged one (a scale, a mask over the last ones); a matmul needs
-      // both operands rewritten and the merged dimension among its batch.
-      for (Value v : op->getOperands())
-        if (!splitOf(v) &&
-            (isa<MatmulOp>(op) ||
-             cast<RankedTensorType>(v.getType()).getRank() >= rank - *dim))
+      // merged one (a scale, a mask over the last ones), or have size 1 in
+      // it and every one before (a causal mask `[1, T, T]`, broadcast over
+      // the batch and the heads alike); a matmul needs both operands
+      // rewritten, masked attention its query, key and value, and either
+      // the merged dimension among its batch.
+      auto fits = [&](Value v) {
+        auto shape = cast<RankedTensorType>(v.getType()).getShape();
+        int64_t merged = int64_t(shape.size()) - (rank - *dim);
+        return llvm::all_of(shape.take_front(std::max<int64_t>(merged + 1, 0)),
+                            [](int64_t size) { return size == 1; });
+      };
+      bool products = isa<MatmulOp, MaskedAttentionOp>(op);
+      for (auto [i, v] : llvm::enumerate(op->getOperands()))
+        if (!splitOf(v) && ((products && i < 3) || !fits(v)))
           return std::nullopt;
-      if (isa<MatmulOp>(op) && *dim >= rank - 2)
+      if (products && *dim >= rank - 2)
         return std::nullopt;
       return dim;
     }

@@ -104,6 +104,28 @@ SmallVector<OpOperand *> usesOf(Value v) {
 
 bool isForward(Operation *op) { return op->hasAttr(kIdAttr); }
 
+bool isScalar(Value v) {
+  return cast<RankedTensorType>(v.getType()).getRank() == 0;
+}
+
+/// `v` before a multiplication or division by a scalar: OPT, BART and
+/// Whisper scale the query projection before splitting it into heads.
+Value unscaled(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isForward(def) || !isa<MulOp, DivOp>(def))
+      break;
+    Value lhs = stripShards(def->getOperand(0));
+    Value rhs = stripShards(def->getOperand(1));
+    if (isScalar(rhs))
+      v = lhs;
+    else if (isa<MulOp>(def) && isScalar(lhs))
+      v = rhs;
+    else
+      break;
+  }
+  return v;
+}
+
 int64_t lastDim(Value v) {
   auto t = cast<RankedTensorType>(v.getType());
   return t.getRank() ? t.getDimSize(t.getRank() - 1) : 1;
@@ -325,7 +347,8 @@ struct TensorParallelPass
             sinks.insert(next);
             continue;
           }
-          if (isHiddenElementwise(user) && user->getNumResults() == 1 &&
+          if ((isHiddenElementwise(user) || isHiddenArithmetic(user)) &&
+              user->getNumResults() == 1 &&
               lastDim(user->getResult(0)) == hidden) {
             if (seen.insert(user).second)
               work.push_back(user->getResult(0));
@@ -336,6 +359,15 @@ struct TensorParallelPass
       }
       if (!chain || sinks.size() != 1 || seen.empty())
         return;
+      Value out = outputOf(first);
+      for (Operation *op : seen)
+        if (isHiddenArithmetic(op))
+          for (Value operand : op->getOperands()) {
+            operand = stripShards(operand);
+            Operation *def = operand.getDefiningOp();
+            if (operand != out && !isScalar(operand) && !seen.contains(def))
+              return;
+          }
       auto last = cast<LinearOp>(sinks.front());
       // Every linear feeding the chain is column-split (SwiGLU's gate and
       // up projections).
@@ -377,7 +409,7 @@ struct TensorParallelPass
           fusedHeads.push_back(r);
           return;
         }
-        LinearOp proj = layerOf(in);
+        LinearOp proj = layerOf(unscaled(in));
         if (!proj || !isForward(proj) || linears.count(proj))
           return;
         if (*heads % size != 0) {
@@ -432,8 +464,18 @@ struct TensorParallelPass
       if (!isForward(ce))
         return;
       Value logits = stripShards(ce.getLogits());
-      while (auto r = logits.getDefiningOp<ReshapeOp>())
-        logits = stripShards(r.getInput());
+      // Through reshapes, and the slice of a causal LM's shift (positions
+      // 0..T-2 predict tokens 1..T-1), which keeps every class.
+      while (Operation *def = logits.getDefiningOp()) {
+        if (auto r = dyn_cast<ReshapeOp>(def))
+          logits = stripShards(r.getInput());
+        else if (auto s = dyn_cast<SliceOp>(def);
+                 s && isForward(s) &&
+                 s.getDim() + 1 < cast<RankedTensorType>(s.getType()).getRank())
+          logits = stripShards(s.getInput());
+        else
+          break;
+      }
       auto head = logits.getDefiningOp<LinearOp>();
       if (!head || !isForward(head))
         return;

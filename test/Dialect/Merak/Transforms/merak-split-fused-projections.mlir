@@ -12,6 +12,8 @@
 // RUN: merak-opt %S/Inputs/fused-qkv.mlir --merak-autodiff --merak-optimizer --merak-split-fused-projections="tp=2" 2>&1 >/dev/null | FileCheck %s --check-prefix=UNRECORDED
 // RUN: merak-opt %S/Inputs/fused-qkv-mha.mlir --merak-train="optimizer=adamw lr=0.01" --merak-split-fused-projections="tp=2" | FileCheck %s --check-prefix=MHA
 // RUN: merak-opt %S/Inputs/fused-qkv-mha.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="tp=2" | FileCheck %s --check-prefix=MHATP
+// RUN: merak-opt %S/Inputs/fused-qkv-mha-causal.mlir --merak-train="optimizer=adamw lr=0.01" --merak-split-fused-projections="tp=2" | FileCheck %s --check-prefix=CAUSAL
+// RUN: merak-opt %S/Inputs/fused-qkv-mha-causal.mlir --merak-train="optimizer=adamw lr=0.01" --merak-parallelize="tp=2" | FileCheck %s --check-prefix=CAUSALTP
 
 // CHECK: module attributes {merak.train_options = "{{.*}}optimizer=adamw{{.*}}"}
 // CHECK-LABEL: func.func @forward
@@ -98,3 +100,21 @@
 // MHATP: mesh.all_gather {{.*}} : tensor<2x1x4x4xf32> -> tensor<2x2x4x4xf32>
 // MHATP: mesh.all_reduce {{.*}} : tensor<8x8xf32> -> tensor<8x8xf32>
 // MHATP-NOT: mesh.all_reduce
+
+// With a causal mask [1, T, T] (CLIP's text tower), --merak-train fuses the
+// attention into masked_attention; the mask broadcasts over the batch and
+// the heads alike, so the fused op takes the heads in a dimension of their
+// own, both its results rewritten, and the mask stays as it is.
+// CAUSAL-LABEL: func.func @forward
+// CAUSAL: %[[M:.*]] = merak.constant {{.*}} : tensor<1x4x4xf32>
+// CAUSAL: %[[R:.*]], %{{.*}} = merak.masked_attention %{{.*}}, %{{.*}}, %{{.*}}, %[[M]] {{.*}} : (tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<1x4x4xf32>) -> (tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>)
+// CAUSAL: %[[RT:.*]] = merak.permute %[[R]] {permutation = array<i64: 2, 0, 1, 3>}
+// CAUSAL: merak.reshape %[[RT]] {shape = array<i64: 4, 2, 8>}
+// CAUSAL-LABEL: func.func @train_step
+
+// Under tp=2 the output projection is row-split too: one all-reduce forward.
+// CAUSALTP-LABEL: func.func @train_step
+// CAUSALTP-SAME: merak.param = "attn.in_proj_weight", merak.sharding = #mesh.shard<@mesh, {{\[\[}}], [0]]>
+// CAUSALTP-SAME: merak.param = "attn.out_proj.weight", merak.sharding = #mesh.shard<@mesh, {{\[\[}}], [0]]>
+// CAUSALTP: mesh.all_reduce {{.*}} : tensor<8x8xf32> -> tensor<8x8xf32>
+// CAUSALTP-NOT: mesh.all_gather

@@ -11,6 +11,14 @@
 // vocabulary still split.
 // RUN: merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-tensor-parallel="tp=4" 2>&1 | FileCheck %s --check-prefix=HEADS
 // RUN: not merak-opt %S/Inputs/tiny-transformer.mlir --merak-train="optimizer=adamw lr=0.01" --merak-mesh="tp=2" --merak-tensor-parallel="tp=4" 2>&1 | FileCheck %s --check-prefix=SIZE
+// The layers as GPT-J, OPT and BART write them: a query scaled before its
+// heads split is still split by heads; an MLP whose GELU is written out
+// (additions and a power of its own hidden activation and scalars) is
+// still an MLP, beside attention on the same layer norm; the LM head
+// splits by vocabulary through the causal shift of its logits. A linear
+// pair joined by a residual addition stays whole.
+// RUN: merak-opt %S/Inputs/tiny-parallel-block.mlir --merak-train="optimizer=adamw lr=0.01" --merak-tensor-parallel="tp=2" | FileCheck %s --check-prefix=BLOCK
+// RUN: merak-opt %S/Inputs/tiny-parallel-block.mlir --merak-train="optimizer=adamw lr=0.01" --merak-tensor-parallel="tp=2" | FileCheck %s --check-prefix=WHOLE
 
 // CHECK: mesh.mesh @mesh(shape = 2) {merak.axes = ["tp"]}
 // CHECK-LABEL: func.func @train_step
@@ -43,3 +51,15 @@
 // HEADS-NOT: mesh.shard %arg3 to
 // HEADS-NOT: mesh.shard %arg6 to
 // SIZE: error: tp=4 but the mesh's tp axis has size 2
+
+// BLOCK-LABEL: func.func @train_step
+// BLOCK-DAG: mesh.shard %arg0 to <@mesh, {{\[\[}}0]]> : tensor<8x4xf32>
+// BLOCK-DAG: mesh.shard %arg3 to <@mesh, {{\[\[}}0]]> : tensor<4x4xf32>
+// BLOCK-DAG: mesh.shard %arg4 to <@mesh, {{\[\[}}0]]> : tensor<4x4xf32>
+// BLOCK-DAG: mesh.shard %arg5 to <@mesh, {{\[\[}}0]]> : tensor<4x4xf32>
+// BLOCK-DAG: mesh.shard %arg6 to <@mesh, {{\[\[}}], [0]]> : tensor<4x4xf32>
+// BLOCK-DAG: mesh.shard %arg7 to <@mesh, {{\[\[}}0]]> : tensor<16x4xf32>
+// BLOCK-DAG: mesh.shard %arg8 to <@mesh, {{\[\[}}], [0]]> : tensor<4x16xf32>
+// BLOCK-DAG: mesh.shard %arg11 to <@mesh, {{\[\[}}0]]> : tensor<8x4xf32>
+// WHOLE-NOT: mesh.shard %arg9 to
+// WHOLE-NOT: mesh.shard %arg10 to

@@ -79,6 +79,23 @@ class DataDependent(nn.Module):
         return x
 
 
+class NormArgmaxIndex(nn.Module):
+    """Vector norms, argmax and indexing by several tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, ids, x):
+        h = self.emb(ids)                               # [2, 5, 4]
+        last = h[torch.arange(2), ids.argmax(dim=-1)]   # [2, 4]
+        corners = x[[-1, 0], [1, -2]]                   # [2]
+        return (last / last.norm(dim=-1, keepdim=True)
+                + torch.norm(x, p=2, dim=1)[:2, None]
+                + torch.linalg.vector_norm(x, dim=-1)[:2, None]
+                + corners[:, None] + ids.argmax().float())
+
+
 def save_scripted(module, example, out):
     """Scripts `module` and records its input shapes like merak_trace.save."""
     scripted = torch.jit.script(module)
@@ -97,6 +114,9 @@ def main():
         torch.jit.trace(Plain(), (torch.randn(2, 4),)).save(out)
     elif kind == "inplace":
         merak_trace.save(InPlace(), (torch.randn(2, 4),), out, check_trace=False)
+    elif kind == "normargmax":
+        ids = torch.randint(0, 10, (2, 5))
+        merak_trace.save(NormArgmaxIndex(), (ids, torch.randn(3, 4)), out)
     elif kind == "scripted":
         save_scripted(Scripted().train(), (torch.randn(2, 4),), out)
     elif kind == "datadependent":

@@ -24,6 +24,16 @@ inline bool isHiddenElementwise(mlir::Operation *op) {
       op);
 }
 
+/// Arithmetic an activation written out op by op is made of (GELU's tanh
+/// form as GPT-J's and GPT-NeoX's code spells it, `0.5 * x * (1 +
+/// tanh(c * (x + 0.044715 * x^3)))`). Between an MLP's linears it belongs
+/// to the activation only when every operand is the activation itself or
+/// a scalar: an addition of a full-width tensor is a residual, not part of
+/// the layer.
+inline bool isHiddenArithmetic(mlir::Operation *op) {
+  return mlir::isa<AddOp, SubOp, DivOp, PowOp>(op);
+}
+
 /// The parameter behind a linear's weight `v` (through sharding
 /// annotations) and the dimension of it that `v`'s dimension 0 is: 0 for
 /// the parameter itself, 1 for a section `select(param, 0, s)` of a fused
