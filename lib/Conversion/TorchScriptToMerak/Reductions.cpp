@@ -56,6 +56,19 @@ void Importer::populateReductionConverters(ConverterTable &table) {
     return p->isScalar() && p->toScalar().toDouble() == 2.0;
   };
 
+  // A norm's `dim` list and `keepdim` flag, at inputs `at` and `at + 1`.
+  static const auto dimsAndKeepdim = [](Importer &im, jit::Node *n, size_t at,
+                                        std::vector<int64_t> &dims,
+                                        bool &keepdim) -> LogicalResult {
+    auto d = im.intsArg(n, at, "dim");
+    TRY(d);
+    auto k = im.boolArg(n, at + 1, "keepdim");
+    TRY(k);
+    dims = *d;
+    keepdim = *k;
+    return success();
+  };
+
   // Norms: the Frobenius norm, and the vector 2-norm as `norm(p=2)` and
   // `linalg_vector_norm(ord=2)` spell it. Other orders are not supported.
   CONVERT("aten::frobenius_norm") {
@@ -64,14 +77,9 @@ void Importer::populateReductionConverters(ConverterTable &table) {
       return failure();
     std::vector<int64_t> dims;
     bool keepdim = false;
-    if (n->inputs().size() >= 3) {
-      auto d = im.intsArg(n, 1, "dim");
-      TRY(d);
-      auto k = im.boolArg(n, 2, "keepdim");
-      TRY(k);
-      dims = *d;
-      keepdim = *k;
-    }
+    if (n->inputs().size() >= 3 &&
+        failed(dimsAndKeepdim(im, n, 1, dims, keepdim)))
+      return failure();
     return euclideanNorm(im, n, x, dims, keepdim);
   };
   CONVERT("aten::norm") {
@@ -88,14 +96,9 @@ void Importer::populateReductionConverters(ConverterTable &table) {
       return im.unsupported(n, "p other than 2");
     std::vector<int64_t> dims;
     bool keepdim = false;
-    if (n->inputs().size() >= 4) {
-      auto d = im.intsArg(n, 2, "dim");
-      TRY(d);
-      auto k = im.boolArg(n, 3, "keepdim");
-      TRY(k);
-      dims = *d;
-      keepdim = *k;
-    }
+    if (n->inputs().size() >= 4 &&
+        failed(dimsAndKeepdim(im, n, 2, dims, keepdim)))
+      return failure();
     if (n->inputs().size() >= 5 && !im.isNone(n, 4))
       return im.unsupported(n, "dtype");
     return euclideanNorm(im, n, x, dims, keepdim);
