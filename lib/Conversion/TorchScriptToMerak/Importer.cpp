@@ -913,7 +913,23 @@ LogicalResult Importer::importNode(jit::Node *n) {
   }
 
   if (n->kind() == c10::prim::Constant) {
-    setConst(n, 0, *jit::toIValue(n->output(0)));
+    c10::IValue value = *jit::toIValue(n->output(0));
+    // The tracer records a Python number an op met as a rank-0 tensor
+    // constant of its type (double or long), and the archive keeps no mark
+    // of it: as such it takes part in type promotion the way the number
+    // did in the traced code (`loss = 0.0; loss = loss + mse` stays
+    // float32), not as a float64 tensor would.
+    if (value.isTensor()) {
+      const at::Tensor &t = value.toTensor();
+      if (t.dim() == 0 && !t.requires_grad() &&
+          (t.scalar_type() == at::kDouble || t.scalar_type() == at::kLong) &&
+          !t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        at::Tensor number = t.clone();
+        number.unsafeGetTensorImpl()->set_wrapped_number(true);
+        value = number;
+      }
+    }
+    setConst(n, 0, value);
     return success();
   }
   if (n->kind() == c10::prim::GetAttr) {

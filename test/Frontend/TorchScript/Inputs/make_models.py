@@ -96,6 +96,21 @@ class NormArgmaxIndex(nn.Module):
                 + corners[:, None] + ids.argmax().float())
 
 
+class PythonNumbers(nn.Module):
+    """Python numbers meeting rank-0 float32 tensors: a loss accumulated
+    from 0.0, scaled by an int and shifted by a float."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        loss = 0.0
+        for target in (y, y * 0.5):
+            loss = loss + F.mse_loss(self.fc(x), target)
+        return loss * 2 + 1.5
+
+
 def save_scripted(module, example, out):
     """Scripts `module` and records its input shapes like merak_trace.save."""
     scripted = torch.jit.script(module)
@@ -117,6 +132,8 @@ def main():
     elif kind == "normargmax":
         ids = torch.randint(0, 10, (2, 5))
         merak_trace.save(NormArgmaxIndex(), (ids, torch.randn(3, 4)), out)
+    elif kind == "numbers":
+        merak_trace.save(PythonNumbers(), (torch.randn(2, 4), torch.randn(2, 4)), out)
     elif kind == "scripted":
         save_scripted(Scripted().train(), (torch.randn(2, 4),), out)
     elif kind == "datadependent":
