@@ -101,6 +101,7 @@ const char *collectiveReductionName(CollectiveReduction r);
   X(bool, nesterov, false)                                                     \
   X(bool, tanhApproximation, false) /* gelu, gelu_backward */                  \
   X(bool, scaleDivides, false)      /* masked_attention (+ backward) */        \
+  X(bool, reverse, false)           /* cumsum */                               \
   X(ComparePredicate, predicate, ComparePredicate::Eq)                         \
   X(LossReduction, reduction, LossReduction::Mean)                             \
   /* reductions, permute, roll */                                              \

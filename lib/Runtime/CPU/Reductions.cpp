@@ -1,6 +1,6 @@
 //===- Reductions.cpp - CPU kernels: reductions ---------------------------===//
 //
-// Sum, mean and max over dimensions.
+// Sum, mean and max over dimensions; cumulative sums.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +27,17 @@ void registerReductionKernels(KernelTable &table) {
   table.add(OpKind::ReduceSum, reduce);
   table.add(OpKind::ReduceMean, reduce);
   table.add(OpKind::ReduceMax, reduce);
+  // Cumulative sum in the operand's own type (at::cumsum would widen
+  // i32 to i64); reversed: flipped, summed, flipped back, as PyTorch's
+  // cumsum backward computes it.
+  table.add(OpKind::Cumsum, [](Ctx &c) {
+    const at::Tensor &x = c.in(0);
+    int64_t dim = c.a.dim < 0 ? c.a.dim + x.dim() : c.a.dim;
+    if (!c.a.reverse)
+      return c.set(0, at::cumsum(x, dim, x.scalar_type()));
+    c.set(0, at::flip(at::cumsum(at::flip(x, {dim}), dim, x.scalar_type()),
+                      {dim}));
+  });
 }
 
 } // namespace merak::runtime::cpu

@@ -1,6 +1,7 @@
-//===- Reductions.cpp - CUDA host kernels: sum, mean and max over dims ----===//
+//===- Reductions.cpp - CUDA host kernels: reductions, cumulative sums ----===//
 //
-// reduce_sum, reduce_mean and reduce_max (Reductions.h has the scheme): the
+// cumsum (one thread per line), and reduce_sum, reduce_mean and reduce_max
+// (Reductions.h has the scheme): for the reductions, the
 // dimensions of `dims` (all of them when empty, negative ones counted from
 // the end), kept as size 1 with `keepdim`; a rank-0 operand is copied, as
 // the CPU backend clones it.
@@ -48,9 +49,22 @@ void reduceKernel(Ctx &c) {
   launchReduction(kind, kept, reducedView, out.view(), scratch, c.stream());
 }
 
+void cumsumKernel(Ctx &c) {
+  View x = c.view(0);
+  CudaTensor &out = c.result(0);
+  if (x.rank == 0)
+    throw CudaError("cumsum: needs a tensor of rank >= 1");
+  int64_t dim = c.a.dim < 0 ? c.a.dim + x.rank : c.a.dim;
+  if (dim < 0 || dim >= x.rank)
+    throw CudaError(
+        absl::StrCat("cumsum: dimension ", c.a.dim, " of rank ", x.rank));
+  launchCumsum(x, out.view(), int(dim), c.a.reverse, c.stream());
+}
+
 } // namespace
 
 void registerReductionKernels(KernelTable &table) {
+  table.add(OpKind::Cumsum, cumsumKernel);
   table.add(OpKind::ReduceSum, reduceKernel);
   table.add(OpKind::ReduceMean, reduceKernel);
   table.add(OpKind::ReduceMax, reduceKernel);

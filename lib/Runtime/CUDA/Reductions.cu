@@ -152,7 +152,54 @@ void reduce(const View &kept0, const View &reduced0, const View &dst,
   }
 }
 
+/// One thread per line along the summed dimension: `lines` views the
+/// other dimensions, `along` the summed one (rank 1, or 0 for size 1).
+template <typename T>
+__global__ void cumsumKernel(View srcLines, View srcAlong, View dstLines,
+                             View dstAlong, bool reverse, int64_t lines) {
+  const T *in = srcLines.ptr<T>();
+  T *out = dstLines.ptr<T>();
+  int64_t n = srcAlong.rank ? srcAlong.sizes[0] : 1;
+  int64_t inStride = srcAlong.rank ? srcAlong.strides[0] : 0;
+  int64_t outStride = dstAlong.rank ? dstAlong.strides[0] : 0;
+  for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < lines;
+       l += int64_t(gridDim.x) * blockDim.x) {
+    const T *from = in + offsetIn(srcLines, l);
+    T *to = out + offsetIn(dstLines, l);
+    Acc<T> acc = Acc<T>(0);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t k = reverse ? n - 1 - j : j;
+      acc += convertTo<Acc<T>>(from[k * inStride]);
+      to[k * outStride] = convertTo<T>(acc);
+    }
+  }
+}
+
 } // namespace
+
+void launchCumsum(const View &src, const View &dst, int dim, bool reverse,
+                  cudaStream_t stream) {
+  int64_t n = src.numel();
+  if (n == 0)
+    return;
+  if (dim < 0 || dim >= src.rank || dst.rank != src.rank ||
+      dst.numel() != n || dst.type != src.type)
+    throw CudaError("cumsum: the result does not match the operand");
+  if (src.type == ElemType::Bool)
+    throw CudaError("cumsum: no kernel for i1");
+  bool along[kMaxDims] = {};
+  along[dim] = true;
+  View srcLines, srcAlong, dstLines, dstAlong;
+  splitReduction(src, along, srcLines, srcAlong);
+  splitReduction(dst, along, dstLines, dstAlong);
+  int64_t lines = n / src.sizes[dim];
+  Launch l = linearLaunch(lines);
+  MERAK_CUDA_DISPATCH_ALL(
+      src.type, "cumsum", T,
+      cumsumKernel<T><<<l.grid, l.block, 0, stream>>>(
+          srcLines, srcAlong, dstLines, dstAlong, reverse, lines));
+  checkLaunch("cumsum");
+}
 
 void launchReduction(ReduceKind kind, const View &kept, const View &reduced,
                      const View &dst, void *scratch, cudaStream_t stream) {

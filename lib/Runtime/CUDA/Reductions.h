@@ -124,6 +124,14 @@ MERAK_HD int64_t reductionScratchBytes(int64_t M, int64_t K, bool columns,
 void launchReduction(ReduceKind kind, const View &kept, const View &reduced,
                      const View &dst, void *scratch, cudaStream_t stream);
 
+/// cumsum: `dst` (`src`'s shape, any strides) holds the running sums of
+/// `src` along `dim`, from the first element (from the last with
+/// `reverse`). One thread walks each line in order and accumulates in
+/// `Acc<T>` (f32 for bf16/f16; integers in their own type), so results do
+/// not depend on the launch. Booleans throw `CudaError`.
+void launchCumsum(const View &src, const View &dst, int dim, bool reverse,
+                  cudaStream_t stream);
+
 } // namespace merak::runtime::cuda
 
 #endif // MERAK_LIB_RUNTIME_CUDA_REDUCTIONS_H

@@ -810,6 +810,16 @@ GRADIENT(ReduceSumOp) {
   return success();
 }
 
+// d/dx_j of sum_{i<=k} x_i is 1 for every k >= j: the gradient is the
+// cumulative sum of g in the other direction (PyTorch's flip-cumsum-flip).
+GRADIENT(CumsumOp) {
+  SETUP();
+  if (!isFloat(getInput()))
+    return success();
+  operandGrads[0] = b.create<CumsumOp>(loc, g, getDim(), !getReverse());
+  return success();
+}
+
 GRADIENT(ReduceMeanOp) {
   SETUP();
   auto xt = typeOf(getInput());

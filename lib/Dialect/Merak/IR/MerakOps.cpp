@@ -177,6 +177,15 @@ LogicalResult RollOp::verify() {
   return success();
 }
 
+LogicalResult CumsumOp::verify() {
+  auto type = getInput().getType();
+  if (type.getElementType().isInteger(1))
+    return emitOpError("needs a numeric tensor, not booleans");
+  if (type.getRank() == 0)
+    return emitOpError("needs a tensor of rank >= 1");
+  return verifyDim(*this, getDim(), type.getRank());
+}
+
 LogicalResult CastOp::verify() {
   if (getInput().getType().getShape() != getResult().getType().getShape())
     return emitOpError("changes the shape from ")

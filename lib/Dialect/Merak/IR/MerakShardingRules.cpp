@@ -515,6 +515,13 @@ void roll(SpaceBuilder &b, RollOp op) {
   elementwise(b, op, fixed);
 }
 
+/// cumsum: elementwise, the summed dimension never split (a split would
+/// need each shard's running total from the shards before it).
+void cumsum(SpaceBuilder &b, CumsumOp op) {
+  int64_t rank = rankOf(op.getInput());
+  elementwise(b, op, {normalize(op.getDim(), rank)});
+}
+
 /// update_slice: elementwise over input, update and result, the written
 /// dimension never split (its sizes differ); the position is a loop of
 /// its own, never split.
@@ -828,6 +835,10 @@ std::optional<LoopSpace> merak::getLoopSpace(Operation *op) {
           })
           .Case([&](UpdateSliceOp o) {
             updateSlice(b, o);
+            return true;
+          })
+          .Case([&](CumsumOp o) {
+            cumsum(b, o);
             return true;
           })
           // Reductions.

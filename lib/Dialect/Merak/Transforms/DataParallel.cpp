@@ -37,7 +37,10 @@ struct MeshPass : public merak::impl::MeshBase<MeshPass> {
     ModuleOp module = getOperation();
     SmallVector<std::pair<StringRef, int64_t>> axes;
     for (auto [name, size] :
-         {std::pair<StringRef, int>{"dp", dp}, {"sp", sp}, {"tp", tp}}) {
+         {std::pair<StringRef, int>{"dp", dp},
+          {"ep", ep},
+          {"sp", sp},
+          {"tp", tp}}) {
       if (size < 1) {
         emitError(module.getLoc(), "mesh degree ")
             << name << " must be >= 1, got " << size;
@@ -140,6 +143,9 @@ struct DataParallelPass
     }
     FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
     auto dpAxis = static_cast<MeshAxis>(axis);
+    // Expert-parallel ranks split the batch too, after dp.
+    int64_t epIdx = meshAxisIndex(mesh, "ep");
+    int64_t epSize = epIdx < 0 ? 1 : mesh.getShape()[epIdx];
     Block &body = func.getBody().front();
 
     auto shardingOf = [&](BlockArgument arg) -> SplitAxes {
@@ -154,15 +160,21 @@ struct DataParallelPass
       unsigned i = arg.getArgNumber();
       auto type = cast<RankedTensorType>(arg.getType());
       SplitAxes split = shardingOf(arg);
-      if (func.getArgAttr(i, kInputAttr) && size > 1) {
+      if (func.getArgAttr(i, kInputAttr) && size * epSize > 1) {
         if (type.getRank() == 0 ||
-            type.getDimSize(0) % (size * groupSize(mesh, split[0])) != 0) {
-          emitError(func.getLoc(), "input ")
-              << func.getArgAttr(i, kInputAttr) << " of type " << type
-              << ": batch dimension 0 is not divisible by dp=" << size;
+            type.getDimSize(0) % (size * epSize * groupSize(mesh, split[0])) !=
+                0) {
+          auto diag = emitError(func.getLoc(), "input ")
+                      << func.getArgAttr(i, kInputAttr) << " of type " << type
+                      << ": batch dimension 0 is not divisible by dp=" << size;
+          if (epSize > 1)
+            diag << " x ep=" << epSize;
           return signalPassFailure();
         }
-        split[0].push_back(dpAxis);
+        if (size > 1)
+          split[0].push_back(dpAxis);
+        if (epSize > 1)
+          split[0].push_back(static_cast<MeshAxis>(epIdx));
       } else if (size > 1 &&
                  ((zero >= 1 && func.getArgAttr(i, kOptStateAttr)) ||
                   (zero == 3 && func.getArgAttr(i, kParamAttr)))) {

@@ -173,6 +173,11 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
                  llvm::cl::init(1)};
   Option<int> tp{*this, "tp", llvm::cl::desc("tensor-parallel degree"),
                  llvm::cl::init(1)};
+  Option<int> ep{*this, "ep",
+                 llvm::cl::desc("expert-parallel degree (mixture-of-experts "
+                                "weights split over it; its ranks also "
+                                "split the batch)"),
+                 llvm::cl::init(1)};
   Option<std::string> sp{
       *this, "sp",
       llvm::cl::desc("sequence parallelism: none, megatron (over tp) or "
@@ -274,10 +279,11 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {
   if (o.autoPlan) {
-    if (o.dp != 1 || o.tp != 1 || o.pp != 1 || o.zero != 0 || o.sp != "none" ||
-        o.pipelined())
+    if (o.dp != 1 || o.tp != 1 || o.ep != 1 || o.pp != 1 || o.zero != 0 ||
+        o.sp != "none" || o.pipelined())
       return fail(pm, "auto chooses dp, tp, pp, zero, sp, micro-batches, "
-                      "schedule and recomputation itself; give only devices, "
+                      "schedule and recomputation itself (and plans no ep); "
+                      "give only devices, "
                       "batch, memory, hardware, report, calibration, max-tp, "
                       "compare and quiet "
                       "with it");
@@ -314,12 +320,18 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   }
   merak::MeshOptions mesh;
   mesh.dp = o.dp;
+  mesh.ep = o.ep;
   mesh.tp = o.tp;
   mesh.sp = o.sp == "ulysses" ? int(o.spSize) : 1;
   pm.addPass(merak::createMesh(mesh));
   merak::TensorParallelOptions tensor;
   tensor.vocabParallel = o.vocabParallel;
   pm.addPass(merak::createTensorParallel(tensor));
+  if (o.ep > 1) {
+    merak::ExpertParallelOptions experts;
+    experts.ep = o.ep;
+    pm.addPass(merak::createExpertParallel(experts));
+  }
   merak::DataParallelOptions data;
   data.zero = o.zero;
   pm.addPass(merak::createDataParallel(data));
@@ -385,7 +397,7 @@ void merak::registerMerakPipelines() {
       "merak-parallelize",
       "Partition the training step: with tp > 1 "
       "--merak-split-fused-projections, then --merak-mesh, "
-      "--merak-tensor-parallel, "
+      "--merak-tensor-parallel, with ep > 1 --merak-expert-parallel, "
       "--merak-data-parallel, --merak-sequence-parallel, "
       "--merak-sharding-propagation, --merak-spmdize, --merak-grad-buckets; "
       "without pipelines also --merak-sparse-embedding-grads, "

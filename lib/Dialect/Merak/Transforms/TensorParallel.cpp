@@ -132,15 +132,20 @@ int64_t lastDim(Value v) {
 }
 
 /// A sharding for an activation of `type`: dimension 0 (the batch) split
-/// over dp when the mesh has that axis, plus the given splits.
+/// over dp and ep when the mesh has those axes, plus the given splits.
 MeshShardingAttr
 activationSharding(MeshOp mesh, RankedTensorType type,
                    ArrayRef<std::pair<int64_t, MeshAxis>> splits) {
   SplitAxes split(type.getRank());
-  int64_t dpIdx = meshAxisIndex(mesh, "dp");
-  if (dpIdx >= 0 && type.getRank() > 0 && mesh.getShape()[dpIdx] > 1 &&
-      type.getDimSize(0) % mesh.getShape()[dpIdx] == 0)
-    split[0].push_back(static_cast<MeshAxis>(dpIdx));
+  int64_t batchGroup = 1;
+  for (StringRef name : {"dp", "ep"}) {
+    int64_t idx = meshAxisIndex(mesh, name);
+    if (idx < 0 || type.getRank() == 0 || mesh.getShape()[idx] <= 1 ||
+        type.getDimSize(0) % (batchGroup * mesh.getShape()[idx]) != 0)
+      continue;
+    batchGroup *= mesh.getShape()[idx];
+    split[0].push_back(static_cast<MeshAxis>(idx));
+  }
   for (auto [dim, axis] : splits)
     split[dim].push_back(axis);
   return makeSharding(mesh.getContext(),

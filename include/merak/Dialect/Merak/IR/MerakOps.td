@@ -663,6 +663,25 @@ def Merak_ReduceMeanOp : Merak_ReduceOp<"reduce_mean", "mean over dimensions"> {
 }
 def Merak_ReduceMaxOp : Merak_ReduceOp<"reduce_max", "maximum over dimensions">;
 
+def Merak_CumsumOp : Merak_InferOp<"cumsum", [SameOperandsAndResultType]> {
+  let summary = "inclusive cumulative sum along `dim`";
+  let description = [{
+    `result[..., i, ...]` is the sum of `input[..., j, ...]` for `j <= i`
+    along `dim` (for `j >= i` with `reverse`), added in that order;
+    floating-point sums accumulate in f32 (or f64), integer ones in their
+    own type (the importer widens integers and booleans to i64 first, as
+    `torch.cumsum` does). The gradient of a cumulative sum is the reversed
+    cumulative sum of the result's gradient, and the other way round.
+  }];
+  let linearIn = [0];
+  let precision = "fp32";
+  let arguments = (ins Merak_Tensor:$input, I64Attr:$dim,
+                   DefaultValuedAttr<BoolAttr, "false">:$reverse);
+  let results = (outs Merak_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Convolution and pooling (NCHW)
 //===----------------------------------------------------------------------===//

@@ -258,16 +258,45 @@ def Mesh : Pass<"merak-mesh", "mlir::ModuleOp"> {
   let summary = "Declare the device mesh the training step is partitioned on";
   let description = [{
     Adds `mesh.mesh @mesh` with one axis per degree greater than one, in the
-    order `dp`, `sp`, `tp` (tensor-parallel peers are neighbouring ranks),
+    order `dp`, `ep`, `sp`, `tp` (tensor-parallel peers are neighbouring
+    ranks),
     and names them in the mesh's `merak.axes` attribute. A module that has a
     mesh already must declare the same axes. With every degree 1 the mesh
     is a single axis of size 1.
   }];
   let options = [
     Option<"dp", "dp", "int", /*default=*/"1", "Data-parallel degree">,
+    Option<"ep", "ep", "int", /*default=*/"1",
+           "Expert-parallel degree (its ranks also split the batch)">,
     Option<"sp", "sp", "int", /*default=*/"1",
            "Ulysses sequence-parallel degree (its own mesh axis)">,
     Option<"tp", "tp", "int", /*default=*/"1", "Tensor-parallel degree">
+  ];
+  let dependentDialects = ["mlir::mesh::MeshDialect"];
+}
+
+def ExpertParallel : Pass<"merak-expert-parallel", "mlir::ModuleOp"> {
+  let summary = "Shard mixture-of-experts weights over the expert-parallel "
+                "axis";
+  let description = [{
+    Finds the experts of `@train_step` by structure: a parameter of rank 3
+    or more, `[E, ...]`, that a batched `merak.matmul` multiplies with
+    dispatched tokens `[E, N, D]` (one batch entry per expert), as a
+    capacity-based mixture-of-experts layer computes all its experts at
+    once. Each such parameter (and its optimizer state) is split along
+    dimension 0 over mesh axis `ep`, so every rank holds E / ep experts,
+    and the tokens are annotated `[E over ep, N over dp]` where the
+    experts read them. `--merak-data-parallel` splits the batch over `dp`
+    and `ep` together, so the tokens arrive split along N over both axes;
+    the partitioner turns the change into one `mesh.all_to_all` over `ep`
+    (dispatch), and the combine back into another. Gradients of the other
+    parameters are reduced over `dp` and `ep`, those of the experts over
+    `dp` alone. An `ep` that does not divide E is an error naming the
+    parameter.
+  }];
+  let options = [
+    Option<"ep", "ep", "int", /*default=*/"0",
+           "Expert-parallel degree (0: the size of the mesh's ep axis)">
   ];
   let dependentDialects = ["mlir::mesh::MeshDialect"];
 }
@@ -277,7 +306,8 @@ def DataParallel : Pass<"merak-data-parallel", "mlir::ModuleOp"> {
   let description = [{
     Annotates `@train_step` for data parallelism over mesh axis `dp`
     (created when the module has no mesh): every model input is split along
-    its first dimension, and the gradients become partial sums that the
+    its first dimension (over `dp` and then `ep` when the mesh has an
+    expert-parallel axis), and the gradients become partial sums that the
     partitioner reduces before the optimizer. Every other argument that no
     earlier pass annotated is replicated.
 
