@@ -89,6 +89,7 @@ func.func @all(%x: tensor<2x3xf32>, %v: tensor<3xf32>, %s: tensor<f32>,
   %d7 = merak.roll %x {shifts = array<i64: 1>, dims = array<i64: 1>} : tensor<2x3xf32>
   %pos = merak.slice %i {dim = 0 : i64, start = 0 : i64, end = 1 : i64} : (tensor<4xi64>) -> tensor<1xi64>
   %d8 = merak.update_slice %x3, %x3, %pos {dim = 1 : i64} : (tensor<2x5x8xf32>, tensor<2x5x8xf32>, tensor<1xi64>) -> tensor<2x5x8xf32>
+  %d9 = merak.cumsum %x3 {dim = 1 : i64} : tensor<2x5x8xf32>
   %r0 = merak.reduce_sum %x3 {dims = array<i64: 1>} : (tensor<2x5x8xf32>) -> tensor<2x8xf32>
   %r1 = merak.reduce_mean %x3 {dims = array<i64: -1>, keepdim = true} : (tensor<2x5x8xf32>) -> tensor<2x5x1xf32>
   %r2 = merak.reduce_max %x3 {dims = array<i64>} : (tensor<2x5x8xf32>) -> tensor<f32>

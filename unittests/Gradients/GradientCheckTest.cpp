@@ -769,6 +769,15 @@ GRADIENT_CASES(
              "  %y = merak.roll %x {shifts = array<i64: 1, -2>, dims = "
              "array<i64: 0, 1>} : tensor<3x4xf64>",
              "3x4"},
+    GradCase{"cumsum",
+             {param("x", "3x4")},
+             "  %y = merak.cumsum %x {dim = 1 : i64} : tensor<3x4xf64>",
+             "3x4"},
+    GradCase{"cumsum_reverse_3d",
+             {param("x", "3x4x2")},
+             "  %y = merak.cumsum %x {dim = -3 : i64, reverse = true} : "
+             "tensor<3x4x2xf64>",
+             "3x4x2"},
     GradCase{"update_slice_rows",
              {param("x", "2x5x3"), param("u", "2x2x3"),
               input("p", "tensor<1xi64>", "vals:2")},

@@ -219,12 +219,12 @@ void Importer::populateReductionConverters(ConverterTable &table) {
     int64_t dim = *d, size = xt.getDimSize(dim);
     constexpr int64_t kMostRounds = 64;
     if (*k < 1 || *k > size) {
-      im.error(n) << "topk: k = " << *k << " is outside [1, " << size
+      im.error(n) << "k = " << *k << " is outside [1, " << size
                   << "], the size of dimension " << dim;
       return failure();
     }
     if (*k > kMostRounds) {
-      im.error(n) << "topk: k = " << *k << " is more than the "
+      im.error(n) << "k = " << *k << " is more than the "
                   << kMostRounds << " selection rounds the importer builds";
       return failure();
     }

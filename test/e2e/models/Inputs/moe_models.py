@@ -28,7 +28,8 @@ dispatched tokens [E, B * C, D] go through them with batched products.
 
 Every model returns (logits, loss). The batches file holds, per step,
 `input_ids` and `labels` [STEPS, B, 16] (the models shift the labels). One
-batch is repeated every step. B = 4 unless given; the trace is at batch 4.
+batch is repeated every step. B = 4 unless given; the trace is at batch 4
+(a pipeline's step of micro-batches reads B = 4 x micro-batches).
 """
 import math
 import os
@@ -412,6 +413,27 @@ MODELS = {
 }
 
 
+def dropped_choices(model, inputs):
+    """(dropped, total) expert choices of one forward: a choice is kept
+    when its dispatch row has a slot."""
+    counts = [0, 0]
+    plain = route
+
+    def counting(scores, k, capacity):
+        top_v, dispatch, chosen = plain(scores, k, capacity)
+        counts[0] += int(chosen.sum() - dispatch.sum())
+        counts[1] += int(chosen.sum())
+        return top_v, dispatch, chosen
+
+    globals()["route"] = counting
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        globals()["route"] = plain
+    return counts
+
+
 def main():
     kind, model_path, batches_path = sys.argv[1], sys.argv[2], sys.argv[3]
     steps = int(sys.argv[4])
@@ -421,12 +443,15 @@ def main():
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, model.cfg.vocab_size, (batch, SEQ), generator=gen)
     inputs = {"input_ids": ids, "labels": ids.clone()}
-    merak_trace.save(model, tuple(inputs.values()), model_path)
+    merak_trace.save(model, tuple(t[:4] for t in inputs.values()),
+                     model_path)
     merak_safetensors.save({name: t.unsqueeze(0).repeat(
         steps, *([1] * t.dim())) for name, t in inputs.items()},
         batches_path)
     params = sum(p.numel() for p in model.parameters())
-    print("%s: %d parameters" % (kind, params))
+    dropped, total = dropped_choices(model, tuple(inputs.values()))
+    print("%s: %d parameters, %d of %d expert choices dropped at capacity"
+          % (kind, params, dropped, total))
 
 
 if __name__ == "__main__":
