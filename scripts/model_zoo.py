@@ -4,9 +4,10 @@ what the tests check and nothing else.
 
 For every model fixture (test/fixtures, traced at build time), and every
 model a test traces itself with a script of its own (SCRIPTED: the speech,
-language and vision models under test/e2e), the table gives its parameter count
-and op kinds (from `merak-opt --merak-model-summary` on the traced archive;
-a scripted model is traced into a temporary directory for it), and what
+language, mixture-of-experts and vision models under test/e2e), the table
+gives its parameter count and op kinds (from `merak-opt
+--merak-model-summary` on the traced archive; a scripted model is traced
+into a temporary directory for it), and what
 the lit tests under test/ do with it, read from their RUN lines: which
 optimizers and precisions train it, and under which plans
 (`--merak-parallelize` options, pipeline schedules) a run of it is compared
@@ -101,6 +102,16 @@ SCRIPTED = {
              "image and text towers, QuickGELU, end-of-text token by "
              "argmax, L2-normalised embeddings, learnable temperature, "
              "symmetric contrastive loss"),
+    "deepseek": ("e2e/models/Inputs/moe_models.py", "deepseek",
+                 "DeepSeek-V2 style MoE", "in-tree",
+                 "multi-head latent attention, decoupled rotary key, dense "
+                 "first layer, routed top-2 plus shared experts, capacity "
+                 "dispatch, load-balancing loss"),
+    "mixtral": ("e2e/models/Inputs/moe_models.py", "mixtral",
+                "Mixtral style MoE", "in-tree",
+                "grouped-query attention, rotary embeddings, top-2 router "
+                "softmax, SwiGLU experts, capacity dispatch, balancing "
+                "loss"),
     "dinov2": ("e2e/models/Inputs/vision_models.py", "dinov2",
                "DINOv2 style", "in-tree",
                "register tokens, LayerScale, SwiGLU MLP, fused q/k/v "

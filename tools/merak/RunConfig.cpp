@@ -91,6 +91,8 @@ const std::vector<KeySpec> &configKeys() {
        "local ranks (default: the product of the degrees, or 1)"},
       {"parallel.dp", K::Int, "data-parallel degree"},
       {"parallel.tp", K::Int, "tensor-parallel degree"},
+      {"parallel.ep", K::Int,
+       "expert-parallel degree (mixture-of-experts weights)"},
       {"parallel.sp",
        K::Choice,
        "sequence parallelism: megatron (over tp) or ulysses (over its own "
@@ -638,6 +640,7 @@ absl::Status RunConfig::check() const {
            atLeast("parallel.ranks", 1),
            atLeast("parallel.dp", 1),
            atLeast("parallel.tp", 1),
+           atLeast("parallel.ep", 1),
            atLeast("parallel.sp-size", 1),
            atLeast("parallel.virtual", 1),
            atLeast("parallel.pp", 1),
@@ -681,9 +684,9 @@ absl::Status RunConfig::check() const {
                  "eval.every needs validation data: data.text with "
                  "data.validation > 0, data.eval-tokens or data.eval-batches");
   bool automatic = string("parallel.plan") == "auto";
-  for (const char *degree :
-       {"parallel.dp", "parallel.tp", "parallel.sp", "parallel.sp-size",
-        "parallel.pp", "parallel.schedule", "parallel.virtual"})
+  for (const char *degree : {"parallel.dp", "parallel.tp", "parallel.ep",
+                             "parallel.sp", "parallel.sp-size", "parallel.pp",
+                             "parallel.schedule", "parallel.virtual"})
     if (automatic && has(degree))
       return error(where(degree), absl::StrCat(degree,
                                                " is chosen by the search under "
@@ -695,12 +698,14 @@ absl::Status RunConfig::check() const {
         return error(where(key),
                      absl::StrCat(key, " is for parallel.plan: auto"));
     int64_t product = integer("parallel.dp", 1) * integer("parallel.tp", 1) *
+                      integer("parallel.ep", 1) *
                       integer("parallel.sp-size", 1) *
                       integer("parallel.pp", 1);
     if (has("parallel.ranks") && integer("parallel.ranks") != product)
       return error(where("parallel.ranks"),
                    absl::StrCat("parallel.ranks is ", integer("parallel.ranks"),
-                                ", but dp x tp x sp-size x pp is ", product));
+                                ", but dp x ep x tp x sp-size x pp is ",
+                                product));
     if (has("parallel.sp-size") && string("parallel.sp") != "ulysses")
       return error(where("parallel.sp-size"),
                    "parallel.sp-size needs parallel.sp: ulysses");

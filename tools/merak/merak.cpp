@@ -452,6 +452,7 @@ struct Driver {
         config.has("parallel.ranks"))
       return config.integer("parallel.ranks", 1);
     return config.integer("parallel.dp", 1) * config.integer("parallel.tp", 1) *
+           config.integer("parallel.ep", 1) *
            config.integer("parallel.sp-size", 1) *
            config.integer("parallel.pp", 1);
   }
@@ -501,6 +502,7 @@ struct Driver {
       };
       degree("parallel.dp", "dp");
       degree("parallel.tp", "tp");
+      degree("parallel.ep", "ep");
       degree("parallel.pp", "pp");
       degree("parallel.virtual", "virtual");
       if (config.has("parallel.zero") && config.integer("parallel.zero") > 0)

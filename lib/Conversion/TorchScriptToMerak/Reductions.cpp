@@ -17,7 +17,7 @@ void Importer::populateReductionConverters(ConverterTable &table) {
   // `size - max(where(mask, rev, 0))`. An integer result carries no
   // gradient.
   static const auto firstTrue = [](Importer &im, Value mask, int64_t dim,
-                                     bool keepdim) -> Value {
+                                   bool keepdim) -> Value {
     auto shape = typeOf(mask).getShape();
     int64_t size = shape[dim];
     std::vector<int64_t> revShape(shape.size(), 1);
@@ -30,8 +30,8 @@ void Importer::populateReductionConverters(ConverterTable &table) {
     Value revAt = im.make1<WhereOp>(mask, rev, zero);
     if (!revAt)
       return {};
-    Value best = im.make1<ReduceMaxOp>(
-        revAt, im.b.getDenseI64ArrayAttr({dim}), keepdim);
+    Value best =
+        im.make1<ReduceMaxOp>(revAt, im.b.getDenseI64ArrayAttr({dim}), keepdim);
     Value sizeValue =
         im.constantTensor(at::scalar_tensor(size, at::kLong), im.curLoc);
     if (!best || !sizeValue)
@@ -41,7 +41,7 @@ void Importer::populateReductionConverters(ConverterTable &table) {
 
   // `[1, .., size, .., 1]` (rank `rank`, `size` at `dim`): 0 .. size - 1.
   static const auto positions = [](Importer &im, int64_t rank, int64_t dim,
-                                     int64_t size) -> Value {
+                                   int64_t size) -> Value {
     std::vector<int64_t> shape(rank, 1);
     shape[dim] = size;
     return im.constantTensor(at::arange(size, at::kLong).reshape(shape),
@@ -224,8 +224,8 @@ void Importer::populateReductionConverters(ConverterTable &table) {
       return failure();
     }
     if (*k > kMostRounds) {
-      im.error(n) << "k = " << *k << " is more than the "
-                  << kMostRounds << " selection rounds the importer builds";
+      im.error(n) << "k = " << *k << " is more than the " << kMostRounds
+                  << " selection rounds the importer builds";
       return failure();
     }
     Type elem = xt.getElementType();

@@ -182,8 +182,8 @@ void launchCumsum(const View &src, const View &dst, int dim, bool reverse,
   int64_t n = src.numel();
   if (n == 0)
     return;
-  if (dim < 0 || dim >= src.rank || dst.rank != src.rank ||
-      dst.numel() != n || dst.type != src.type)
+  if (dim < 0 || dim >= src.rank || dst.rank != src.rank || dst.numel() != n ||
+      dst.type != src.type)
     throw CudaError("cumsum: the result does not match the operand");
   if (src.type == ElemType::Bool)
     throw CudaError("cumsum: no kernel for i1");

@@ -36,11 +36,10 @@ struct MeshPass : public merak::impl::MeshBase<MeshPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<std::pair<StringRef, int64_t>> axes;
-    for (auto [name, size] :
-         {std::pair<StringRef, int>{"dp", dp},
-          {"ep", ep},
-          {"sp", sp},
-          {"tp", tp}}) {
+    for (auto [name, size] : {std::pair<StringRef, int>{"dp", dp},
+                              {"ep", ep},
+                              {"sp", sp},
+                              {"tp", tp}}) {
       if (size < 1) {
         emitError(module.getLoc(), "mesh degree ")
             << name << " must be >= 1, got " << size;

@@ -52,6 +52,65 @@ struct ExpertParallelPass
            lhs.getShape().drop_back(2) == rhs.getShape().drop_back(2);
   }
 
+  /// The operand by which the combine reads an expert product's result:
+  /// the result followed through reshapes and permutes (each the value's
+  /// one forward user) to a matmul that is not itself an expert product.
+  static OpOperand *combineOperand(MatmulOp product) {
+    Value v = product.getResult();
+    for (;;) {
+      OpOperand *only = nullptr;
+      for (OpOperand &use : v.getUses()) {
+        if (!getForwardId(use.getOwner()))
+          continue;
+        if (only)
+          return nullptr;
+        only = &use;
+      }
+      if (!only)
+        return nullptr;
+      Operation *user = only->getOwner();
+      if (isa<ReshapeOp, PermuteOp>(user)) {
+        v = user->getResult(0);
+        continue;
+      }
+      auto m = dyn_cast<MatmulOp>(user);
+      return m && m != product ? only : nullptr;
+    }
+  }
+
+  /// The matmul that dispatches tokens `t` to the experts: `t`'s
+  /// definition followed back through reshapes and permutes.
+  static MatmulOp dispatchOf(Value t) {
+    Operation *def = stripShards(t).getDefiningOp();
+    while (def && isa<ReshapeOp, PermuteOp>(def))
+      def = stripShards(def->getOperand(0)).getDefiningOp();
+    auto m = dyn_cast_or_null<MatmulOp>(def);
+    return m && getForwardId(m) ? m : MatmulOp();
+  }
+
+  /// The gradient of `forward`'s result as its backward products read
+  /// it: the operand of a product with `grad_of = forward` that is not a
+  /// transposed operand of `forward`.
+  static SmallVector<Value> resultGradients(func::FuncOp func,
+                                            MatmulOp forward) {
+    SmallVector<Value> found;
+    int64_t id = *getForwardId(forward);
+    auto isOperandOfForward = [&](Value v) {
+      auto t = v.getDefiningOp<PermuteOp>();
+      Value src = t ? stripShards(t.getInput()) : Value();
+      return src && (src == stripShards(forward.getLhs()) ||
+                     src == stripShards(forward.getRhs()));
+    };
+    func.walk([&](MatmulOp m) {
+      if (getGradOf(m) != id)
+        return;
+      for (Value v : {m.getLhs(), m.getRhs()})
+        if (!isOperandOfForward(v) && !llvm::is_contained(found, v))
+          found.push_back(v);
+    });
+    return found;
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = module.getContext();
@@ -81,16 +140,33 @@ struct ExpertParallelPass
 
     llvm::SetVector<BlockArgument> experts;
     llvm::SetVector<Value> tokens;
+    SmallVector<MatmulOp> products;
     func.walk([&](MatmulOp m) {
       BlockArgument weight = paramOf(func, m.getRhs());
       if (!isExpertProduct(m, weight))
         return;
       experts.insert(weight);
       tokens.insert(m.getLhs());
+      products.push_back(m);
     });
+    SmallVector<OpOperand *> combines;
+    for (MatmulOp m : products)
+      if (OpOperand *c = combineOperand(m))
+        combines.push_back(c);
+    // The gradient of each product's result, where the backward reads it
+    // (`g x W^T` and `lhs^T x g`), split by expert like the result; the
+    // gradient of each dispatch's result split by batch like the tokens
+    // before it, so that backward mirrors forward: one all-to-all each way.
+    llvm::SetVector<Value> resultGrads, dispatchGrads;
+    for (MatmulOp m : products)
+      for (Value g : resultGradients(func, m))
+        resultGrads.insert(g);
+    for (Value t : tokens)
+      if (MatmulOp d = dispatchOf(t))
+        for (Value g : resultGradients(func, d))
+          dispatchGrads.insert(g);
     if (experts.empty()) {
-      emitError(func.getLoc(),
-                "ep=")
+      emitError(func.getLoc(), "ep=")
           << size
           << " but the step has no experts: no parameter [E, ...] is "
              "multiplied by dispatched tokens [E, N, D] in a batched "
@@ -116,8 +192,11 @@ struct ExpertParallelPass
     }
 
     // The experts read their tokens split by expert over ep and by token
-    // over dp, where the batch split left them.
-    for (Value t : tokens) {
+    // over dp, where the batch split left them; the gradients of their
+    // results are made so once, for both backward products.
+    SmallVector<Value> readByExpert(tokens.begin(), tokens.end());
+    readByExpert.append(resultGrads.begin(), resultGrads.end());
+    for (Value t : readByExpert) {
       auto type = cast<RankedTensorType>(t.getType());
       SplitAxes split(type.getRank());
       split[0].push_back(axis);
@@ -134,6 +213,36 @@ struct ExpertParallelPass
                                      /*annotate_for_users=*/true);
       t.replaceAllUsesExcept(shard.getResult(), shard);
     }
+
+    // The combine reads the experts' results split by batch again, as the
+    // model's inputs are: the way back is an all-to-all of the results
+    // (and of their gradient in backward), not a gather of the batch.
+    auto batchSplit = [&](Value v) -> MeshShardingAttr {
+      auto type = cast<RankedTensorType>(v.getType());
+      SplitAxes split(type.getRank());
+      int64_t group = 1;
+      if (dpSplit) {
+        group = mesh.getShape()[dpIdx];
+        split[0].push_back(static_cast<MeshAxis>(dpIdx));
+      }
+      if (type.getRank() == 0 || type.getDimSize(0) % (group * size) != 0)
+        return {};
+      split[0].push_back(axis);
+      return makeSharding(ctx, meshRef, split);
+    };
+    for (OpOperand *c : combines) {
+      MeshShardingAttr sharding = batchSplit(c->get());
+      if (!sharding)
+        continue;
+      OpBuilder b(c->getOwner());
+      auto shard = b.create<ShardOp>(c->getOwner()->getLoc(), c->get(),
+                                     sharding, /*annotate_for_users=*/true);
+      c->set(shard.getResult());
+    }
+    for (Value g : dispatchGrads)
+      if (MeshShardingAttr sharding = batchSplit(g))
+        if (auto r = dyn_cast<OpResult>(g))
+          annotateResult(r, sharding);
 
     // Optimizer state takes the sharding of its expert weight.
     func.walk([&](Operation *op) {
