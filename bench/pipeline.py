@@ -14,6 +14,11 @@ Then `dynamic` against `1f1b` when one stage is made 30 % slower at a random
 half of the steps (merak-exec --pipeline-delay), the case dynamic scheduling
 is for.
 
+With --p2p, only 1f1b with its transfers over Gloo (TCP loopback) and
+through shared memory (merak-exec --p2p=shm), alternating, --repeat times
+each: the median step time of each and their ratio, and the time the
+ranks spent waiting in receives (from the trace).
+
 On a machine with fewer cores than ranks the ranks share cores, which
 inflates every task's wall time and the measured bubble; the header prints
 the cores.
@@ -69,6 +74,10 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--delay", default="1:0.3:0.5",
                    help="--pipeline-delay for the dynamic comparison")
+    p.add_argument("--p2p", action="store_true",
+                   help="compare Gloo and shared-memory transfers only")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="with --p2p: runs of each transport")
     args = p.parse_args()
 
     import torch
@@ -141,6 +150,9 @@ def main():
                 "unit": float(bubble.group(2)) / 100,
                 "act": [float(x) for x in act.group(1).split()]}
 
+    if args.p2p:
+        return compare_transfers(args, plan, train, work)
+
     print()
     print("%-28s %9s %9s %9s %10s  %s" % ("kind", "measured", "formula",
                                           "unit-time", "step ms",
@@ -171,6 +183,49 @@ def main():
               % (kind, slow[kind]["mean_ms"], 100 * slow[kind]["bubble"]))
     print("  dynamic / 1f1b step time: %.3f"
           % (slow["dynamic"]["mean_ms"] / slow["1f1b"]["mean_ms"]))
+    return 0
+
+
+def receive_wait_ms(trace_path):
+    """Mean per rank and step (after the first) of the time spent waiting
+    in `recv` events."""
+    with open(trace_path) as f:
+        events = json.load(f)
+    events = events.get("traceEvents", events)
+    total, ranks, steps = 0.0, set(), set()
+    for e in events:
+        step = e.get("args", {}).get("step", 0)
+        if e.get("ph") != "X" or step <= 1:
+            continue
+        ranks.add(e.get("pid"))
+        steps.add(step)
+        if e.get("cat") == "recv":
+            total += e.get("dur", 0) / 1000.0
+    return total / max(len(ranks), 1) / max(len(steps), 1)
+
+
+def compare_transfers(args, plan, train, work):
+    path = plan("1f1b")
+    times = {"gloo": [], "shm": []}
+    waits = {"gloo": [], "shm": []}
+    for i in range(args.repeat):
+        for transport in ("gloo", "shm"):
+            trace = os.path.join(work, "%s-%d.trace.json" % (transport, i))
+            r = train(path, "%s-%d" % (transport, i),
+                      ("--p2p", transport, "--trace", trace))
+            times[transport].append(r["ms"])
+            waits[transport].append(receive_wait_ms(trace))
+    print()
+    print("1f1b transfers, %d runs each (median step ms over steps after "
+          "the first; receive wait per rank and step):" % args.repeat)
+    for transport in ("gloo", "shm"):
+        print("  %-5s step %8.1f ms   receive wait %7.2f ms   runs %s"
+              % (transport, statistics.median(times[transport]),
+                 statistics.median(waits[transport]),
+                 " ".join("%.1f" % t for t in times[transport])))
+    print("  shm / gloo step time: %.3f"
+          % (statistics.median(times["shm"]) /
+             statistics.median(times["gloo"])))
     return 0
 
 

@@ -622,7 +622,7 @@ absl::StatusOr<double> measureOverlap(Backend &backend, DistributedJob &job) {
 /// each message goes there and back, and counts half the round trip.
 absl::StatusOr<LinkFigures>
 measurePeerLink(Backend &backend, DistributedJob &job, double seconds) {
-  absl::StatusOr<std::unique_ptr<PeerLink>> link = job.createPeerLink();
+  absl::StatusOr<std::unique_ptr<PeerLink>> link = job.createPeerLink(PeerTransport::Gloo);
   if (!link.ok())
     return link.status();
   const int64_t rank = job.rank();

@@ -154,6 +154,10 @@ ABSL_FLAG(bool, tf32, false,
           "float32, as PyTorch's default)");
 ABSL_FLAG(std::string, comm, "gloo",
           "Communicator for collectives and pipeline transfers");
+ABSL_FLAG(std::string, p2p, "gloo",
+          "Pipeline transfers: gloo (TCP, between any ranks) or shm (POSIX "
+          "shared memory between ranks on one machine, Gloo between "
+          "machines)");
 ABSL_FLAG(bool, blas_threads, false,
           "CPU: let the BLAS run GEMMs on its own threads beside the "
           "kernels' (by default GEMMs split over the kernels' threads and "
@@ -906,6 +910,9 @@ int main(int argc, char **argv) {
                              "0 and at most 1e9, not ",
                              commTimeout));
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
+  const std::string p2p = absl::GetFlag(FLAGS_p2p);
+  if (p2p != "gloo" && p2p != "shm")
+    return fail(absl::StrCat("--p2p must be gloo or shm, not '", p2p, "'"));
   if (profilingHardware)
     return profileHardware(argc, argv, env, launching, nproc, timeout);
   if (absl::GetFlag(FLAGS_generate))
@@ -1086,7 +1093,8 @@ int main(int argc, char **argv) {
     joined = *std::move(made);
     job = joined.get();
     if (pipelined) {
-      absl::StatusOr<std::unique_ptr<PeerLink>> made = job->createPeerLink();
+      absl::StatusOr<std::unique_ptr<PeerLink>> made = job->createPeerLink(
+          p2p == "shm" ? PeerTransport::SharedMemory : PeerTransport::Gloo);
       if (!made.ok())
         return fail(made.status());
       link = *std::move(made);

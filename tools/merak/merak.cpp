@@ -595,6 +595,7 @@ struct Driver {
     flag("run.comm-timeout", "--comm-timeout");
     flag("run.device", "--device");
     flag("run.comm", "--comm");
+    flag("run.p2p", "--p2p");
     auto boolean = [&](const char *key, const char *name) {
       if (config.boolean(key))
         argv.push_back(name);

@@ -32,6 +32,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -319,7 +320,8 @@ public:
   absl::StatusOr<std::unique_ptr<Communicator>>
   createGlooCommunicator(const Program &program) override;
 
-  absl::StatusOr<std::unique_ptr<PeerLink>> createPeerLink() override;
+  absl::StatusOr<std::unique_ptr<PeerLink>>
+  createPeerLink(PeerTransport transport) override;
 
   absl::StatusOr<std::vector<std::string>>
   gatherToRank0(const std::string &key, const std::string &value) override {
@@ -782,7 +784,8 @@ private:
   std::shared_ptr<::gloo::transport::Device> device;
 };
 
-absl::StatusOr<std::unique_ptr<PeerLink>> RendezvousJob::createPeerLink() {
+absl::StatusOr<std::unique_ptr<PeerLink>>
+RendezvousJob::createPeerLink(PeerTransport transport) {
   if (absl::Status s = openDevice(); !s.ok())
     return s;
   auto groupOptions =
@@ -794,7 +797,21 @@ absl::StatusOr<std::unique_ptr<PeerLink>> RendezvousJob::createPeerLink() {
         c10::make_intrusive<c10d::PrefixStore>(
             absl::StrCat("merak/p2p/", communicators++), store),
         int(options.rank), int(options.worldSize), groupOptions);
-    return gloo::makePeerLink(*this, std::move(pg));
+    std::unique_ptr<PeerLink> link = gloo::makePeerLink(*this, std::move(pg));
+    if (transport == PeerTransport::Gloo)
+      return link;
+    // Files of this run are told apart from another run's on the machine
+    // by a name rank 0 picks.
+    absl::StatusOr<std::string> run = shareFromRank0(
+        "merak/p2p/shm-run", absl::StrCat(absl::Hex(std::random_device{}()),
+                                          absl::Hex(::getpid())));
+    if (!run.ok())
+      return run.status();
+    std::map<int64_t, int64_t> local;
+    for (const Process &p : localPeers)
+      local[p.rank] = p.pid;
+    return gloo::makeSharedMemoryLink(*this, std::move(link), std::move(local),
+                                      *run, this->options.timeout);
   } catch (const std::exception &e) {
     std::string why = diagnose(allRanks());
     return absl::UnavailableError(absl::StrCat(

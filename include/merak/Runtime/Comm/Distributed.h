@@ -44,6 +44,15 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout{60000};
 };
 
+/// How pipeline transfers travel between ranks.
+enum class PeerTransport {
+  /// Gloo's point-to-point (TCP), between any two ranks.
+  Gloo,
+  /// POSIX shared memory between ranks on one machine, Gloo between
+  /// machines (`--p2p=shm`).
+  SharedMemory,
+};
+
 class DistributedJob {
 public:
   /// Called, on the heartbeat's thread, when another rank failed or
@@ -68,9 +77,10 @@ public:
   createGlooCommunicator(const Program &program) = 0;
 
   /// A point-to-point link between every pair of ranks (pipeline
-  /// transfers). Every rank calls it, in the same order relative to
-  /// `createGlooCommunicator`.
-  virtual absl::StatusOr<std::unique_ptr<PeerLink>> createPeerLink() = 0;
+  /// transfers), by `transport`. Every rank calls it, with the same
+  /// transport and in the same order relative to `createGlooCommunicator`.
+  virtual absl::StatusOr<std::unique_ptr<PeerLink>>
+  createPeerLink(PeerTransport transport) = 0;
 
   /// Every rank's `value` under `key`, in rank order, on rank 0 (other
   /// ranks get an empty list). For end-of-run reports and traces.

@@ -18,8 +18,8 @@ class Unsupported(nn.Module):
         self.fc = nn.Linear(8, 8)
 
     def forward(self, x):
-        y = torch.cumsum(self.fc(x), dim=1)
-        return F.hardswish(y) + torch.cumsum(x, dim=0)
+        y = torch.cumprod(self.fc(x), dim=1)
+        return F.hardswish(y) + torch.cumprod(x, dim=0)
 
 
 class Plain(nn.Module):
