@@ -620,9 +620,11 @@ absl::StatusOr<double> measureOverlap(Backend &backend, DistributedJob &job) {
 
 /// One-way transfers between ranks 0 and 1 through the run's peer link:
 /// each message goes there and back, and counts half the round trip.
-absl::StatusOr<LinkFigures>
-measurePeerLink(Backend &backend, DistributedJob &job, double seconds) {
-  absl::StatusOr<std::unique_ptr<PeerLink>> link = job.createPeerLink(PeerTransport::Gloo);
+absl::StatusOr<LinkFigures> measurePeerLink(Backend &backend,
+                                            DistributedJob &job, double seconds,
+                                            PeerTransport transport) {
+  absl::StatusOr<std::unique_ptr<PeerLink>> link =
+      job.createPeerLink(transport);
   if (!link.ok())
     return link.status();
   const int64_t rank = job.rank();
@@ -888,8 +890,8 @@ probeHardware(Backend &backend, DistributedJob *job,
       "overlap of GEMMs and a 2 MiB all-reduce over %d ranks: coefficient "
       "%.2f (1: hidden, 2: serialized)",
       job->worldSize(), *overlap));
-  absl::StatusOr<LinkFigures> link =
-      measurePeerLink(backend, *job, commSeconds * (1 - collectiveShare));
+  absl::StatusOr<LinkFigures> link = measurePeerLink(
+      backend, *job, commSeconds * (1 - collectiveShare), options.p2p);
   if (!link.ok())
     return link.status();
   if (job->rank() <= 1) {

@@ -550,6 +550,8 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
   HardwareProbeOptions options;
   options.seconds = seconds;
   options.name = absl::GetFlag(FLAGS_profile_name);
+  options.p2p = absl::GetFlag(FLAGS_p2p) == "shm" ? PeerTransport::SharedMemory
+                                                  : PeerTransport::Gloo;
   options.localWorldSize =
       env.localWorldSize > 0 ? env.localWorldSize : env.worldSize;
   if (reporter) {

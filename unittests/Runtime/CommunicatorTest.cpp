@@ -476,7 +476,8 @@ TEST(CommunicatorTest, PeerLinkMovesTensorsBetweenRanks) {
         DistributedJob::join(options, nullptr);
     if (!job.ok())
       return fail(job.status());
-    absl::StatusOr<std::unique_ptr<PeerLink>> link = (*job)->createPeerLink(PeerTransport::Gloo);
+    absl::StatusOr<std::unique_ptr<PeerLink>> link =
+        (*job)->createPeerLink(PeerTransport::Gloo);
     if (!link.ok())
       return fail(link.status());
     std::unique_ptr<Backend> backend = createCpuBackend({1});

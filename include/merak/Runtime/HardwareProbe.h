@@ -45,6 +45,8 @@ struct HardwareProbeOptions {
   /// Bytes of each operand of the memory-bandwidth add; 0 chooses them
   /// from the last-level cache (docs/runtime.md).
   int64_t bandwidthBytes = 0;
+  /// How the transfers between ranks 0 and 1 travel (merak-exec --p2p).
+  PeerTransport p2p = PeerTransport::Gloo;
   /// Progress lines for a person (rank 0's), or null.
   std::function<void(const std::string &)> progress;
 };

@@ -53,11 +53,11 @@ makePeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg);
 /// `localPids` (rank -> process id, on this machine), through `fallback`
 /// with any other; file names carry `run`, the same on every rank of the
 /// run (SharedMemoryLink.cpp). Removes the files of dead senders first.
-std::unique_ptr<PeerLink>
+/// Collective: every rank calls it.
+absl::StatusOr<std::unique_ptr<PeerLink>>
 makeSharedMemoryLink(Job &job, std::unique_ptr<PeerLink> fallback,
                      std::map<int64_t, int64_t> localPids,
-                     const std::string &run,
-                     std::chrono::milliseconds timeout);
+                     const std::string &run, std::chrono::milliseconds timeout);
 
 /// A c10d or Gloo error in one line, without the C++ backtrace.
 std::string describe(const std::exception &e);

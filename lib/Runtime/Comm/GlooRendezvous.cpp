@@ -803,8 +803,8 @@ RendezvousJob::createPeerLink(PeerTransport transport) {
     // Files of this run are told apart from another run's on the machine
     // by a name rank 0 picks.
     absl::StatusOr<std::string> run = shareFromRank0(
-        "merak/p2p/shm-run", absl::StrCat(absl::Hex(std::random_device{}()),
-                                          absl::Hex(::getpid())));
+        "merak/p2p/shm-run",
+        absl::StrCat(absl::Hex(std::random_device{}()), absl::Hex(::getpid())));
     if (!run.ok())
       return run.status();
     std::map<int64_t, int64_t> local;
