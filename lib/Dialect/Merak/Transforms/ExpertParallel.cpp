@@ -32,9 +32,13 @@ struct ExpertParallelPass
     : public merak::impl::ExpertParallelBase<ExpertParallelPass> {
   using ExpertParallelBase::ExpertParallelBase;
 
-  /// The parameter `v` reads, through sharding annotations.
+  /// The parameter `v` reads, through sharding annotations and casts
+  /// (mixed precision's bf16 copies of the weights).
   static BlockArgument paramOf(func::FuncOp func, Value v) {
-    auto arg = dyn_cast<BlockArgument>(stripShards(v));
+    v = stripShards(v);
+    while (auto cast = v.getDefiningOp<CastOp>())
+      v = stripShards(cast.getInput());
+    auto arg = dyn_cast<BlockArgument>(v);
     if (!arg || arg.getOwner() != &func.getBody().front() ||
         !func.getArgAttr(arg.getArgNumber(), kParamAttr))
       return {};
@@ -69,7 +73,7 @@ struct ExpertParallelPass
       if (!only)
         return nullptr;
       Operation *user = only->getOwner();
-      if (isa<ReshapeOp, PermuteOp>(user)) {
+      if (isa<ReshapeOp, PermuteOp, CastOp>(user)) {
         v = user->getResult(0);
         continue;
       }
@@ -82,7 +86,7 @@ struct ExpertParallelPass
   /// definition followed back through reshapes and permutes.
   static MatmulOp dispatchOf(Value t) {
     Operation *def = stripShards(t).getDefiningOp();
-    while (def && isa<ReshapeOp, PermuteOp>(def))
+    while (def && isa<ReshapeOp, PermuteOp, CastOp>(def))
       def = stripShards(def->getOperand(0)).getDefiningOp();
     auto m = dyn_cast_or_null<MatmulOp>(def);
     return m && getForwardId(m) ? m : MatmulOp();
