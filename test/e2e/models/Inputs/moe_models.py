@@ -154,6 +154,38 @@ def balance_loss(probs, chosen, alpha):
     return alpha * (f * p).sum(-1).mean()
 
 
+def init_decoder(model, cfg, make_layers):
+    """The decoder both families share around their layers: token
+    embedding, the layers (`make_layers()`), a final RMS norm and an untied
+    LM head, linear and embedding weights drawn from N(0, 0.02)."""
+    model.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+    model.layers = nn.ModuleList(make_layers())
+    model.norm = RMSNorm(cfg.hidden_size)
+    model.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+
+def decoder_forward(model, input_ids, labels):
+    """(logits, next-token loss plus every MoE layer's balancing loss)."""
+    x = model.embed_tokens(input_ids)
+    aux_total = torch.zeros(())
+    for layer in model.layers:
+        x, aux = layer(x)
+        if aux is not None:
+            aux_total = aux_total + aux
+    logits = model.lm_head(model.norm(x))
+    lm = F.cross_entropy(logits[:, :-1].reshape(-1, model.cfg.vocab_size),
+                         labels[:, 1:].reshape(-1))
+    return logits, lm + aux_total
+
+
+def capacity(factor, k, experts):
+    """Slots per expert and routing group (one sequence)."""
+    return math.ceil(factor * k * SEQ / experts)
+
+
 # ---------------------------------------------------------------- DeepSeek
 
 
@@ -234,8 +266,7 @@ class DeepSeekMoE(nn.Module):
         self.num = cfg.n_routed_experts
         self.scaling = cfg.routed_scaling_factor
         self.alpha = cfg.aux_loss_alpha
-        self.capacity = math.ceil(cfg.capacity_factor * self.k * SEQ /
-                                  self.num)
+        self.capacity = capacity(cfg.capacity_factor, self.k, self.num)
         self.gate = nn.Linear(cfg.hidden_size, self.num, bias=False)
         self.experts = Experts(self.num, cfg.hidden_size,
                                cfg.moe_intermediate_size)
@@ -274,27 +305,11 @@ class DeepSeekForCausalLM(nn.Module):
     def __init__(self, cfg=None):
         super().__init__()
         self.cfg = cfg = cfg or DeepSeekConfig()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(
-            [DeepSeekLayer(cfg, i) for i in range(cfg.num_layers)])
-        self.norm = RMSNorm(cfg.hidden_size)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, std=0.02)
+        init_decoder(self, cfg, lambda: [DeepSeekLayer(cfg, i)
+                                         for i in range(cfg.num_layers)])
 
     def forward(self, input_ids, labels):
-        x = self.embed_tokens(input_ids)
-        aux_total = torch.zeros(())
-        for layer in self.layers:
-            x, aux = layer(x)
-            if aux is not None:
-                aux_total = aux_total + aux
-        logits = self.lm_head(self.norm(x))
-        lm = F.cross_entropy(
-            logits[:, :-1].reshape(-1, self.cfg.vocab_size),
-            labels[:, 1:].reshape(-1))
-        return logits, lm + aux_total
+        return decoder_forward(self, input_ids, labels)
 
 
 # ---------------------------------------------------------------- Mixtral
@@ -352,8 +367,7 @@ class SparseMoeBlock(nn.Module):
         self.k = cfg.num_experts_per_tok
         self.num = cfg.num_local_experts
         self.coef = cfg.router_aux_loss_coef
-        self.capacity = math.ceil(cfg.capacity_factor * self.k * SEQ /
-                                  self.num)
+        self.capacity = capacity(cfg.capacity_factor, self.k, self.num)
         self.gate = nn.Linear(cfg.hidden_size, self.num, bias=False)
         self.experts = Experts(self.num, cfg.hidden_size,
                                cfg.intermediate_size)
@@ -385,26 +399,11 @@ class MixtralForCausalLM(nn.Module):
     def __init__(self, cfg=None):
         super().__init__()
         self.cfg = cfg = cfg or MixtralConfig()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(
-            [MixtralLayer(cfg) for _ in range(cfg.num_layers)])
-        self.norm = RMSNorm(cfg.hidden_size)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, std=0.02)
+        init_decoder(self, cfg, lambda: [MixtralLayer(cfg)
+                                         for _ in range(cfg.num_layers)])
 
     def forward(self, input_ids, labels):
-        x = self.embed_tokens(input_ids)
-        aux_total = torch.zeros(())
-        for layer in self.layers:
-            x, aux = layer(x)
-            aux_total = aux_total + aux
-        logits = self.lm_head(self.norm(x))
-        lm = F.cross_entropy(
-            logits[:, :-1].reshape(-1, self.cfg.vocab_size),
-            labels[:, 1:].reshape(-1))
-        return logits, lm + aux_total
+        return decoder_forward(self, input_ids, labels)
 
 
 MODELS = {
