@@ -13,6 +13,7 @@ first two, the memory the largest rank's peak.
 Usage: python3 bench/auto_parallel_accuracy.py --build build [--json out.json]
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -50,7 +51,9 @@ GLOBAL_BATCH = 8
 def build_models(tmp):
     """Each model traced at 8, 4, 2 and 1 samples (the micro-batch of a
     plan with 1, 2, 4 and 8 micro-batches), same weights; one data file of
-    8 samples per step."""
+    8 samples per step. Files already in `tmp` are kept."""
+    if os.path.exists(os.path.join(tmp, "encoder-8.pt")):
+        return ["gpt", "encoder"]
     import torch
     import merak_safetensors
     import merak_trace
@@ -105,19 +108,28 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", required=True)
     parser.add_argument("--json")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--profile", help="use this hardware profile "
                         "instead of measuring one")
+    parser.add_argument("--workdir", help="keep the traced models, steps "
+                        "and calibration here (reused when present)")
+    parser.add_argument("--models", default="gpt,encoder",
+                        help="comma-separated: gpt, encoder")
     args = parser.parse_args()
     opt = os.path.join(args.build, "bin", "merak-opt")
     exe = os.path.join(args.build, "bin", "merak-exec")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.workdir or stack.enter_context(
+            tempfile.TemporaryDirectory())
+        os.makedirs(tmp, exist_ok=True)
         hw = args.profile or os.path.join(tmp, "hw.json")
-        if not args.profile:
+        if not args.profile and not os.path.exists(hw):
             run([exe, "--profile-hardware", "--nproc", "2", "--threads", "1",
-                 "-o", hw])
+                 "--p2p", "shm", "-o", hw])
         for name in build_models(tmp):
+            if name not in args.models.split(","):
+                continue
             data = os.path.join(tmp, name + ".safetensors")
             steps = {}
             for m in (1, 2, 4, 8):
@@ -128,6 +140,8 @@ def main():
             calib = {}
             for m, step in steps.items():
                 calib[m] = os.path.join(tmp, "%s-%d.calib.json" % (name, m))
+                if os.path.exists(calib[m]):
+                    continue
                 run([exe, step, "--init",
                      os.path.join(tmp, "%s-%d.pt" % (name, m)), "--data", data,
                      "--steps", "6", "--threads", "1", "--profile-json",
@@ -199,10 +213,15 @@ def main():
                 log = os.path.join(tmp, "run.jsonl")
                 if os.path.exists(log):
                     os.remove(log)  # merak-exec appends to its log
+                # Pipeline transfers through shared memory, as profiled:
+                # through Gloo they wait for its I/O thread, which shares
+                # a core with the other rank's compute here.
+                p2p = ["--p2p", "shm"] if " pp=" in options and \
+                    " pp=1 " not in options + " " else []
                 done = run([exe, compiled, "--nproc", str(devices), "--init",
                             model, "--data", data, "--steps",
                             str(args.steps), "--threads", "1",
-                            "--log-jsonl", log])
+                            "--log-jsonl", log] + p2p)
                 with open(log) as f:
                     records = [json.loads(line) for line in f]
                 seconds = statistics.median(r["ms"] for r in records[2:]) / 1e3

@@ -405,6 +405,14 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     for (int s = 0; s < stages; ++s)
       tt.backward[s] += 3 * paramsOf[s] / hw.memoryBandwidth + hw.opOverhead;
 
+  // The first stage sends no input gradient back: a split backward runs
+  // all of its work as W.
+  if (stages > 1)
+    tt.weight[0] = tt.backward[0];
+  for (int s = 0; s < stages; ++s)
+    e.stages.push_back({tt.forward[s], tt.backward[s], tt.weight[s],
+                        tt.recompute[s], tt.transfer[s]});
+
   // Cheap bounds first: memory before activations, and compute alone.
   {
     std::vector<double> params(plan.pp, 0), work(plan.pp, 0);
@@ -516,9 +524,11 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   // backward without one.
   bool dpCross = crossesNodes(hw, devices, plan.dp, plan.tp);
   std::vector<double> rankParams(plan.pp, 0), rankTp(plan.pp, 0),
-      rankTransient(plan.pp, 0);
+      rankTransient(plan.pp, 0), rankReaders(plan.pp, 0);
   for (int s = 0; s < stages; ++s) {
     rankParams[s % plan.pp] += paramsOf[s];
+    for (int l = firstLayer[s]; l < firstLayer[s + 1]; ++l)
+      rankReaders[s % plan.pp] += model.layers[l].paramReaders;
     rankTp[s % plan.pp] += tpTimeOf[s] * plan.microbatches;
     rankTransient[s % plan.pp] =
         std::max(rankTransient[s % plan.pp], transient[s]);
@@ -530,20 +540,30 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     double dpTime = 0;
     if (plan.dp > 1) {
       double sent = collectiveBytes(CollectiveKind::AllReduce, plan.dp, p, p);
+      double reduceScatter =
+          hw.collectiveTime("reducescatter", plan.dp, dpCross, sent / 2);
       if (plan.zero == 0)
         dpTime = hw.collectiveTime("allreduce", plan.dp, dpCross, sent);
+      else if (plan.zero < 3)
+        dpTime = reduceScatter +
+                 hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2);
       else
-        dpTime =
-            2 * hw.collectiveTime("reducescatter", plan.dp, dpCross, sent / 2);
-      if (plan.zero == 3)
-        dpTime +=
-            2 * hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2);
+        dpTime = reduceScatter; // the updated shards stay shards
       if (!plan.pipelined()) {
         // Buckets reduce while backward runs; the last one is exposed.
         double backward = tt.backward[0];
         double tail = dpTime * std::min(1.0, 25e6 / std::max(p, 1.0));
         dpTime = std::max(dpTime - backward, tail) +
                  (hw.overlapCoefficient - 1) * std::min(dpTime, backward);
+      }
+      // ZeRO-3 gathers each reader's parameters right before it, in
+      // forward and again in backward, and the reader waits: the whole
+      // parameters twice, and a collective's latency per reader.
+      if (plan.zero == 3) {
+        double latency = hw.collectiveTime("allgather", plan.dp, dpCross, 0);
+        double gather =
+            hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2);
+        dpTime += 2 * (gather + std::max(0.0, rankReaders[r] - 1) * latency);
       }
     }
     double sharded = plan.dp > 1 ? 1.0 / plan.dp : 1.0;
@@ -878,6 +898,13 @@ json planJson(const ScoredPlan &s) {
   json stages = json::array();
   for (unsigned first : p.stageStarts)
     stages.push_back(first);
+  json tasks = json::array();
+  for (const Estimate::StageTimes &t : e.stages)
+    tasks.push_back({{"forward_seconds", t.forward},
+                     {"backward_seconds", t.backward},
+                     {"weight_seconds", t.weight},
+                     {"recompute_seconds", t.recompute},
+                     {"transfer_seconds", t.transfer}});
   return {{"options", p.options()},
           {"dp", p.dp},
           {"tp", p.tp},
@@ -898,7 +925,8 @@ json planJson(const ScoredPlan &s) {
             {"data_parallel_seconds", e.dataParallelTime},
             {"optimizer_seconds", e.optimizerTime},
             {"bubble", e.bubble},
-            {"bound", e.bound}}},
+            {"bound", e.bound},
+            {"stages", tasks}}},
           {"memory",
            {{"rank", e.fullestRank},
             {"total_bytes", e.memory},

@@ -196,8 +196,13 @@ unsigned merak::tagUntaggedOps(func::FuncOp func) {
   return tagged;
 }
 
-llvm::DenseSet<Operation *> merak::weightGradientOps(func::FuncOp func) {
+llvm::DenseSet<Operation *> merak::weightGradientOps(
+    func::FuncOp func,
+    llvm::function_ref<std::optional<int64_t>(Operation *)> groupOf) {
   llvm::DenseSet<Operation *> weight;
+  auto group = [&](Operation *op) {
+    return groupOf ? groupOf(op) : getStage(op);
+  };
   if (func.getBody().empty())
     return weight;
   Block &body = func.getBody().front();
@@ -207,7 +212,7 @@ llvm::DenseSet<Operation *> merak::weightGradientOps(func::FuncOp func) {
   for (Operation &op : llvm::reverse(body)) {
     if (!getGradOf(&op) || getRecomputeOf(&op) || op.getNumResults() == 0)
       continue;
-    std::optional<int64_t> stage = getStage(&op);
+    std::optional<int64_t> stage = group(&op);
     bool onlyWeights = true;
     for (OpOperand &use : op.getUses()) {
       Operation *user = use.getOwner();
@@ -217,7 +222,7 @@ llvm::DenseSet<Operation *> merak::weightGradientOps(func::FuncOp func) {
       // (SGD without momentum reads the gradient as its buffer too.)
       if (isOptimizerUpdate(user) && use.getOperandNumber() != 0)
         continue;
-      if (weight.contains(user) && getStage(user) == stage)
+      if (weight.contains(user) && group(user) == stage)
         continue;
       onlyWeights = false;
       break;

@@ -417,6 +417,44 @@ struct PipelineExecutor::Impl {
     return absl::OkStatus();
   }
 
+  /// The order the static kind runs its program in: each send right after
+  /// the compute task that produces what it carries. Sends are posted, not
+  /// waited for, so hoisting one cannot deadlock; left where the schedule's
+  /// unit-time simulation placed it, a send can sit behind a receive that
+  /// waits on the peer, which waits on the send (a bubble the schedule does
+  /// not have).
+  std::vector<size_t> staticOrder() const {
+    size_t n = plan.tasks.size();
+    std::map<std::tuple<bool, int64_t, int64_t>, size_t> producer;
+    for (size_t i = 0; i < n; ++i) {
+      const PipelineTask &t = plan.tasks[i];
+      if (isForward(t.kind) || t.kind == Kind::Backward)
+        producer[{t.kind == Kind::Backward, t.stage, t.microbatch}] = i;
+    }
+    std::vector<std::vector<size_t>> after(n);
+    std::vector<bool> moved(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      const PipelineTask &t = plan.tasks[i];
+      if (t.kind != Kind::Send)
+        continue;
+      auto it =
+          producer.find({t.payload == Kind::Backward, t.stage, t.microbatch});
+      if (it == producer.end() || it->second > i)
+        continue;
+      after[it->second].push_back(i);
+      moved[i] = true;
+    }
+    std::vector<size_t> order;
+    order.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (moved[i])
+        continue;
+      order.push_back(i);
+      order.insert(order.end(), after[i].begin(), after[i].end());
+    }
+    return order;
+  }
+
   absl::Status runStatic() {
     constexpr size_t kRecvAhead = 2;
     std::vector<size_t> recvTasks;
@@ -437,7 +475,7 @@ struct PipelineExecutor::Impl {
     };
     if (absl::Status s = postAhead(); !s.ok())
       return s;
-    for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    for (size_t i : staticOrder()) {
       const PipelineTask &task = plan.tasks[i];
       absl::Status s;
       if (task.isCompute()) {

@@ -102,6 +102,51 @@ TEST(AutoParallel, ZeroStagesShardStateGradientsParameters) {
   EXPECT_GT(z3.dataParallelTime, z0.dataParallelTime);
 }
 
+TEST(AutoParallel, ZeroThreeGathersBeforeEveryReaderTwice) {
+  // Each reader of a parameter waits for its gather, in forward and in
+  // backward: 2 x (readers - 1) latencies beyond the two whole gathers.
+  HardwareProfile hw = hardware();
+  hw.collectiveLatency = 1e-3;
+  ModelProfile one = model(), three = model();
+  for (LayerProfile &l : one.layers)
+    l.paramReaders = 1;
+  for (LayerProfile &l : three.layers)
+    l.paramReaders = 3;
+  auto dpTime = [&](const ModelProfile &m, const char *options) {
+    Plan plan;
+    EXPECT_EQ(parsePlan(options, plan), "");
+    return evaluatePlan(m, hw, plan, 0).dataParallelTime;
+  };
+  EXPECT_NEAR(dpTime(three, "dp=2 zero=3") - dpTime(one, "dp=2 zero=3"),
+              2 * (11 - 3) * 1e-3, 1e-9);
+  // The gathers are not hidden behind backward: 16 MB of parameters
+  // gathered twice (8 MB received a rank, 8 ms each at 1 GB/s, plus one
+  // latency) beyond ZeRO-2's exposed reduction.
+  EXPECT_GT(dpTime(one, "dp=2 zero=3"), 2 * 0.008);
+  // ZeRO-1 and -2 do not depend on readers.
+  EXPECT_DOUBLE_EQ(dpTime(three, "dp=2 zero=2"), dpTime(one, "dp=2 zero=2"));
+}
+
+TEST(AutoParallel, SplitBackwardDefersWeightsFirstStageAll) {
+  // 1 s of each layer's 2 s backward computes weight gradients: the W of
+  // a zero-bubble schedule. The first stage sends no input gradient, so
+  // all of its backward runs as W.
+  ModelProfile m = model();
+  for (LayerProfile &l : m.layers)
+    l.weight = {{1e9, 0, true, true}};
+  Plan plan;
+  ASSERT_EQ(parsePlan("dp=1 pp=2 microbatches=4 schedule=zb-h1 stages=2", plan),
+            "");
+  Estimate e = evaluatePlan(m, hardware(), plan, 0);
+  ASSERT_EQ(e.stages.size(), 2u);
+  // (Backward also sums the micro-batch's gradients: 24 ns here.)
+  EXPECT_NEAR(e.stages[0].backward, 4.0, 1e-6);
+  EXPECT_DOUBLE_EQ(e.stages[0].weight, e.stages[0].backward);
+  EXPECT_NEAR(e.stages[1].backward, 4.0, 1e-6);
+  EXPECT_DOUBLE_EQ(e.stages[1].weight, 2.0);
+  EXPECT_DOUBLE_EQ(e.stages[1].forward, 2.0);
+}
+
 TEST(AutoParallel, TensorParallelSplitsParametersAndWork) {
   Estimate e = price("dp=1 tp=2");
   EXPECT_NEAR(e.pipelineTime, 6.0, 1e-9);

@@ -46,6 +46,9 @@ struct LayerProfile {
   std::vector<OpWork> weight;
   /// Parameter bytes, and the part tensor parallelism splits.
   double paramBytes = 0, splitParamBytes = 0;
+  /// Forward ops reading a parameter: under ZeRO-3 each gathers its
+  /// parameters right before it, in forward and again in backward.
+  int paramReaders = 0;
   /// Bytes kept from forward to backward at the global batch, and the part
   /// tensor parallelism splits.
   double savedBytes = 0, splitSavedBytes = 0;
@@ -140,6 +143,14 @@ struct Estimate {
   double memory = 0, parameters = 0, gradients = 0, optimizerState = 0,
          activations = 0, buffers = 0;
   int fullestRank = 0;
+  /// Per stage, the seconds of one micro-batch's tasks the pipeline is
+  /// simulated with: forward, backward (weight gradients included),
+  /// the weight-gradient part a split backward defers, recomputation, and
+  /// the transfer of its outputs to the next stage.
+  struct StageTimes {
+    double forward = 0, backward = 0, weight = 0, recompute = 0, transfer = 0;
+  };
+  std::vector<StageTimes> stages;
   /// Why the plan cannot run ("" when it can): a degree that does not
   /// divide, memory over the limit, ...
   std::string infeasible;

@@ -14,6 +14,7 @@
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
 #include <optional>
@@ -50,8 +51,13 @@ mlir::Value getUpdateGradient(mlir::Operation *update);
 /// gradient operand, the function's return or a tied-gradient sum. They
 /// form the W pass of the zero-bubble split; every other backward op is in
 /// B (gradients with respect to activations). An op with several results
-/// where one feeds B (layer_norm_backward) stays in B.
-llvm::DenseSet<mlir::Operation *> weightGradientOps(mlir::func::FuncOp func);
+/// where one feeds B (layer_norm_backward) stays in B. `groupOf` replaces
+/// the stage (`merak.stage`) as what "the same stage" compares: the cost
+/// model groups by layer, as if every layer boundary were a stage cut.
+llvm::DenseSet<mlir::Operation *> weightGradientOps(
+    mlir::func::FuncOp func,
+    llvm::function_ref<std::optional<int64_t>(mlir::Operation *)> groupOf =
+        nullptr);
 
 /// True for an op that no pass gave a role: not forward (`merak.id`),
 /// backward (`merak.grad_of`), a recomputed copy, an optimizer update, a

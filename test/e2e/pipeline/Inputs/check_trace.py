@@ -4,15 +4,51 @@ of the rank's stages), transfers on thread 1.
 
 Usage: python3 check_trace.py TRACE --ranks N --microbatches M --steps S
            [--order RANK "TASK TASK ..."] [--in-some-step] [--event NAME]
+           [--sends-follow-producers]
 --order: the compute tasks of RANK, in every step (with --in-some-step: in
 at least one), in exactly this order.
 --event: some event has this name (on any rank).
+--sends-follow-producers: every send is posted right after the task that
+produced what it carries, before the rank's next compute task starts.
 """
 import argparse
 import collections
 import json
 import re
 import sys
+
+
+def check_sends(events):
+    """Each send X(s,m) -> peer starts after its rank's X(s,m) (F, FK or B)
+    ends and before the rank's next compute task begins."""
+    errors = []
+    compute = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e["tid"] == 0:
+            compute[(e["pid"], e["args"]["step"])].append(e)
+    for tasks in compute.values():
+        tasks.sort(key=lambda e: e["ts"])
+    for e in events:
+        if e.get("ph") != "X" or e["cat"] != "send":
+            continue
+        m = re.match(r"send (F|B)\((\d+),(\d+)\)", e["name"])
+        if not m:
+            continue
+        tasks = compute[(e["pid"], e["args"]["step"])]
+        names = ({"F(%s,%s)" % m.group(2, 3), "FK(%s,%s)" % m.group(2, 3)}
+                 if m.group(1) == "F" else {"B(%s,%s)" % m.group(2, 3)})
+        k = next((i for i, t in enumerate(tasks) if t["name"] in names), None)
+        if k is None:
+            errors.append("rank %d: %r has no producer" % (e["pid"], e["name"]))
+            continue
+        end = tasks[k]["ts"] + tasks[k]["dur"]
+        after = tasks[k + 1]["ts"] if k + 1 < len(tasks) else float("inf")
+        if not end <= e["ts"] <= after:
+            errors.append("rank %d step %d: %r posted at %.0f us, not between "
+                          "%s's end (%.0f) and the next task (%.0f)"
+                          % (e["pid"], e["args"]["step"], e["name"], e["ts"],
+                             tasks[k]["name"], end, after))
+    return errors
 
 
 def main():
@@ -24,6 +60,7 @@ def main():
     p.add_argument("--order", nargs=2, metavar=("RANK", "TASKS"))
     p.add_argument("--in-some-step", action="store_true")
     p.add_argument("--event")
+    p.add_argument("--sends-follow-producers", action="store_true")
     args = p.parse_args()
     with open(args.trace) as f:
         doc = json.load(f)
@@ -73,6 +110,8 @@ def main():
                              % (rank, step, " ".join(got), " ".join(want)))
         if wrong and (not args.in_some_step or len(wrong) == args.steps):
             errors.extend(wrong)
+    if args.sends_follow_producers:
+        errors.extend(check_sends(events))
     if args.event and not any(e.get("name") == args.event for e in events):
         errors.append("no event named %r" % args.event)
     if errors:
