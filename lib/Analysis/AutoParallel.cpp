@@ -540,30 +540,41 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     double dpTime = 0;
     if (plan.dp > 1) {
       double sent = collectiveBytes(CollectiveKind::AllReduce, plan.dp, p, p);
-      double reduceScatter =
-          hw.collectiveTime("reducescatter", plan.dp, dpCross, sent / 2);
-      if (plan.zero == 0)
-        dpTime = hw.collectiveTime("allreduce", plan.dp, dpCross, sent);
-      else if (plan.zero < 3)
-        dpTime = reduceScatter +
-                 hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2);
-      else
-        dpTime = reduceScatter; // the updated shards stay shards
+      // The gradients' reduction: an all-reduce, or a reduce-scatter under
+      // ZeRO; under ZeRO-1 and -2 the updated shards are gathered after
+      // the update (ZeRO-3's stay shards).
+      double reduce =
+          plan.zero == 0
+              ? hw.collectiveTime("allreduce", plan.dp, dpCross, sent)
+              : hw.collectiveTime("reducescatter", plan.dp, dpCross,
+                                  sent / 2);
+      double gatherUpdated =
+          plan.zero == 1 || plan.zero == 2
+              ? hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2)
+              : 0;
       if (!plan.pipelined()) {
-        // Buckets reduce while backward runs; the last one is exposed.
+        // Buckets (25 MB, ZeRO's 2 MB: --merak-grad-buckets' defaults)
+        // reduce while backward runs; the last one, or what backward does
+        // not hide, is exposed; what it hides slows it by the overlap
+        // coefficient's excess.
         double backward = tt.backward[0];
-        double tail = dpTime * std::min(1.0, 25e6 / std::max(p, 1.0));
-        dpTime = std::max(dpTime - backward, tail) +
-                 (hw.overlapCoefficient - 1) * std::min(dpTime, backward);
+        double bucket = plan.zero == 0 ? 25e6 : 2e6;
+        double tail = reduce * std::min(1.0, bucket / std::max(p, 1.0));
+        double exposed = std::max(reduce - backward, tail);
+        reduce = exposed + (hw.overlapCoefficient - 1) * (reduce - exposed);
       }
+      dpTime = reduce + gatherUpdated;
       // ZeRO-3 gathers each reader's parameters right before it, in
       // forward and again in backward, and the reader waits: the whole
-      // parameters twice, and a collective's latency per reader.
+      // parameters twice, and a collective's latency per reader. The ranks
+      // reach a gather at different times, so each gather runs in part
+      // while the other ranks compute: slowed by the overlap coefficient.
       if (plan.zero == 3) {
         double latency = hw.collectiveTime("allgather", plan.dp, dpCross, 0);
         double gather =
             hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2);
-        dpTime += 2 * (gather + std::max(0.0, rankReaders[r] - 1) * latency);
+        dpTime += 2 * hw.overlapCoefficient *
+                  (gather + std::max(0.0, rankReaders[r] - 1) * latency);
       }
     }
     double sharded = plan.dp > 1 ? 1.0 / plan.dp : 1.0;
