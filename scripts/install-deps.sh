@@ -11,6 +11,7 @@ PACKAGES=(
   libtorch-dev python3-torch python3-torchvision python3-torchaudio python3-numpy
   libgloo-dev libabsl-dev nlohmann-json3-dev libopenblas0-pthread libdnnl-dev
   libsleef-dev libsentencepiece-dev python3-sentencepiece libyaml-cpp-dev
+  zlib1g-dev
   chromium
   libgtest-dev libbenchmark-dev
 )

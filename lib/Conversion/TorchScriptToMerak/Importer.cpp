@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ImporterImpl.h"
+#include "merak/Conversion/TorchScriptToMerak/ArchiveCheck.h"
 
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -147,6 +148,14 @@ bool isRandom(const std::string &kind) {
 
 LogicalResult Importer::load(StringRef bytes) {
   Location fileLoc = FileLineColLoc::get(ctx, options.archiveName, 0, 0);
+  // LibTorch's reader trusts the zip: a damaged entry reaches its
+  // unpickler and parser (see ArchiveCheck.h).
+  if (std::string error =
+          checkZipArchive(std::string_view(bytes.data(), bytes.size()));
+      !error.empty()) {
+    emitError(fileLoc) << "not a readable TorchScript archive: " << error;
+    return failure();
+  }
   try {
     std::istringstream stream(std::string(bytes.data(), bytes.size()));
     jit::ExtraFilesMap extra{{"merak/inputs.json", ""}};

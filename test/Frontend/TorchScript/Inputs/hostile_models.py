@@ -5,6 +5,10 @@
     hostile_models.py OUT meta-constant   ... that captures a meta tensor
     hostile_models.py OUT damage-debug SRC  SRC with every debug_pkl entry
                                           truncated (zip CRCs kept valid)
+    hostile_models.py OUT flip-code SRC   SRC with one bit of its first
+                                          code entry's deflated data flipped
+                                          (CRCs not updated); prints the
+                                          entry and its local header offset
 """
 import os
 import sys
@@ -54,6 +58,24 @@ def damage_debug(out, src):
             zout.writestr(info, data)
 
 
+def flip_code(out, src):
+    """One bit flipped in the middle of the first deflated code entry's
+    data, the zip's CRCs left as they were."""
+    with open(src, "rb") as f:
+        data = bytearray(f.read())
+    with zipfile.ZipFile(src) as z:
+        info = next(i for i in z.infolist()
+                    if "/code/" in i.filename and i.filename.endswith(".py"))
+    at = info.header_offset
+    name_len = int.from_bytes(data[at + 26:at + 28], "little")
+    extra_len = int.from_bytes(data[at + 28:at + 30], "little")
+    start = at + 30 + name_len + extra_len
+    data[start + info.compress_size // 2] ^= 0x10
+    with open(out, "wb") as f:
+        f.write(data)
+    print(info.filename, at)
+
+
 def main():
     out, mode = sys.argv[1], sys.argv[2]
     if mode == "meta-mask":
@@ -62,6 +84,8 @@ def main():
         meta_model(out, captured=True)
     elif mode == "damage-debug":
         damage_debug(out, sys.argv[3])
+    elif mode == "flip-code":
+        flip_code(out, sys.argv[3])
     else:
         sys.exit("unknown mode " + mode)
 
