@@ -35,7 +35,10 @@ using namespace mlir;
 // slab our code poisoned would be reported as use-after-poison. Manual
 // poisoning is therefore off; ASan's own checks stay on.
 extern "C" const char *__asan_default_options() {
-  return "allow_user_poisoning=0";
+  // A failed allocation returns null, so `operator new` throws bad_alloc
+  // as it does outside the sanitizer and the importer turns it into an
+  // error: LibTorch's unpickler allocates what a damaged length says.
+  return "allow_user_poisoning=0:allocator_may_return_null=1";
 }
 
 // LibTorch leaks an allocation of its own when it refuses a zip whose

@@ -23,6 +23,7 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include <new>
 #include <regex>
 #include <sstream>
 
@@ -164,6 +165,11 @@ LogicalResult Importer::load(StringRef bytes) {
   } catch (const c10::Error &e) {
     emitError(fileLoc) << "not a readable TorchScript archive: "
                        << firstLine(e.what_without_backtrace());
+    return failure();
+  } catch (const std::bad_alloc &) {
+    emitError(fileLoc) << "not a readable TorchScript archive: LibTorch's "
+                          "reader asked for more memory than there is (a "
+                          "damaged length in one of its pickles?)";
     return failure();
   } catch (const std::exception &e) {
     emitError(fileLoc) << "not a readable TorchScript archive: "
@@ -1235,6 +1241,15 @@ importTorchScript(llvm::StringRef bytes, mlir::MLIRContext *ctx,
                   const TorchScriptImportOptions &options) {
   ctx->loadDialect<MerakDialect, mlir::func::FuncDialect>();
   torchscript::Importer importer(ctx, options);
+  // LLVM's tools install a new-handler that aborts when an allocation
+  // fails; LibTorch's unpickler allocates what a damaged length field says
+  // (15.6 GB for one 534-byte pickle the fuzzer made). While the importer
+  // runs, a failed allocation throws `bad_alloc` instead, which the
+  // handlers below turn into an error.
+  struct ThrowingNewHandler {
+    std::new_handler previous = std::set_new_handler(nullptr);
+    ~ThrowingNewHandler() { std::set_new_handler(previous); }
+  } throwing;
   // Every LibTorch call the importer makes on its own is guarded where it
   // is made; this is the net for the rest (a damaged archive can throw from
   // deep inside LibTorch), so that no input aborts the process.
