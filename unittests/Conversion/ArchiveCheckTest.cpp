@@ -215,6 +215,40 @@ TEST(ArchiveCheck, StructureLiesAreRefused) {
             std::string::npos);
 }
 
+TEST(ArchiveCheck, PickleLengthsMustFit) {
+  // PROTO 2, BINUNICODE of 4,000,000,000 bytes with 3 present, STOP.
+  std::string lying("\x80\x02X\x00\x28\x6b\xee" "abc.", 11);
+  std::string honest("\x80\x02X\x03\x00\x00\x00" "abc.", 11);
+  EXPECT_EQ(checkZipArchive(buildZip({{"m/data.pkl", honest}})), "");
+  std::string error = checkZipArchive(buildZip({{"m/data.pkl", lying}}));
+  EXPECT_NE(error.find("entry 'm/data.pkl' (local header at byte 0): its "
+                       "pickle's opcode 0x58 at byte 2 says 4000000000 "
+                       "bytes follow, 4 do"),
+            std::string::npos)
+      << error;
+  // Deflated debug information: not an error, the entry says what is wrong.
+  std::vector<ArchiveEntry> entries;
+  EXPECT_EQ(checkZipArchive(buildZip({{"m/code/m.py.debug_pkl", lying, true}}),
+                            &entries),
+            "");
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_NE(entries[0].damage.find("says 4000000000 bytes follow"),
+            std::string::npos);
+  // A memo index no pickle of this size can reach.
+  EXPECT_NE(checkZipArchive(buildZip({{"m/data.pkl",
+                                       std::string("\x80\x02N"
+                                                   "r\x00\x00\x00\x40.",
+                                                   9)}}))
+                .find("opcode 0x72 at byte 3 stores memo entry 1073741824 in "
+                      "a pickle of 9 bytes"),
+            std::string::npos);
+  // Cut inside an operand.
+  EXPECT_NE(checkZipArchive(buildZip({{"m/constants.pkl",
+                                       std::string("\x80\x02J\x01", 4)}}))
+                .find("opcode 0x4a at byte 2 is cut off"),
+            std::string::npos);
+}
+
 TEST(ArchiveCheck, TraceFixturesPass) {
   for (const char *name : {"gpt2.pt", "llama.pt", "bert.pt"}) {
     std::string path = std::string(MERAK_FIXTURES_DIR) + "/" + name;

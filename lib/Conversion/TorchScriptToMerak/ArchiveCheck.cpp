@@ -42,9 +42,11 @@ bool inside(uint64_t at, uint64_t size, uint64_t total) {
 /// The CRC-32 of an entry's data, inflating a deflated one in chunks; ""
 /// or what is wrong with the stream.
 std::string entryCrc(const ArchiveEntry &e, std::string_view data,
-                     uint32_t &crc) {
+                     uint32_t &crc, std::string *inflated = nullptr) {
   crc = uint32_t(::crc32(0L, Z_NULL, 0));
   if (e.method == 0) {
+    if (inflated)
+      inflated->assign(data);
     // zlib takes 32-bit lengths.
     for (uint64_t at = 0; at < data.size();) {
       uInt n = uInt(std::min<uint64_t>(data.size() - at, 1u << 30));
@@ -80,6 +82,8 @@ std::string entryCrc(const ArchiveEntry &e, std::string_view data,
              " bytes";
     }
     crc = uint32_t(::crc32(crc, out, uInt(got)));
+    if (inflated)
+      inflated->append(reinterpret_cast<const char *>(out), got);
     if (status == Z_STREAM_END)
       break;
     if (status != Z_OK || (got == 0 && z.avail_in == 0 &&
@@ -93,6 +97,88 @@ std::string entryCrc(const ArchiveEntry &e, std::string_view data,
   if (produced != e.size)
     return "inflates to " + std::to_string(produced) + " bytes, not " +
            std::to_string(e.size);
+  return "";
+}
+
+/// Walks a pickle's opcodes and checks every length it states against the
+/// bytes that follow, and every memo index it stores against its size:
+/// LibTorch's unpickler allocates (and zero-fills) what a length says
+/// before it reads, and grows its memo table to the index. "" when none lies; stops at STOP or at
+/// an opcode it does not know (LibTorch refuses those itself).
+std::string checkPickleLengths(std::string_view p) {
+  size_t at = 0;
+  auto line = [&]() {
+    size_t end = p.find('\n', at);
+    at = end == std::string_view::npos ? p.size() : end + 1;
+  };
+  while (at < p.size()) {
+    size_t op = at++;
+    unsigned char c = uint8_t(p[op]);
+    int fixed = -1; // operand bytes; -1: no operand
+    int lengthBytes = 0;
+    switch (c) {
+    case '.':
+      return "";
+    case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'g':
+    case 'p':
+      line();
+      continue;
+    case 'c': case 'i':
+      line();
+      line();
+      continue;
+    case 'K': case 'h': case 'q': case 0x80: case 0x82:
+      fixed = 1;
+      break;
+    case 'M': case 0x83:
+      fixed = 2;
+      break;
+    case 'J': case 'j': case 'r': case 0x84:
+      fixed = 4;
+      break;
+    case 'G': case 0x95:
+      fixed = 8;
+      break;
+    case 0x8a: case 'U': case 'C': case 0x8c:
+      lengthBytes = 1;
+      break;
+    case 0x8b: case 'T': case 'B': case 'X':
+      lengthBytes = 4;
+      break;
+    case 0x8e: case 0x8d: case 0x96:
+      lengthBytes = 8;
+      break;
+    case '(': case '0': case '1': case '2': case 'N': case 0x88: case 0x89:
+    case ')': case ']': case '}': case 'a': case 'e': case 's': case 'u':
+    case 't': case 0x85: case 0x86: case 0x87: case 'l': case 'd': case 'b':
+    case 'R': case 'o': case 0x81: case 0x92: case 0x93: case 'Q': case 0x8f:
+    case 0x90: case 0x91: case 0x94: case 0x97: case 0x98:
+      continue;
+    default:
+      return "";
+    }
+    size_t operand = fixed > 0 ? size_t(fixed) : size_t(lengthBytes);
+    if (p.size() - at < operand)
+      return "opcode 0x" + hex(c).substr(8) + " at byte " +
+             std::to_string(op) + " is cut off";
+    if (fixed > 0) {
+      // LONG_BINPUT: the unpickler grows its memo table to the index, and
+      // a pickle stores one memo entry per opcode at most.
+      if (c == 'r' && get(p, at, 4) > p.size())
+        return "opcode 0x72 at byte " + std::to_string(op) +
+               " stores memo entry " + std::to_string(get(p, at, 4)) +
+               " in a pickle of " + std::to_string(p.size()) + " bytes";
+      at += operand;
+      continue;
+    }
+    uint64_t length = get(p, at, lengthBytes);
+    at += operand;
+    if (length > p.size() - at)
+      return "opcode 0x" + hex(c).substr(8) + " at byte " +
+             std::to_string(op) + " says " + std::to_string(length) +
+             " bytes follow, " + std::to_string(p.size() - at) + " do";
+    at += length;
+  }
   return "";
 }
 
@@ -238,13 +324,27 @@ std::string merak::checkZipArchive(std::string_view b,
              " bytes of data run past the entries";
     if (verifyCrc) {
       uint32_t crc = 0;
+      bool pickle = e.name.size() > 4 &&
+                    (e.name.compare(e.name.size() - 4, 4, ".pkl") == 0 ||
+                     e.name.compare(e.name.size() - 4, 4, "_pkl") == 0);
+      std::string inflated;
       std::string error =
-          entryCrc(e, b.substr(e.dataOffset, e.compressedSize), crc);
+          entryCrc(e, b.substr(e.dataOffset, e.compressedSize), crc,
+                   pickle ? &inflated : nullptr);
       if (!error.empty())
         return where + ": " + error;
       if (crc != e.crc)
         return where + ": CRC-32 is " + hex(crc) + ", the directory says " +
                hex(e.crc);
+      if (pickle) {
+        std::string lie = checkPickleLengths(inflated);
+        bool debug = e.name.size() > 10 &&
+                     e.name.compare(e.name.size() - 10, 10, ".debug_pkl") == 0;
+        if (!lie.empty() && !debug)
+          return where + ": its pickle's " + lie;
+        if (!lie.empty())
+          e.damage = "its pickle's " + lie;
+      }
     }
     found.push_back(std::move(e));
   }

@@ -151,12 +151,24 @@ LogicalResult Importer::load(StringRef bytes) {
   Location fileLoc = FileLineColLoc::get(ctx, options.archiveName, 0, 0);
   // LibTorch's reader trusts the zip: a damaged entry reaches its
   // unpickler and parser (see ArchiveCheck.h).
-  if (std::string error =
-          checkZipArchive(std::string_view(bytes.data(), bytes.size()));
+  std::vector<ArchiveEntry> entries;
+  if (std::string error = checkZipArchive(
+          std::string_view(bytes.data(), bytes.size()), &entries);
       !error.empty()) {
     emitError(fileLoc) << "not a readable TorchScript archive: " << error;
     return failure();
   }
+  // A debug-information pickle whose lengths overrun it is never handed
+  // to LibTorch: locations name the archive.
+  for (const ArchiveEntry &e : entries)
+    if (!e.damage.empty() && !debugInfoUnreadable) {
+      debugInfoUnreadable = true;
+      emitWarning(fileLoc) << "the archive's debug information is unreadable "
+                              "(entry '"
+                           << e.name << "': " << e.damage
+                           << "); locations name the archive instead of "
+                              "Python lines";
+    }
   try {
     std::istringstream stream(std::string(bytes.data(), bytes.size()));
     jit::ExtraFilesMap extra{{"merak/inputs.json", ""}};
@@ -304,6 +316,8 @@ Location Importer::locOf(jit::Node *n) {
   // LibTorch reads a node's source range from the archive's debug
   // information (code/**/*.debug_pkl) when first asked; a damaged entry
   // throws there. The archive then names the location, with one warning.
+  if (debugInfoUnreadable)
+    return FileLineColLoc::get(ctx, options.archiveName, 0, 0);
   try {
     return sourceLocOf(n);
   } catch (const std::exception &e) {

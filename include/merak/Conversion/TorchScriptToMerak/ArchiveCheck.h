@@ -7,9 +7,11 @@
 // says. The importer checks the archive first: the end-of-central-
 // directory record (zip64 too), every central-directory entry, the local
 // header it points to (same name, same method), the entry's data inside
-// the file, and the CRC-32 of every entry's bytes (inflated for deflated
-// entries, without holding them). What it refuses names the entry and its
-// offset.
+// the file, the CRC-32 of every entry's bytes (inflated for deflated
+// entries, without holding them), and in every pickle (`*.pkl`,
+// `*.debug_pkl`) each length an opcode states against the bytes that
+// follow it (LibTorch's unpickler allocates and zero-fills what a length
+// says before reading). What it refuses names the entry and its offset.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +33,10 @@ struct ArchiveEntry {
   /// Where its central-directory entry starts.
   uint64_t directoryOffset = 0;
   uint32_t crc = 0;
+  /// What is wrong with a debug-information pickle (`*.debug_pkl`) whose
+  /// stated lengths overrun it; such an entry is not an error (the
+  /// importer reads no debug information then), any other pickle's is.
+  std::string damage;
 };
 
 /// Checks `bytes` as a zip archive. Returns "" and fills `entries` when it
