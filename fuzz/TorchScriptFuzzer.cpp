@@ -48,8 +48,7 @@ extern "C" const char *__lsan_default_suppressions() {
   return "leak:libtorch_cpu.so\n";
 }
 
-extern "C" size_t LLVMFuzzerMutate(uint8_t *data, size_t size,
-                                   size_t maxSize);
+extern "C" size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t maxSize);
 
 namespace {
 

@@ -546,8 +546,7 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
       double reduce =
           plan.zero == 0
               ? hw.collectiveTime("allreduce", plan.dp, dpCross, sent)
-              : hw.collectiveTime("reducescatter", plan.dp, dpCross,
-                                  sent / 2);
+              : hw.collectiveTime("reducescatter", plan.dp, dpCross, sent / 2);
       double gatherUpdated =
           plan.zero == 1 || plan.zero == 2
               ? hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2)

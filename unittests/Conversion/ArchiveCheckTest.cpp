@@ -31,8 +31,7 @@ void set(std::string &out, size_t at, uint64_t v, int bytes) {
 
 std::string deflateRaw(const std::string &data) {
   z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8,
-                         Z_DEFAULT_STRATEGY),
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
             Z_OK);
   std::string out(deflateBound(&z, uLong(data.size())), '\0');
   z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(data.data()));
@@ -57,9 +56,9 @@ std::string buildZip(const std::vector<Entry> &entries, bool zip64 = false,
   std::string out, directory;
   for (const Entry &e : entries) {
     std::string body = e.deflated ? deflateRaw(e.data) : e.data;
-    uint32_t crc = uint32_t(
-        crc32(0, reinterpret_cast<const Bytef *>(e.data.data()),
-              uInt(e.data.size())));
+    uint32_t crc =
+        uint32_t(crc32(0, reinterpret_cast<const Bytef *>(e.data.data()),
+                       uInt(e.data.size())));
     size_t local = out.size();
     if (locals)
       locals->push_back(local);
@@ -170,8 +169,8 @@ TEST(ArchiveCheck, StructureLiesAreRefused) {
   std::vector<size_t> locals;
   std::string zip = buildZip(sample(), false, &locals);
   size_t dir = zip.size() - 22 - 0; // the end record
-  size_t dirOffset = size_t(uint8_t(zip[dir + 16])) |
-                     size_t(uint8_t(zip[dir + 17])) << 8;
+  size_t dirOffset =
+      size_t(uint8_t(zip[dir + 16])) | size_t(uint8_t(zip[dir + 17])) << 8;
   // The local header's method disagrees with the directory's.
   std::string method = zip;
   set(method, locals[1] + 8, 0, 2);
@@ -217,8 +216,12 @@ TEST(ArchiveCheck, StructureLiesAreRefused) {
 
 TEST(ArchiveCheck, PickleLengthsMustFit) {
   // PROTO 2, BINUNICODE of 4,000,000,000 bytes with 3 present, STOP.
-  std::string lying("\x80\x02X\x00\x28\x6b\xee" "abc.", 11);
-  std::string honest("\x80\x02X\x03\x00\x00\x00" "abc.", 11);
+  std::string lying("\x80\x02X\x00\x28\x6b\xee"
+                    "abc.",
+                    11);
+  std::string honest("\x80\x02X\x03\x00\x00\x00"
+                     "abc.",
+                     11);
   EXPECT_EQ(checkZipArchive(buildZip({{"m/data.pkl", honest}})), "");
   std::string error = checkZipArchive(buildZip({{"m/data.pkl", lying}}));
   EXPECT_NE(error.find("entry 'm/data.pkl' (local header at byte 0): its "
@@ -235,13 +238,13 @@ TEST(ArchiveCheck, PickleLengthsMustFit) {
   EXPECT_NE(entries[0].damage.find("says 4000000000 bytes follow"),
             std::string::npos);
   // A memo index no pickle of this size can reach.
-  EXPECT_NE(checkZipArchive(buildZip({{"m/data.pkl",
-                                       std::string("\x80\x02N"
-                                                   "r\x00\x00\x00\x40.",
-                                                   9)}}))
-                .find("opcode 0x72 at byte 3 stores memo entry 1073741824 in "
-                      "a pickle of 9 bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      checkZipArchive(buildZip({{"m/data.pkl", std::string("\x80\x02N"
+                                                           "r\x00\x00\x00\x40.",
+                                                           9)}}))
+          .find("opcode 0x72 at byte 3 stores memo entry 1073741824 in "
+                "a pickle of 9 bytes"),
+      std::string::npos);
   // Cut inside an operand.
   EXPECT_NE(checkZipArchive(buildZip({{"m/constants.pkl",
                                        std::string("\x80\x02J\x01", 4)}}))

@@ -50,9 +50,8 @@ std::string entryCrc(const ArchiveEntry &e, std::string_view data,
     // zlib takes 32-bit lengths.
     for (uint64_t at = 0; at < data.size();) {
       uInt n = uInt(std::min<uint64_t>(data.size() - at, 1u << 30));
-      crc = uint32_t(::crc32(crc, reinterpret_cast<const Bytef *>(
-                                       data.data() + at),
-                             n));
+      crc = uint32_t(
+          ::crc32(crc, reinterpret_cast<const Bytef *>(data.data() + at), n));
       at += n;
     }
     return "";
@@ -66,8 +65,8 @@ std::string entryCrc(const ArchiveEntry &e, std::string_view data,
   while (status != Z_STREAM_END) {
     if (z.avail_in == 0 && consumed < data.size()) {
       uInt n = uInt(std::min<uint64_t>(data.size() - consumed, 1u << 30));
-      z.next_in = reinterpret_cast<Bytef *>(
-          const_cast<char *>(data.data() + consumed));
+      z.next_in =
+          reinterpret_cast<Bytef *>(const_cast<char *>(data.data() + consumed));
       z.avail_in = n;
       consumed += n;
     }
@@ -78,16 +77,15 @@ std::string entryCrc(const ArchiveEntry &e, std::string_view data,
     produced += got;
     if (produced > e.size) {
       inflateEnd(&z);
-      return "inflates to more than its " + std::to_string(e.size) +
-             " bytes";
+      return "inflates to more than its " + std::to_string(e.size) + " bytes";
     }
     crc = uint32_t(::crc32(crc, out, uInt(got)));
     if (inflated)
       inflated->append(reinterpret_cast<const char *>(out), got);
     if (status == Z_STREAM_END)
       break;
-    if (status != Z_OK || (got == 0 && z.avail_in == 0 &&
-                           consumed == data.size())) {
+    if (status != Z_OK ||
+        (got == 0 && z.avail_in == 0 && consumed == data.size())) {
       inflateEnd(&z);
       return "its deflated data is damaged" +
              (z.msg ? std::string(" (") + z.msg + ")" : std::string());
@@ -103,8 +101,9 @@ std::string entryCrc(const ArchiveEntry &e, std::string_view data,
 /// Walks a pickle's opcodes and checks every length it states against the
 /// bytes that follow, and every memo index it stores against its size:
 /// LibTorch's unpickler allocates (and zero-fills) what a length says
-/// before it reads, and grows its memo table to the index. "" when none lies; stops at STOP or at
-/// an opcode it does not know (LibTorch refuses those itself).
+/// before it reads, and grows its memo table to the index. "" when none lies;
+/// stops at STOP or at an opcode it does not know (LibTorch refuses those
+/// itself).
 std::string checkPickleLengths(std::string_view p) {
   size_t at = 0;
   auto line = [&]() {
@@ -119,48 +118,100 @@ std::string checkPickleLengths(std::string_view p) {
     switch (c) {
     case '.':
       return "";
-    case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'g':
+    case 'I':
+    case 'L':
+    case 'F':
+    case 'S':
+    case 'V':
+    case 'P':
+    case 'g':
     case 'p':
       line();
       continue;
-    case 'c': case 'i':
+    case 'c':
+    case 'i':
       line();
       line();
       continue;
-    case 'K': case 'h': case 'q': case 0x80: case 0x82:
+    case 'K':
+    case 'h':
+    case 'q':
+    case 0x80:
+    case 0x82:
       fixed = 1;
       break;
-    case 'M': case 0x83:
+    case 'M':
+    case 0x83:
       fixed = 2;
       break;
-    case 'J': case 'j': case 'r': case 0x84:
+    case 'J':
+    case 'j':
+    case 'r':
+    case 0x84:
       fixed = 4;
       break;
-    case 'G': case 0x95:
+    case 'G':
+    case 0x95:
       fixed = 8;
       break;
-    case 0x8a: case 'U': case 'C': case 0x8c:
+    case 0x8a:
+    case 'U':
+    case 'C':
+    case 0x8c:
       lengthBytes = 1;
       break;
-    case 0x8b: case 'T': case 'B': case 'X':
+    case 0x8b:
+    case 'T':
+    case 'B':
+    case 'X':
       lengthBytes = 4;
       break;
-    case 0x8e: case 0x8d: case 0x96:
+    case 0x8e:
+    case 0x8d:
+    case 0x96:
       lengthBytes = 8;
       break;
-    case '(': case '0': case '1': case '2': case 'N': case 0x88: case 0x89:
-    case ')': case ']': case '}': case 'a': case 'e': case 's': case 'u':
-    case 't': case 0x85: case 0x86: case 0x87: case 'l': case 'd': case 'b':
-    case 'R': case 'o': case 0x81: case 0x92: case 0x93: case 'Q': case 0x8f:
-    case 0x90: case 0x91: case 0x94: case 0x97: case 0x98:
+    case '(':
+    case '0':
+    case '1':
+    case '2':
+    case 'N':
+    case 0x88:
+    case 0x89:
+    case ')':
+    case ']':
+    case '}':
+    case 'a':
+    case 'e':
+    case 's':
+    case 'u':
+    case 't':
+    case 0x85:
+    case 0x86:
+    case 0x87:
+    case 'l':
+    case 'd':
+    case 'b':
+    case 'R':
+    case 'o':
+    case 0x81:
+    case 0x92:
+    case 0x93:
+    case 'Q':
+    case 0x8f:
+    case 0x90:
+    case 0x91:
+    case 0x94:
+    case 0x97:
+    case 0x98:
       continue;
     default:
       return "";
     }
     size_t operand = fixed > 0 ? size_t(fixed) : size_t(lengthBytes);
     if (p.size() - at < operand)
-      return "opcode 0x" + hex(c).substr(8) + " at byte " +
-             std::to_string(op) + " is cut off";
+      return "opcode 0x" + hex(c).substr(8) + " at byte " + std::to_string(op) +
+             " is cut off";
     if (fixed > 0) {
       // LONG_BINPUT: the unpickler grows its memo table to the index, and
       // a pickle stores one memo entry per opcode at most.
@@ -174,9 +225,9 @@ std::string checkPickleLengths(std::string_view p) {
     uint64_t length = get(p, at, lengthBytes);
     at += operand;
     if (length > p.size() - at)
-      return "opcode 0x" + hex(c).substr(8) + " at byte " +
-             std::to_string(op) + " says " + std::to_string(length) +
-             " bytes follow, " + std::to_string(p.size() - at) + " do";
+      return "opcode 0x" + hex(c).substr(8) + " at byte " + std::to_string(op) +
+             " says " + std::to_string(length) + " bytes follow, " +
+             std::to_string(p.size() - at) + " do";
     at += length;
   }
   return "";
@@ -241,8 +292,8 @@ std::string merak::checkZipArchive(std::string_view b,
   uint64_t dirOffset = get(b, eocd + 16, 4);
   if (get(b, eocd + 4, 2) != 0 || get(b, eocd + 6, 2) != 0)
     return "a zip archive split over several disks";
-  bool zip64 = count == 0xFFFF || dirSize == 0xFFFFFFFF ||
-               dirOffset == 0xFFFFFFFF;
+  bool zip64 =
+      count == 0xFFFF || dirSize == 0xFFFFFFFF || dirOffset == 0xFFFFFFFF;
   if (eocd >= kLocatorSize && get(b, eocd - kLocatorSize, 4) == kZip64Locator) {
     uint64_t at = get(b, eocd - kLocatorSize + 8, 8);
     if (!inside(at, kZip64EndSize, total) ||
@@ -290,8 +341,7 @@ std::string merak::checkZipArchive(std::string_view b,
     e.name = std::string(b.substr(at + kDirectoryEntrySize, nameLen));
     where = "entry '" + e.name + "'";
     if (!readZip64Extra(b.substr(at + kDirectoryEntrySize + nameLen, extraLen),
-                        e, e.size == 0xFFFFFFFF,
-                        e.compressedSize == 0xFFFFFFFF,
+                        e, e.size == 0xFFFFFFFF, e.compressedSize == 0xFFFFFFFF,
                         e.localHeaderOffset == 0xFFFFFFFF))
       return where + ": its zip64 sizes are missing or damaged";
     if (flags & 0x1)
@@ -328,9 +378,8 @@ std::string merak::checkZipArchive(std::string_view b,
                     (e.name.compare(e.name.size() - 4, 4, ".pkl") == 0 ||
                      e.name.compare(e.name.size() - 4, 4, "_pkl") == 0);
       std::string inflated;
-      std::string error =
-          entryCrc(e, b.substr(e.dataOffset, e.compressedSize), crc,
-                   pickle ? &inflated : nullptr);
+      std::string error = entryCrc(e, b.substr(e.dataOffset, e.compressedSize),
+                                   crc, pickle ? &inflated : nullptr);
       if (!error.empty())
         return where + ": " + error;
       if (crc != e.crc)
