@@ -136,6 +136,33 @@ LayerAnalysis::LayerAnalysis(func::FuncOp func, const CostModel &model)
     layer.outBytes = end < n ? bytes[end - 1] : 0;
     layerList.push_back(layer);
   }
+
+  // The W of a split backward, per layer: the cost model finds the
+  // weight-gradient ops on the whole unstaged step, where nothing flows
+  // back past the first layer's input, so every activation gradient feeds
+  // only weights. Found again with every layer boundary taken for a stage
+  // cut, as a pipeline of these layers would run them.
+  llvm::DenseMap<int64_t, int64_t> layerOfId;
+  llvm::DenseMap<int64_t, ForwardOpCost *> costOfId;
+  for (ForwardOpCost &c : costs) {
+    costOfId[c.id] = &c;
+    c.backwardWeight = OpCost();
+    if (auto it = layerIndex.find(c.op); it != layerIndex.end())
+      layerOfId[c.id] = it->second;
+  }
+  llvm::DenseSet<Operation *> weight =
+      weightGradientOps(func, [&](Operation *op) -> std::optional<int64_t> {
+        std::optional<int64_t> of = getGradOf(op);
+        auto it = of ? layerOfId.find(*of) : layerOfId.end();
+        if (it == layerOfId.end())
+          return std::nullopt;
+        return it->second;
+      });
+  for (Operation &op : func.getBody().front())
+    if (weight.contains(&op))
+      if (std::optional<int64_t> of = getGradOf(&op))
+        if (ForwardOpCost *c = costOfId.lookup(*of))
+          c->backwardWeight += estimateOp(&op);
 }
 
 int LayerAnalysis::layerOf(Operation *op) const {

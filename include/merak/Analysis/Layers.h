@@ -58,7 +58,9 @@ public:
   /// decoder block), which cross every cut of their span anyway.
   unsigned liveCount(unsigned pos) const { return counts[pos]; }
   int64_t liveBytes(unsigned pos) const { return bytes[pos]; }
-  /// The cost figures of every forward op (constants included).
+  /// The cost figures of every forward op (constants included); their
+  /// `backwardWeight` is found per layer, every layer boundary taken for a
+  /// stage cut (the W a pipeline of these layers runs).
   llvm::ArrayRef<ForwardOpCost> opCosts() const { return costs; }
 
 private:

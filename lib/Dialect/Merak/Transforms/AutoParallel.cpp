@@ -383,31 +383,6 @@ struct AutoParallelPass
     llvm::DenseMap<Operation *, const ForwardOpCost *> costOf;
     for (const ForwardOpCost &c : layers.opCosts())
       costOf[c.op] = &c;
-    // The W of a split backward: each layer's weight-gradient ops, as if
-    // every layer boundary were a stage cut (the cost model's own set
-    // groups the whole unstaged step, where everything before the first
-    // layer's input needs no gradient, so all of backward looks like W).
-    llvm::DenseMap<int64_t, int64_t> layerOfId;
-    for (auto [index, layer] : llvm::enumerate(layers.layers()))
-      for (unsigned p = layer.begin; p < layer.end; ++p)
-        if (std::optional<int64_t> id = getForwardId(layers.forwardOps()[p]))
-          layerOfId[*id] = int64_t(index);
-    llvm::DenseSet<Operation *> weightOps =
-        weightGradientOps(func, [&](Operation *op) -> std::optional<int64_t> {
-          std::optional<int64_t> of = getGradOf(op);
-          if (!of)
-            return std::nullopt;
-          auto it = layerOfId.find(*of);
-          if (it == layerOfId.end())
-            return std::nullopt;
-          return it->second;
-        });
-    llvm::DenseMap<int64_t, OpCost> weightCost;
-    for (Operation &op : func.getBody().front())
-      if (weightOps.contains(&op))
-        if (std::optional<int64_t> of = getGradOf(&op))
-          weightCost[*of] += estimateOp(&op);
-
     llvm::DenseSet<unsigned> seenParams;
     for (const Layer &layer : layers.layers()) {
       LayerProfile lp;
@@ -437,9 +412,8 @@ struct AutoParallelPass
         int pieces = gemm ? 2 : 1;
         for (int k = 0; k < pieces; ++k)
           lp.backward.push_back(work(c->backward, 1.0 / pieces));
-        if (id)
-          if (auto w = weightCost.find(*id); w != weightCost.end())
-            lp.weight.push_back(work(w->second, 1));
+        if (c->backwardWeight.flops > 0 || c->backwardWeight.bytes() > 0)
+          lp.weight.push_back(work(c->backwardWeight, 1));
         lp.savedBytes += double(c->savedBytes);
         if (split)
           lp.splitSavedBytes += double(c->savedBytes);
