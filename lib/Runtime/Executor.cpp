@@ -427,8 +427,12 @@ absl::Status Executor::runInstructions(
         absl::Status status;
         {
           Timed timed{profile, inst.kind, &inst, &program};
-          status = isCollective(inst.kind) ? communicator->execute(call)
-                                           : backend.execute(call);
+          if (inst.kind == OpKind::Fused && !backend.supports(OpKind::Fused))
+            status =
+                runFusedMembers(step, inst, live, lrValue, stepValue, call);
+          else
+            status = isCollective(inst.kind) ? communicator->execute(call)
+                                             : backend.execute(call);
           // A backend that queues its kernels (a GPU stream) has only
           // issued them here: under --profile each op is waited for, so
           // its time is its kernels' (the step runs slower).
@@ -459,6 +463,48 @@ absl::Status Executor::runInstructions(
     for (ValueId v : inst.release)
       live[v].reset();
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::runFusedMembers(const StepContext &step,
+                                       const Instruction &fused,
+                                       std::vector<TensorHandle> &live,
+                                       ValueId lrValue, ValueId stepValue,
+                                       KernelCall &call) {
+  const FusedKernel &kernel = program.fusedKernels[fused.attrs.index];
+  KernelCall member;
+  member.program = &program;
+  member.step = &step;
+  std::vector<ValueId> internal;
+  for (const Instruction &m : kernel.members) {
+    member.instruction = &m;
+    member.operands.assign(m.operands.size(), nullptr);
+    member.hostScalars.assign(m.operands.size(), std::nullopt);
+    for (size_t k = 0; k < m.operands.size(); ++k) {
+      ValueId v = m.operands[k];
+      member.operands[k] = live[v].get();
+      if (!member.operands[k])
+        return absl::InternalError(absl::StrCat(
+            "a member of a fused chain reads %", v, ", which is not live"));
+      if (v == lrValue)
+        member.hostScalars[k] = step.learningRate;
+      else if (v == stepValue)
+        member.hostScalars[k] = double(step.optimizerStep);
+    }
+    member.inPlace.assign(m.results.size(), nullptr);
+    member.results.clear();
+    if (absl::Status s = backend.execute(member); !s.ok())
+      return instructionFailed(m, s);
+    for (size_t r = 0; r < m.results.size(); ++r) {
+      live[m.results[r]] = std::move(member.results[r]);
+      internal.push_back(m.results[r]);
+    }
+  }
+  call.results.clear();
+  for (ValueId v : fused.results)
+    call.results.push_back(live[v]);
+  for (ValueId v : internal)
+    live[v].reset();
   return absl::OkStatus();
 }
 

@@ -1080,7 +1080,7 @@ namespace merak::runtime {
 
 absl::StatusOr<Program> bindPipelineToRank(PipelinePlan &plan, int64_t meshRank,
                                            int64_t meshSize,
-                                           CollectiveMode mode) {
+                                           const BindOptions &mode) {
   Program groups;
   groups.function = "pipeline";
   groups.rank = plan.rank * meshSize + meshRank;

@@ -1,6 +1,7 @@
 //===- Program.cpp - rank program names, memory plan and listing ----------===//
 
 #include "merak/Runtime/Program.h"
+#include "merak/Runtime/Fusion.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,7 +41,7 @@ bool isCollective(OpKind kind) {
 }
 
 std::string opFullName(OpKind kind) {
-  if (kind == OpKind::Wait)
+  if (kind == OpKind::Wait || kind == OpKind::Fused)
     return opKindName(kind);
   return absl::StrCat(isCollective(kind) ? "mesh." : "merak.",
                       opKindName(kind));
@@ -54,6 +55,7 @@ OpArity opArity(OpKind kind) {
     MERAK_DIALECT_RUNTIME_ARITY(MERAK_ARITY)
 #undef MERAK_ARITY
   case OpKind::Wait:
+  case OpKind::Fused:
     return {-1, -1, -1};
   default: // the collectives
     return {};
@@ -66,6 +68,8 @@ std::string arityError(const Instruction &inst) {
   if (inst.kind == OpKind::Wait)
     arity = {int64_t(inst.results.size()), int64_t(inst.results.size()),
              int64_t(inst.results.size())};
+  if (inst.kind == OpKind::Fused) // inputs and outputs of its chain
+    arity = {n, n, int64_t(inst.results.size())};
   int64_t least = arity.leastOperands, most = arity.mostOperands;
   if (n < least || (most >= 0 && n > most))
     return absl::StrCat(n, " operand", n == 1 ? "" : "s", ", the op takes ",
@@ -403,7 +407,9 @@ void scheduleWaits(Program &program) {
 
 } // namespace
 
-absl::Status bindToRank(Program &program, int64_t rank, CollectiveMode mode) {
+absl::Status bindToRank(Program &program, int64_t rank,
+                        const BindOptions &options) {
+  const CollectiveMode mode = options.collectives;
   int64_t world = program.worldSize();
   if (rank < 0 || rank >= world)
     return absl::InvalidArgumentError(absl::StrCat(
@@ -458,6 +464,8 @@ absl::Status bindToRank(Program &program, int64_t rank, CollectiveMode mode) {
       }
     program.instructions = std::move(kept);
   }
+  if (options.fuseElementwise)
+    fuseElementwise(program);
   return planProgram(program);
 }
 
@@ -798,6 +806,8 @@ std::string printProgram(const Program &program) {
       os << (r ? ", " : " ") << program.values[inst.results[r]].type.str();
     if (isCollective(inst.kind))
       os << " " << describeCollective(program, inst);
+    if (inst.kind == OpKind::Fused)
+      os << " {" << describeFusedKernel(program, int(inst.attrs.index)) << "}";
     for (size_t r = 0; r < inst.storage.size(); ++r) {
       const ResultStorage &s = inst.storage[r];
       if (s.kind == ResultStorage::Kind::Fresh)

@@ -87,9 +87,16 @@ absl::Status checkBackendSupports(const Program &program,
   // Each missing op once, with the first place it appears.
   std::map<OpKind, std::string> missing;
   for (const Instruction &inst : program.instructions)
-    if (!isCollective(inst.kind) && inst.kind != OpKind::Wait &&
-        !backend.supports(inst.kind))
+    if (inst.kind == OpKind::Fused) { // the members, where it has no kernel
+      if (!backend.supports(OpKind::Fused))
+        for (const Instruction &m :
+             program.fusedKernels[inst.attrs.index].members)
+          if (!backend.supports(m.kind))
+            missing.try_emplace(m.kind, m.location);
+    } else if (!isCollective(inst.kind) && inst.kind != OpKind::Wait &&
+               !backend.supports(inst.kind)) {
       missing.try_emplace(inst.kind, inst.location);
+    }
   if (missing.empty())
     return absl::OkStatus();
   std::vector<std::string> ops;

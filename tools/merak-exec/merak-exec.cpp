@@ -149,6 +149,13 @@ ABSL_FLAG(bool, no_arena, false,
 ABSL_FLAG(std::string, device, "cpu",
           "Backend that runs the kernels (this build's: see --help); auto: "
           "cuda where this build has it and a GPU can be used, else cpu");
+ABSL_FLAG(std::string, fuse_elementwise, "auto",
+          "Run chains of elementwise ops as one kernel each: on, off, or "
+          "auto (on for a backend with fused kernels: cuda); a backend "
+          "without them runs a chain's ops one by one");
+ABSL_FLAG(bool, print_fused_kernels, false,
+          "Print the CUDA source of rank 0's fused elementwise kernels, then "
+          "exit");
 ABSL_FLAG(bool, tf32, false,
           "--device=cuda: float32 GEMMs on TF32 tensor cores (off: full "
           "float32, as PyTorch's default)");
@@ -221,6 +228,22 @@ static bool skipNonFinite, profileOps, syncCollectives, printProgramOnly,
 static std::optional<int> nprocFlag;
 
 namespace {
+
+/// --fuse-elementwise: whether programs are bound with their elementwise
+/// chains fused (Fusion.h).
+absl::StatusOr<bool> elementwiseFusion() {
+  const std::string mode = absl::GetFlag(FLAGS_fuse_elementwise);
+  if (mode == "on")
+    return true;
+  if (mode == "off")
+    return false;
+  if (mode != "auto")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--fuse-elementwise must be auto, on or off, not '", mode, "'"));
+  absl::StatusOr<const BackendEntry *> device =
+      findBackend(absl::GetFlag(FLAGS_device));
+  return device.ok() && (*device)->fusesElementwise;
+}
 
 /// "rank K: " on every line a rank of a multi-process run writes to stderr.
 std::string rankPrefix;
@@ -714,8 +737,13 @@ static int generateText(const LaunchEnvironment &env, bool launching, int nproc,
     return launchLocalRanks(nproc, argc, argv, timeout);
 
   const int64_t rank = env.rank;
+  absl::StatusOr<bool> fuse = elementwiseFusion();
+  if (!fuse.ok())
+    return fail(fuse.status());
   for (Program *p : {&prefill, &decode})
-    if (absl::Status s = bindToRank(*p, rank); !s.ok())
+    if (absl::Status s = bindToRank(
+            *p, rank, BindOptions(CollectiveMode::Overlapped, *fuse));
+        !s.ok())
       return fail(s);
   if (prefill.groups.size() != decode.groups.size())
     return fail("@prefill and @decode communicate over different groups");
@@ -948,12 +976,17 @@ int main(int argc, char **argv) {
   const int64_t meshSize = stageMeshSize * pp;
   const CollectiveMode collectiveMode =
       syncCollectives ? CollectiveMode::Blocking : CollectiveMode::Overlapped;
-  if (printProgramOnly) {
+  const bool printFused = absl::GetFlag(FLAGS_print_fused_kernels);
+  absl::StatusOr<bool> fuse = elementwiseFusion();
+  if (!fuse.ok())
+    return fail(fuse.status());
+  const BindOptions binding(collectiveMode, *fuse || printFused);
+  if (printProgramOnly || printFused) {
     // Without the ranks running, rank 0's programs.
     if (env.worldSize == meshSize && env.rank != 0)
       return 0;
     absl::StatusOr<std::string> listing =
-        listRankZero(*compiled, collectiveMode);
+        listRankZero(*compiled, binding, printFused);
     if (!listing.ok())
       return listing.status().message().empty() ? 1 : fail(listing.status());
     std::fputs(listing->c_str(), stdout);
@@ -965,7 +998,7 @@ int main(int argc, char **argv) {
     return fail(s);
   const int64_t meshRank = env.rank % stageMeshSize;
   const int64_t pipelineRank = env.rank / stageMeshSize;
-  if (absl::Status s = bindToRank(program, meshRank, collectiveMode); !s.ok())
+  if (absl::Status s = bindToRank(program, meshRank, binding); !s.ok())
     return fail(s);
   std::optional<PipelinePlan> plan;
   Program pipelineGroups;
@@ -975,7 +1008,7 @@ int main(int argc, char **argv) {
       return mine.status().message().empty() ? 1 : fail(mine.status());
     plan = *std::move(mine);
     absl::StatusOr<Program> groups =
-        bindPipelineToRank(*plan, meshRank, stageMeshSize, collectiveMode);
+        bindPipelineToRank(*plan, meshRank, stageMeshSize, binding);
     if (!groups.ok())
       return fail(groups.status());
     pipelineGroups = *std::move(groups);

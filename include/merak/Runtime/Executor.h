@@ -120,6 +120,13 @@ private:
   /// instruction after which the loss is known, calls `atLoss` (when set);
   /// an error from it ends the run (a cancelled one after draining the
   /// collectives in flight).
+  /// Runs the members of a `fused` instruction one by one, for a backend
+  /// without a kernel for it, and sets `call.results` to the chain's
+  /// outputs.
+  absl::Status runFusedMembers(const StepContext &step,
+                               const Instruction &fused,
+                               std::vector<TensorHandle> &live, ValueId lrValue,
+                               ValueId stepValue, KernelCall &call);
   absl::Status runInstructions(const StepContext &step,
                                std::vector<TensorHandle> &live, ValueId lrValue,
                                ValueId stepValue,

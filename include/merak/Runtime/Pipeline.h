@@ -207,7 +207,7 @@ private:
 /// union. It is what `DistributedJob::createGlooCommunicator` takes.
 absl::StatusOr<Program> bindPipelineToRank(PipelinePlan &plan, int64_t meshRank,
                                            int64_t meshSize,
-                                           CollectiveMode mode);
+                                           const BindOptions &mode);
 
 /// The tag of a transfer: unique per (payload, stage, micro-batch) within a
 /// step, apart from the control tags the executor uses.

@@ -27,7 +27,9 @@ namespace merak::runtime {
 /// Every op the executor runs, with its mnemonic in the merak (or mesh)
 /// dialect: the merak ops generated from MerakOps.td (RuntimeOps.inc), then
 /// the mesh collectives the communicator runs, and `wait`, which completes
-/// an overlapped collective and has no op.
+/// an overlapped collective and has no op, and `fused`, a chain of
+/// elementwise ops run as one kernel (`fuseElementwise`, Fusion.h), which
+/// has none either.
 #define MERAK_RUNTIME_OPS(X)                                                   \
   MERAK_DIALECT_RUNTIME_OPS(X)                                                 \
   X(AllReduce, "all_reduce")                                                   \
@@ -36,7 +38,8 @@ namespace merak::runtime {
   X(AllToAll, "all_to_all")                                                    \
   X(AllSlice, "all_slice")                                                     \
   X(Broadcast, "broadcast")                                                    \
-  X(Wait, "wait")
+  X(Wait, "wait")                                                              \
+  X(Fused, "fused")
 
 enum class OpKind : uint16_t {
 #define MERAK_OP_ENUM(Name, Mnemonic) Name,
@@ -172,6 +175,17 @@ struct Instruction {
   int completes = -1;
 };
 
+/// Elementwise instructions run as one kernel (Fusion.h): `members` in
+/// program order, each with its own operands and results; the `fused`
+/// instruction that stands for them reads the values they read from
+/// outside the chain and defines those of their results that something
+/// outside it reads (or the function returns). Every member's result has
+/// the chain's `shape`; the inputs broadcast to it.
+struct FusedKernel {
+  std::vector<Instruction> members;
+  std::vector<int64_t> shape;
+};
+
 /// How many operands and results an op takes: MerakOps.td's, an absent
 /// optional operand counting (as `kNoValue`); `mostOperands` -1 for a
 /// variadic op. A collective takes one of each; a wait, which has no op,
@@ -291,6 +305,9 @@ struct Program {
   std::vector<ResultInfo> results;
   std::vector<ProgramConstant> constants;
   std::vector<Instruction> instructions;
+  /// The chains the `fused` instructions run (`OpAttrs::index` of one is
+  /// its chain's index here).
+  std::vector<FusedKernel> fusedKernels;
   /// Index into `results` of the loss (merak.loss, else the only rank-0
   /// float result), or -1.
   int lossResult = -1;
@@ -346,6 +363,17 @@ enum class CollectiveMode : uint8_t {
   Blocking,
 };
 
+/// How `bindToRank` prepares a program for its backend.
+struct BindOptions {
+  CollectiveMode collectives = CollectiveMode::Overlapped;
+  /// Run chains of elementwise ops as single kernels (`fuseElementwise`).
+  bool fuseElementwise = false;
+
+  BindOptions(CollectiveMode collectives = CollectiveMode::Overlapped,
+              bool fuseElementwise = false)
+      : collectives(collectives), fuseElementwise(fuseElementwise) {}
+};
+
 /// Specializes an SPMD program for `rank`: records its process groups (one
 /// per distinct list of mesh axes, in order of first use), turns each
 /// `all_slice` into a `slice` of the rank's block, marks collectives over a
@@ -357,9 +385,10 @@ enum class CollectiveMode : uint8_t {
 /// nothing does; views of a pending result (reshape, permute, slice,
 /// select, expand, which read no data) move behind the wait with it. The
 /// collectives keep their order, so every rank issues them in the same
-/// order.
+/// order. With `fuseElementwise`, chains of elementwise ops then become
+/// `fused` instructions (Fusion.h) before the program is planned.
 absl::Status bindToRank(Program &program, int64_t rank,
-                        CollectiveMode mode = CollectiveMode::Overlapped);
+                        const BindOptions &options = BindOptions());
 
 /// A readable listing of the program and its plan (for --print-program and
 /// tests).

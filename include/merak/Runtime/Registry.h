@@ -50,6 +50,9 @@ struct BackendEntry {
   /// and its driver), for `--device=auto`; `why` says why not. Unset:
   /// always.
   std::function<bool(std::string *why)> available;
+  /// Whether it has a kernel for `fused` chains, so that
+  /// `--fuse-elementwise=auto` fuses for it (Fusion.h).
+  bool fusesElementwise = false;
 };
 
 struct CommunicatorEntry {

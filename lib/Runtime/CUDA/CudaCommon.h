@@ -18,19 +18,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "DeviceMath.h"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-
-#if defined(__CUDACC__)
-#define MERAK_HD __host__ __device__ inline
-#define MERAK_DEVICE __device__ inline
-#else
-#define MERAK_HD inline
-#define MERAK_DEVICE inline
-#endif
 
 namespace merak::runtime::cuda {
 
@@ -60,10 +54,6 @@ MERAK_HD bool isFloatType(ElemType t) {
 }
 
 const char *elemTypeName(ElemType t);
-
-/// The most dimensions a kernel indexes (operands of higher rank are
-/// refused by the host code with a message).
-constexpr int kMaxDims = 8;
 
 /// A tensor in device memory as a kernel reads it: `sizes` and `strides`
 /// (in elements; 0 for a broadcast dimension) of `rank` dimensions.
@@ -260,34 +250,6 @@ template <> struct Convert<bool> {
 template <typename T, typename S> MERAK_HD T convertTo(S v) {
   return Convert<T>::from(v);
 }
-
-/// The math library's function for the accumulation type: `mathExp(x)`
-/// is `expf` for float and `exp` for double, so a template on the
-/// accumulation type calls the single-precision one where it can.
-MERAK_HD float mathFmod(float a, float b) { return fmodf(a, b); }
-MERAK_HD double mathFmod(double a, double b) { return fmod(a, b); }
-MERAK_HD float mathFloor(float a) { return floorf(a); }
-MERAK_HD double mathFloor(double a) { return floor(a); }
-MERAK_HD float mathCopysign(float a, float b) { return copysignf(a, b); }
-MERAK_HD double mathCopysign(double a, double b) { return copysign(a, b); }
-MERAK_HD float mathExp(float a) { return expf(a); }
-MERAK_HD double mathExp(double a) { return exp(a); }
-MERAK_HD float mathErf(float a) { return erff(a); }
-MERAK_HD double mathErf(double a) { return erf(a); }
-MERAK_HD float mathPow(float a, float b) { return powf(a, b); }
-MERAK_HD double mathPow(double a, double b) { return pow(a, b); }
-MERAK_HD float mathSqrt(float a) { return sqrtf(a); }
-MERAK_HD double mathSqrt(double a) { return sqrt(a); }
-MERAK_HD float mathLog(float a) { return logf(a); }
-MERAK_HD double mathLog(double a) { return log(a); }
-MERAK_HD float mathSin(float a) { return sinf(a); }
-MERAK_HD double mathSin(double a) { return sin(a); }
-MERAK_HD float mathCos(float a) { return cosf(a); }
-MERAK_HD double mathCos(double a) { return cos(a); }
-MERAK_HD float mathTanh(float a) { return tanhf(a); }
-MERAK_HD double mathTanh(double a) { return tanh(a); }
-MERAK_HD float mathAbs(float a) { return fabsf(a); }
-MERAK_HD double mathAbs(double a) { return fabs(a); }
 
 } // namespace merak::runtime::cuda
 

@@ -35,7 +35,7 @@ void registerCudaBackend() {
                    "convolutions on cuDNN, one GPU per rank (LOCAL_RANK)",
                    createFromSettings,
                    [] { return "  " + cudaDescription() + "\n"; },
-                   cudaDeviceAvailable});
+                   cudaDeviceAvailable, /*fusesElementwise=*/true});
 }
 
 } // namespace merak::runtime

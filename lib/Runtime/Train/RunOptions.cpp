@@ -1,6 +1,7 @@
 //===- RunOptions.cpp - a run's data and learning rate from its options ---===//
 
 #include "merak/Runtime/Train/RunOptions.h"
+#include "merak/Runtime/Fusion.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -137,13 +138,14 @@ absl::Status checkMemoryPlan(const Program &step, int64_t availableBytes) {
       "smaller input shapes or over more ranks"));
 }
 
-absl::StatusOr<std::string> listRankZero(CompiledPlan &plan,
-                                         CollectiveMode mode) {
+absl::StatusOr<std::string>
+listRankZero(CompiledPlan &plan, const BindOptions &mode, bool fusedKernels) {
+  auto print = fusedKernels ? listFusedKernels : printProgram;
   Program &step = plan.step();
   if (!plan.pipelined()) {
     if (absl::Status s = bindToRank(step, 0, mode); !s.ok())
       return s;
-    return printProgram(step);
+    return print(step);
   }
   absl::StatusOr<PipelinePlan> first = plan.pipelinePlan(0);
   if (!first.ok())
@@ -159,7 +161,7 @@ absl::StatusOr<std::string> listRankZero(CompiledPlan &plan,
   for (const PipelineTask &task : first->tasks)
     absl::StrAppend(&text, "  ", task.text, "\n");
   for (const StageFunction &f : first->functions)
-    absl::StrAppend(&text, printProgram(f.program));
+    absl::StrAppend(&text, print(f.program));
   return text;
 }
 

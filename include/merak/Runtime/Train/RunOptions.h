@@ -74,11 +74,13 @@ absl::Status checkProcessCount(const CompiledPlan &plan, bool launching,
 absl::Status checkMemoryPlan(const Program &step, int64_t availableBytes);
 
 /// Rank 0's programs as `--print-program` lists them: the step bound to
-/// rank 0, or for a pipeline rank 0's task list and its stage programs.
-/// Binds `plan`'s step to rank 0. An error with an empty message had its
-/// diagnostics printed already (a module's).
+/// rank 0, or for a pipeline rank 0's task list and its stage programs;
+/// with `fusedKernels`, the CUDA source of their fused chains instead
+/// (`--print-fused-kernels`). Binds `plan`'s step to rank 0. An error with
+/// an empty message had its diagnostics printed already (a module's).
 absl::StatusOr<std::string> listRankZero(CompiledPlan &plan,
-                                         CollectiveMode mode);
+                                         const BindOptions &mode,
+                                         bool fusedKernels = false);
 
 } // namespace merak::runtime
 

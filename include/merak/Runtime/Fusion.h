@@ -1,0 +1,63 @@
+//===- Fusion.h - chains of elementwise ops as single kernels -*- C++ -*-===//
+//
+// A GPU spends most of an elementwise op's time moving its operands through
+// memory: `x + b`, GELU and a residual add are three passes over the
+// activations where one would do. `fuseElementwise` finds chains of
+// elementwise instructions in a bound program and replaces each with one
+// `fused` instruction; `fusedKernelSource` writes a chain as a CUDA kernel,
+// which the CUDA backend compiles with NVRTC when it first runs it
+// (docs/cuda.md). Backends without a kernel for `fused` run its members one
+// by one (the executor does), so a fused program runs everywhere with the
+// losses of the unfused one. Nothing here depends on CUDA.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MERAK_RUNTIME_FUSION_H
+#define MERAK_RUNTIME_FUSION_H
+
+#include "merak/Runtime/Program.h"
+
+#include <string>
+
+namespace merak::runtime {
+
+/// Whether `inst` may join a chain: an elementwise op a fused kernel
+/// computes (unary and binary math, comparisons, `where`, `clamp`, `cast`,
+/// GELU and its gradient) on f32, bf16, f16 or i1 values, whose result has
+/// at most eight dimensions and at least one element.
+bool fusible(const Program &program, const Instruction &inst);
+
+/// Replaces every chain of two or more fusible instructions of one result
+/// shape with a `fused` instruction (`Program::fusedKernels`), at the place
+/// of the chain's last member. A member joins the chain of an operand's
+/// producer only while nothing outside the chain has read a value of it,
+/// so the values a chain reads are ready where it runs and the values it
+/// defines are read only after it. A chain reads at most
+/// `kMaxFusedOperands` values and defines at most as many. Call it before
+/// `planProgram`; `bindToRank` does with `BindOptions::fuseElementwise`.
+void fuseElementwise(Program &program);
+
+/// The most inputs plus outputs of one chain (the kernel's parameters have
+/// room for so many pointers).
+constexpr int kMaxFusedOperands = 24;
+
+/// The CUDA source of `program`'s chain `index`, a kernel named
+/// `merak_fused` over the chain's elements whose parameters are a
+/// `FusedParams` (lib/Runtime/CUDA/DeviceMath.h, its one include): inputs
+/// loaded in their element types, every value computed in float as the
+/// unfused kernel computes it and rounded to its own element type, the
+/// outputs stored. Chains that compute the same thing (one per layer of a
+/// model) have the same source.
+std::string fusedKernelSource(const Program &program, int index);
+
+/// Every distinct kernel source of `program`'s chains, each after a
+/// comment naming the `fused` instructions that run it
+/// (`--print-fused-kernels`).
+std::string listFusedKernels(const Program &program);
+
+/// The ops of chain `index` in order, e.g. "add, gelu, mul" (listings).
+std::string describeFusedKernel(const Program &program, int index);
+
+} // namespace merak::runtime
+
+#endif // MERAK_RUNTIME_FUSION_H

@@ -1,0 +1,560 @@
+//===- Fusion.cpp - chains of elementwise ops as single kernels -----------===//
+
+#include "merak/Runtime/Fusion.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <set>
+
+namespace merak::runtime {
+namespace {
+
+bool fusibleType(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16 ||
+         t == DType::Bool;
+}
+bool floatType(DType t) { return fusibleType(t) && t != DType::Bool; }
+
+const TensorType &typeOf(const Program &p, ValueId v) {
+  return p.values[v].type;
+}
+
+/// The element-type rule of each fusible op: which operand types it takes.
+bool operandTypesFit(const Program &p, const Instruction &inst) {
+  DType out = typeOf(p, inst.results[0]).dtype;
+  auto all = [&](auto pred) {
+    return std::all_of(inst.operands.begin(), inst.operands.end(),
+                       [&](ValueId v) { return pred(typeOf(p, v).dtype); });
+  };
+  switch (inst.kind) {
+  case OpKind::Not:
+  case OpKind::And:
+  case OpKind::Or:
+    return out == DType::Bool && all([](DType t) { return t == DType::Bool; });
+  case OpKind::Compare:
+    return out == DType::Bool &&
+           typeOf(p, inst.operands[0]).dtype ==
+               typeOf(p, inst.operands[1]).dtype &&
+           all(floatType);
+  case OpKind::Where:
+    return floatType(out) && typeOf(p, inst.operands[0]).dtype == DType::Bool &&
+           typeOf(p, inst.operands[1]).dtype == out &&
+           typeOf(p, inst.operands[2]).dtype == out;
+  case OpKind::Cast:
+    return fusibleType(out) && all(fusibleType);
+  default: // the arithmetic: every operand of the result's float type
+    return floatType(out) && all([&](DType t) { return t == out; });
+  }
+}
+
+/// The members' result values that the chain computes but something after
+/// it reads: the kernel writes them.
+bool readOutside(const std::vector<std::vector<int>> &readers,
+                 const std::set<int> &members, const std::set<ValueId> &results,
+                 ValueId v) {
+  if (results.count(v))
+    return true;
+  for (int r : readers[v])
+    if (!members.count(r))
+      return true;
+  return false;
+}
+
+} // namespace
+
+bool fusible(const Program &program, const Instruction &inst) {
+  switch (inst.kind) {
+  case OpKind::Neg:
+  case OpKind::Abs:
+  case OpKind::Exp:
+  case OpKind::Log:
+  case OpKind::Sin:
+  case OpKind::Cos:
+  case OpKind::Sqrt:
+  case OpKind::Rsqrt:
+  case OpKind::Reciprocal:
+  case OpKind::Erf:
+  case OpKind::Tanh:
+  case OpKind::Sigmoid:
+  case OpKind::Silu:
+  case OpKind::Relu:
+  case OpKind::Not:
+  case OpKind::Gelu:
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div:
+  case OpKind::Pow:
+  case OpKind::Minimum:
+  case OpKind::Maximum:
+  case OpKind::And:
+  case OpKind::Or:
+  case OpKind::Compare:
+  case OpKind::Where:
+  case OpKind::GeluBackward:
+    break;
+  case OpKind::Clamp: // without bounds a view of its operand
+    if (!inst.attrs.min && !inst.attrs.max)
+      return false;
+    break;
+  case OpKind::Cast: // to its own type a view of its operand
+    if (inst.operands.size() == 1 && !inst.results.empty() &&
+        typeOf(program, inst.operands[0]).dtype ==
+            typeOf(program, inst.results[0]).dtype)
+      return false;
+    break;
+  default:
+    return false;
+  }
+  if (!arityError(inst).empty() || inst.results.size() != 1)
+    return false;
+  for (ValueId v : inst.operands)
+    if (v == kNoValue)
+      return false;
+  const TensorType &out = typeOf(program, inst.results[0]);
+  if (out.shape.size() > 8 || out.numElements() < 1)
+    return false;
+  for (ValueId v : inst.operands)
+    if (typeOf(program, v).shape.size() > out.shape.size())
+      return false;
+  return operandTypesFit(program, inst);
+}
+
+void fuseElementwise(Program &program) {
+  const int n = int(program.instructions.size());
+  const int numValues = int(program.values.size());
+  std::vector<int> producer(numValues, -1);
+  std::vector<std::vector<int>> readers(numValues);
+  for (int i = 0; i < n; ++i) {
+    const Instruction &inst = program.instructions[i];
+    for (ValueId v : inst.results)
+      if (v >= 0 && v < numValues)
+        producer[v] = i;
+    for (ValueId v : inst.operands)
+      if (v >= 0 && v < numValues)
+        readers[v].push_back(i);
+  }
+  std::set<ValueId> returned;
+  for (const ResultInfo &r : program.results)
+    returned.insert(r.value);
+
+  // Chains grow in program order. `chainOf` maps an instruction to its
+  // chain, whose members, shape, inputs and openness are kept by index;
+  // merged chains forward to the one that absorbed them.
+  struct Chain {
+    std::vector<int> members;
+    std::vector<int64_t> shape;
+    std::set<ValueId> inputs;
+    std::set<ValueId> defined;
+    bool open = true;
+    int mergedInto = -1;
+  };
+  std::vector<Chain> chains;
+  std::vector<int> chainOf(n, -1);
+  auto root = [&](int c) {
+    while (c >= 0 && chains[c].mergedInto >= 0)
+      c = chains[c].mergedInto;
+    return c;
+  };
+  auto chainOfValue = [&](ValueId v) {
+    int at = v >= 0 && v < numValues ? producer[v] : -1;
+    return at >= 0 ? root(chainOf[at]) : -1;
+  };
+
+  for (int i = 0; i < n; ++i) {
+    const Instruction &inst = program.instructions[i];
+    std::set<int> joined;
+    if (fusible(program, inst)) {
+      const std::vector<int64_t> &shape =
+          typeOf(program, inst.results[0]).shape;
+      std::set<int> candidates;
+      for (ValueId v : inst.operands) {
+        int c = chainOfValue(v);
+        if (c >= 0 && chains[c].open && chains[c].shape == shape)
+          candidates.insert(c);
+      }
+      // What the chain would read and how many results it could define.
+      std::set<ValueId> inputs, defined;
+      size_t members = 1;
+      for (int c : candidates) {
+        inputs.insert(chains[c].inputs.begin(), chains[c].inputs.end());
+        defined.insert(chains[c].defined.begin(), chains[c].defined.end());
+        members += chains[c].members.size();
+      }
+      for (ValueId v : inst.operands)
+        inputs.insert(v);
+      for (ValueId v : defined)
+        inputs.erase(v);
+      if (inputs.size() > size_t(kMaxFusedOperands) ||
+          members > size_t(kMaxFusedOperands)) {
+        candidates.clear();
+        inputs = std::set<ValueId>(inst.operands.begin(), inst.operands.end());
+        defined.clear();
+      }
+      int into;
+      if (candidates.empty()) {
+        into = int(chains.size());
+        chains.push_back(Chain());
+        chains[into].shape = shape;
+      } else {
+        into = *candidates.begin();
+        for (int c : candidates) {
+          if (c == into)
+            continue;
+          Chain &other = chains[c];
+          chains[into].members.insert(chains[into].members.end(),
+                                      other.members.begin(),
+                                      other.members.end());
+          other.members.clear();
+          other.mergedInto = into;
+        }
+      }
+      Chain &chain = chains[into];
+      chain.members.push_back(i);
+      defined.insert(inst.results[0]);
+      chain.inputs = std::move(inputs);
+      chain.defined = std::move(defined);
+      chainOf[i] = into;
+      joined.insert(into);
+    }
+    // A chain whose value something outside it reads is closed: a later
+    // member would run after that reader.
+    for (ValueId v : inst.operands) {
+      int c = chainOfValue(v);
+      if (c >= 0 && !joined.count(c))
+        chains[c].open = false;
+    }
+  }
+
+  // The fused instructions, each at its chain's last member.
+  std::vector<int> fusedAt(n, -1); // instruction -> index in fusedKernels
+  std::vector<bool> dropped(n, false);
+  std::vector<Instruction> fusedInsts;
+  for (Chain &chain : chains) {
+    if (chain.mergedInto >= 0 || chain.members.size() < 2)
+      continue;
+    std::sort(chain.members.begin(), chain.members.end());
+    std::set<int> members(chain.members.begin(), chain.members.end());
+    FusedKernel kernel;
+    kernel.shape = chain.shape;
+    Instruction fused;
+    fused.kind = OpKind::Fused;
+    fused.attrs.index = int64_t(program.fusedKernels.size());
+    std::set<ValueId> defined;
+    for (int m : chain.members) {
+      Instruction member = program.instructions[m];
+      for (ValueId v : member.operands)
+        if (!defined.count(v) &&
+            std::find(fused.operands.begin(), fused.operands.end(), v) ==
+                fused.operands.end())
+          fused.operands.push_back(v);
+      for (ValueId v : member.results) {
+        defined.insert(v);
+        if (readOutside(readers, members, returned, v))
+          fused.results.push_back(v);
+      }
+      member.storage.assign(member.results.size(), ResultStorage());
+      member.release.clear();
+      kernel.members.push_back(std::move(member));
+      dropped[m] = true;
+    }
+    const Instruction &first = program.instructions[chain.members.front()];
+    fused.location = first.location;
+    fusedAt[chain.members.back()] = int(fusedInsts.size());
+    fusedInsts.push_back(std::move(fused));
+    program.fusedKernels.push_back(std::move(kernel));
+  }
+  if (fusedInsts.empty())
+    return;
+
+  // Rebuild the list; collectives and their waits name each other by
+  // index, so renumber them.
+  std::vector<Instruction> out;
+  std::vector<int> newIndex(n, -1);
+  for (int i = 0; i < n; ++i) {
+    if (fusedAt[i] >= 0) {
+      newIndex[i] = int(out.size());
+      out.push_back(std::move(fusedInsts[fusedAt[i]]));
+      continue;
+    }
+    if (dropped[i])
+      continue;
+    newIndex[i] = int(out.size());
+    out.push_back(std::move(program.instructions[i]));
+  }
+  for (Instruction &inst : out) {
+    if (inst.waitAt >= 0)
+      inst.waitAt = newIndex[inst.waitAt];
+    if (inst.completes >= 0)
+      inst.completes = newIndex[inst.completes];
+  }
+  program.instructions = std::move(out);
+}
+
+//===----------------------------------------------------------------------===//
+// CUDA source
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// How a value of `t` is loaded and stored: the C type of its elements,
+/// the expression that makes it the computing type from an element `e`,
+/// and back.
+struct Storage {
+  const char *element;
+  const char *load; // %s: the element
+  const char *store;
+};
+Storage storageOf(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return {"uint16_t", "bf16BitsToFloat(%s)", "floatToBf16Bits(%s)"};
+  case DType::F16:
+    return {"uint16_t", "f16BitsToFloat(%s)", "floatToF16Bits(%s)"};
+  case DType::Bool:
+    return {"uint8_t", "(%s != 0)", "uint8_t(%s)"};
+  default:
+    return {"float", "%s", "%s"};
+  }
+}
+const char *computeType(DType t) { return t == DType::Bool ? "bool" : "float"; }
+
+/// `expr` rounded to the element type of a result of `t`.
+std::string rounded(DType t, const std::string &expr) {
+  switch (t) {
+  case DType::BF16:
+    return absl::StrCat("roundToBf16(", expr, ")");
+  case DType::F16:
+    return absl::StrCat("roundToF16(", expr, ")");
+  default:
+    return expr;
+  }
+}
+
+/// A float constant, exactly: its bits, its value in a comment.
+std::string floatConstant(double v) {
+  float f = float(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return absl::StrFormat("floatFromBits(0x%08xu) /* %g */", bits, double(f));
+}
+
+const char *comparison(ComparePredicate p) {
+  switch (p) {
+  case ComparePredicate::Eq:
+    return "==";
+  case ComparePredicate::Ne:
+    return "!=";
+  case ComparePredicate::Lt:
+    return "<";
+  case ComparePredicate::Le:
+    return "<=";
+  case ComparePredicate::Gt:
+    return ">";
+  case ComparePredicate::Ge:
+    return ">=";
+  }
+  return "==";
+}
+
+/// What `inst` computes from its operands' names, before rounding: the
+/// expression the unfused kernel (Elementwise.cu) evaluates in float.
+std::string expression(const Program &p, const Instruction &inst,
+                       const std::vector<std::string> &x) {
+  const OpAttrs &a = inst.attrs;
+  switch (inst.kind) {
+  case OpKind::Neg:
+    return absl::StrCat("-", x[0]);
+  case OpKind::Abs:
+    return absl::StrCat("mathAbs(", x[0], ")");
+  case OpKind::Exp:
+    return absl::StrCat("mathExp(", x[0], ")");
+  case OpKind::Log:
+    return absl::StrCat("mathLog(", x[0], ")");
+  case OpKind::Sin:
+    return absl::StrCat("mathSin(", x[0], ")");
+  case OpKind::Cos:
+    return absl::StrCat("mathCos(", x[0], ")");
+  case OpKind::Sqrt:
+    return absl::StrCat("mathSqrt(", x[0], ")");
+  case OpKind::Rsqrt:
+    return absl::StrCat("1.0f / mathSqrt(", x[0], ")");
+  case OpKind::Reciprocal:
+    return absl::StrCat("1.0f / ", x[0]);
+  case OpKind::Erf:
+    return absl::StrCat("mathErf(", x[0], ")");
+  case OpKind::Tanh:
+    return absl::StrCat("mathTanh(", x[0], ")");
+  case OpKind::Sigmoid:
+    return absl::StrCat("sigmoidOf(", x[0], ")");
+  case OpKind::Silu:
+    return absl::StrCat("siluOf(", x[0], ")");
+  case OpKind::Relu:
+    return absl::StrCat("reluOf(", x[0], ")");
+  case OpKind::Not:
+    return absl::StrCat("!", x[0]);
+  case OpKind::Gelu:
+    return absl::StrCat(a.tanhApproximation ? "geluTanhOf(" : "geluOf(", x[0],
+                        ")");
+  case OpKind::GeluBackward:
+    return absl::StrCat(a.tanhApproximation ? "geluTanhBackwardOf("
+                                            : "geluBackwardOf(",
+                        x[0], ", ", x[1], ")");
+  case OpKind::Add:
+    return absl::StrCat(x[0], " + ", x[1]);
+  case OpKind::Sub:
+    return absl::StrCat(x[0], " - ", x[1]);
+  case OpKind::Mul:
+    return absl::StrCat(x[0], " * ", x[1]);
+  case OpKind::Div:
+    return absl::StrCat(x[0], " / ", x[1]);
+  case OpKind::Minimum:
+    return absl::StrCat("minimumOf(", x[0], ", ", x[1], ")");
+  case OpKind::Maximum:
+    return absl::StrCat("maximumOf(", x[0], ", ", x[1], ")");
+  case OpKind::And:
+    return absl::StrCat(x[0], " && ", x[1]);
+  case OpKind::Or:
+    return absl::StrCat(x[0], " || ", x[1]);
+  case OpKind::Pow: {
+    // A rank-0 exponent of a tensor came from a Python number:
+    // pow(Tensor, Scalar) and its shortcuts (Elementwise.cpp's rule).
+    bool scalarExponent = typeOf(p, inst.operands[1]).shape.empty() &&
+                          !typeOf(p, inst.operands[0]).shape.empty();
+    return absl::StrCat(scalarExponent ? "powScalarFloat(" : "mathPow(", x[0],
+                        ", ", x[1], ")");
+  }
+  case OpKind::Compare:
+    return absl::StrCat(x[0], " ", comparison(a.predicate), " ", x[1]);
+  case OpKind::Where:
+    return absl::StrCat(x[0], " ? ", x[1], " : ", x[2]);
+  case OpKind::Clamp: {
+    // NaN stays NaN: neither comparison holds for it.
+    std::string v = x[0];
+    if (a.min) {
+      std::string lo = floatConstant(*a.min);
+      v = absl::StrCat("(", v, " < ", lo, " ? ", lo, " : ", v, ")");
+    }
+    if (a.max) {
+      std::string hi = floatConstant(*a.max);
+      v = absl::StrCat("(", hi, " < ", v, " ? ", hi, " : ", v, ")");
+    }
+    return v;
+  }
+  case OpKind::Cast: {
+    DType from = typeOf(p, inst.operands[0]).dtype;
+    DType to = typeOf(p, inst.results[0]).dtype;
+    if (to == DType::Bool)
+      return from == DType::Bool ? x[0] : absl::StrCat(x[0], " != 0.0f");
+    if (from == DType::Bool)
+      return absl::StrCat(x[0], " ? 1.0f : 0.0f");
+    return x[0];
+  }
+  default:
+    return "/* not fusible */";
+  }
+}
+
+} // namespace
+
+std::string describeFusedKernel(const Program &program, int index) {
+  std::vector<std::string> names;
+  for (const Instruction &m : program.fusedKernels[index].members)
+    names.push_back(opKindName(m.kind));
+  return absl::StrJoin(names, ", ");
+}
+
+std::string listFusedKernels(const Program &program) {
+  // Sources in order of first use, with the instructions running each.
+  std::vector<std::string> sources;
+  std::map<std::string, std::vector<std::string>> users;
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction &inst = program.instructions[i];
+    if (inst.kind != OpKind::Fused)
+      continue;
+    std::string source = fusedKernelSource(program, int(inst.attrs.index));
+    auto [it, inserted] = users.try_emplace(source);
+    if (inserted)
+      sources.push_back(source);
+    it->second.push_back(absl::StrCat("#", i));
+  }
+  std::string text =
+      absl::StrCat("// @", program.function, ": ", sources.size(),
+                   " fused kernel", sources.size() == 1 ? "" : "s", "\n");
+  for (const std::string &source : sources)
+    absl::StrAppend(&text, "// run by ", absl::StrJoin(users[source], ", "),
+                    "\n", source);
+  return text;
+}
+
+std::string fusedKernelSource(const Program &program, int index) {
+  const FusedKernel &kernel = program.fusedKernels[index];
+  const Instruction *fused = nullptr;
+  for (const Instruction &inst : program.instructions)
+    if (inst.kind == OpKind::Fused && inst.attrs.index == index)
+      fused = &inst;
+  std::vector<ValueId> inputs =
+      fused ? fused->operands : std::vector<ValueId>();
+  std::vector<ValueId> outputs =
+      fused ? fused->results : std::vector<ValueId>();
+  const size_t numInputs = inputs.size();
+
+  std::string s;
+  absl::StrAppend(&s, "// ", describeFusedKernel(program, index), "\n",
+                  "#include \"DeviceMath.h\"\n",
+                  "using namespace merak::runtime::cuda;\n",
+                  "extern \"C\" __global__ void __launch_bounds__(256)\n",
+                  "merak_fused(const FusedParams p) {\n",
+                  "  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + "
+                  "threadIdx.x; i < p.n;\n",
+                  "       i += int64_t(gridDim.x) * blockDim.x) {\n");
+  absl::StrAppend(&s, "    int64_t o[", numInputs, "];\n", "    if (p.dense)\n",
+                  "      for (int k = 0; k < ", numInputs, "; ++k)\n",
+                  "        o[k] = i;\n", "    else\n",
+                  "      fusedOffsets(p, i, ", numInputs, ", o);\n");
+  // Names: inputs x0.., member results v0.. (in program order).
+  std::map<ValueId, std::string> name;
+  for (size_t k = 0; k < numInputs; ++k) {
+    DType t = typeOf(program, inputs[k]).dtype;
+    Storage st = storageOf(t);
+    std::string element = absl::StrCat("static_cast<const ", st.element,
+                                       " *>(p.data[", k, "])[o[", k, "]]");
+    std::string x = absl::StrCat("x", k);
+    absl::StrAppend(&s, "    const ", computeType(t), " ", x, " = ",
+                    absl::StrReplaceAll(st.load, {{"%s", element}}), "; // ",
+                    typeOf(program, inputs[k]).str(), "\n");
+    name[inputs[k]] = x;
+  }
+  int next = 0;
+  for (const Instruction &m : kernel.members) {
+    std::vector<std::string> x;
+    for (ValueId v : m.operands)
+      x.push_back(name.count(v) ? name[v] : "/* missing */");
+    DType t = typeOf(program, m.results[0]).dtype;
+    std::string v = absl::StrCat("v", next++);
+    absl::StrAppend(&s, "    const ", computeType(t), " ", v, " = ",
+                    rounded(t, expression(program, m, x)), "; // ",
+                    opKindName(m.kind), "\n");
+    name[m.results[0]] = v;
+  }
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    DType t = typeOf(program, outputs[r]).dtype;
+    Storage st = storageOf(t);
+    absl::StrAppend(
+        &s, "    static_cast<", st.element, " *>(p.data[", numInputs + r,
+        "])[i] = ", absl::StrReplaceAll(st.store, {{"%s", name[outputs[r]]}}),
+        ";\n");
+  }
+  absl::StrAppend(&s, "  }\n}\n");
+  return s;
+}
+
+} // namespace merak::runtime
