@@ -193,8 +193,9 @@ void fuseElementwise(Program &program) {
         inputs.insert(v);
       for (ValueId v : defined)
         inputs.erase(v);
-      if (inputs.size() > size_t(kMaxFusedOperands) ||
-          members > size_t(kMaxFusedOperands)) {
+      // Each member may define an output: inputs and members together
+      // bound the kernel's operands.
+      if (inputs.size() + members > size_t(kMaxFusedOperands)) {
         candidates.clear();
         inputs = std::set<ValueId>(inst.operands.begin(), inst.operands.end());
         defined.clear();
@@ -271,6 +272,13 @@ void fuseElementwise(Program &program) {
     fusedAt[chain.members.back()] = int(fusedInsts.size());
     fusedInsts.push_back(std::move(fused));
     program.fusedKernels.push_back(std::move(kernel));
+  }
+  for (size_t k = 0; k < fusedInsts.size(); ++k) {
+    // The source names the chain's inputs and outputs: those of its
+    // instruction.
+    int index = int(program.fusedKernels.size() - fusedInsts.size() + k);
+    program.fusedKernels[index].source =
+        fusedKernelSource(program, fusedInsts[k], index);
   }
   if (fusedInsts.empty())
     return;
@@ -480,7 +488,7 @@ std::string listFusedKernels(const Program &program) {
     const Instruction &inst = program.instructions[i];
     if (inst.kind != OpKind::Fused)
       continue;
-    std::string source = fusedKernelSource(program, int(inst.attrs.index));
+    const std::string &source = program.fusedKernels[inst.attrs.index].source;
     auto [it, inserted] = users.try_emplace(source);
     if (inserted)
       sources.push_back(source);
@@ -495,16 +503,11 @@ std::string listFusedKernels(const Program &program) {
   return text;
 }
 
-std::string fusedKernelSource(const Program &program, int index) {
+std::string fusedKernelSource(const Program &program, const Instruction &fused,
+                              int index) {
   const FusedKernel &kernel = program.fusedKernels[index];
-  const Instruction *fused = nullptr;
-  for (const Instruction &inst : program.instructions)
-    if (inst.kind == OpKind::Fused && inst.attrs.index == index)
-      fused = &inst;
-  std::vector<ValueId> inputs =
-      fused ? fused->operands : std::vector<ValueId>();
-  std::vector<ValueId> outputs =
-      fused ? fused->results : std::vector<ValueId>();
+  const std::vector<ValueId> &inputs = fused.operands;
+  const std::vector<ValueId> &outputs = fused.results;
   const size_t numInputs = inputs.size();
 
   std::string s;

@@ -14,6 +14,7 @@
 #include "merak/Runtime/Comm/Launch.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/FlagNames.h"
+#include "merak/Runtime/Fusion.h"
 #include "merak/Runtime/HardwareProbe.h"
 #include "merak/Runtime/Pipeline.h"
 #include "merak/Runtime/RankProgramFile.h"
@@ -156,6 +157,10 @@ ABSL_FLAG(std::string, fuse_elementwise, "auto",
 ABSL_FLAG(bool, print_fused_kernels, false,
           "Print the CUDA source of rank 0's fused elementwise kernels, then "
           "exit");
+ABSL_FLAG(std::vector<std::string>, compile_fused_kernels, {},
+          "Compile rank 0's fused elementwise kernels for these GPU "
+          "architectures (sm_80,sm_90) without a GPU, print their sizes, then "
+          "exit");
 ABSL_FLAG(bool, tf32, false,
           "--device=cuda: float32 GEMMs on TF32 tensor cores (off: full "
           "float32, as PyTorch's default)");
@@ -276,6 +281,44 @@ int fail(const std::string &message) {
 
 int fail(const absl::Status &status) {
   return fail(std::string(status.message()));
+}
+
+/// --compile-fused-kernels: every distinct fused kernel of rank 0's
+/// programs compiled for each of `archs`; a line per kernel and
+/// architecture, an error for the first that does not compile.
+int compileFusedKernels(CompiledPlan &plan, const BindOptions &binding,
+                        const std::vector<std::string> &archs) {
+  absl::StatusOr<const BackendEntry *> cuda = findBackend("cuda");
+  if (!cuda.ok() || !(*cuda)->compileFusedKernel)
+    return fail("--compile-fused-kernels needs the CUDA backend, which this "
+                "build does not have");
+  std::vector<std::pair<std::string, std::string>> kernels; // ops, source
+  absl::StatusOr<std::string> listed =
+      listRankZero(plan, binding, [&](const Program &p) {
+        for (const FusedKernel &k : p.fusedKernels) {
+          bool seen = false;
+          for (const auto &[ops, source] : kernels)
+            seen = seen || source == k.source;
+          if (!seen)
+            kernels.emplace_back(k.source.substr(3, k.source.find('\n') - 3),
+                                 k.source);
+        }
+        return std::string();
+      });
+  if (!listed.ok())
+    return listed.status().message().empty() ? 1 : fail(listed.status());
+  for (size_t i = 0; i < kernels.size(); ++i)
+    for (const std::string &arch : archs) {
+      absl::StatusOr<std::string> cubin =
+          (*cuda)->compileFusedKernel(kernels[i].second, arch);
+      if (!cubin.ok())
+        return fail(cubin.status());
+      std::printf("fused kernel %zu (%s): %s, %zu bytes of machine code\n", i,
+                  kernels[i].first.c_str(), arch.c_str(), cubin->size());
+    }
+  std::printf("%zu fused kernels compiled for %s\n", kernels.size(),
+              absl::StrJoin(archs, ", ").c_str());
+  return 0;
 }
 
 void note(const std::string &message) { writeDiagnostic("note", message); }
@@ -977,16 +1020,24 @@ int main(int argc, char **argv) {
   const CollectiveMode collectiveMode =
       syncCollectives ? CollectiveMode::Blocking : CollectiveMode::Overlapped;
   const bool printFused = absl::GetFlag(FLAGS_print_fused_kernels);
+  const std::vector<std::string> compileArchs =
+      absl::GetFlag(FLAGS_compile_fused_kernels);
   absl::StatusOr<bool> fuse = elementwiseFusion();
   if (!fuse.ok())
     return fail(fuse.status());
-  const BindOptions binding(collectiveMode, *fuse || printFused);
+  const BindOptions binding(collectiveMode,
+                            *fuse || printFused || !compileArchs.empty());
+  if (!compileArchs.empty()) {
+    if (env.worldSize == meshSize && env.rank != 0)
+      return 0;
+    return compileFusedKernels(*compiled, binding, compileArchs);
+  }
   if (printProgramOnly || printFused) {
     // Without the ranks running, rank 0's programs.
     if (env.worldSize == meshSize && env.rank != 0)
       return 0;
-    absl::StatusOr<std::string> listing =
-        listRankZero(*compiled, binding, printFused);
+    absl::StatusOr<std::string> listing = listRankZero(
+        *compiled, binding, printFused ? listFusedKernels : printProgram);
     if (!listing.ok())
       return listing.status().message().empty() ? 1 : fail(listing.status());
     std::fputs(listing->c_str(), stdout);

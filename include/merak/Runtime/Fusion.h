@@ -32,23 +32,26 @@ bool fusible(const Program &program, const Instruction &inst);
 /// of the chain's last member. A member joins the chain of an operand's
 /// producer only while nothing outside the chain has read a value of it,
 /// so the values a chain reads are ready where it runs and the values it
-/// defines are read only after it. A chain reads at most
-/// `kMaxFusedOperands` values and defines at most as many. Call it before
+/// defines are read only after it. A chain's inputs and members number at
+/// most `kMaxFusedOperands`, so that what it reads and defines fits one
+/// kernel's parameters. Call it before
 /// `planProgram`; `bindToRank` does with `BindOptions::fuseElementwise`.
 void fuseElementwise(Program &program);
 
-/// The most inputs plus outputs of one chain (the kernel's parameters have
+/// The most inputs plus outputs of one chain's kernel (its parameters have
 /// room for so many pointers).
 constexpr int kMaxFusedOperands = 24;
 
-/// The CUDA source of `program`'s chain `index`, a kernel named
+/// The CUDA source of `program`'s chain `index`, run by `fused` (which
+/// names its inputs and outputs), a kernel named
 /// `merak_fused` over the chain's elements whose parameters are a
 /// `FusedParams` (lib/Runtime/CUDA/DeviceMath.h, its one include): inputs
 /// loaded in their element types, every value computed in float as the
 /// unfused kernel computes it and rounded to its own element type, the
 /// outputs stored. Chains that compute the same thing (one per layer of a
 /// model) have the same source.
-std::string fusedKernelSource(const Program &program, int index);
+std::string fusedKernelSource(const Program &program, const Instruction &fused,
+                              int index);
 
 /// Every distinct kernel source of `program`'s chains, each after a
 /// comment naming the `fused` instructions that run it

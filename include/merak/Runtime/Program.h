@@ -184,6 +184,8 @@ struct Instruction {
 struct FusedKernel {
   std::vector<Instruction> members;
   std::vector<int64_t> shape;
+  /// Its CUDA source (`fusedKernelSource`), written when it is made.
+  std::string source;
 };
 
 /// How many operands and results an op takes: MerakOps.td's, an absent

@@ -53,6 +53,12 @@ struct BackendEntry {
   /// Whether it has a kernel for `fused` chains, so that
   /// `--fuse-elementwise=auto` fuses for it (Fusion.h).
   bool fusesElementwise = false;
+  /// Compiles a fused kernel's source (`fusedKernelSource`) for an
+  /// architecture ("sm_90") without running it, returning the machine
+  /// code (`--compile-fused-kernels`); unset for a backend without them.
+  std::function<absl::StatusOr<std::string>(const std::string &source,
+                                            const std::string &arch)>
+      compileFusedKernel;
 };
 
 struct CommunicatorEntry {

@@ -161,6 +161,7 @@ const KernelTable &kernelTable() {
     registerLinearAlgebraKernels(t);
     registerAttentionKernels(t);
     registerConvolutionKernels(t);
+    registerFusedKernels(t);
     return t;
   }();
   return table;

@@ -76,6 +76,8 @@ inline const CudaTensor &unwrap(const DeviceTensor &t) {
 /// What one backend holds for its kernels: the device, its stream, the
 /// libraries' handles, the pool allocations come from and the random
 /// state of the step.
+struct FusedKernelCache; // FusedKernels.cpp
+
 struct DeviceState {
   int device = 0;
   cudaStream_t stream = nullptr;
@@ -96,6 +98,9 @@ struct DeviceState {
   /// (each mask takes as many counters as it has elements).
   uint64_t dropoutKey = 0;
   uint64_t dropoutOffset = 0;
+
+  /// The fused elementwise kernels compiled so far (FusedKernels.cpp).
+  std::shared_ptr<FusedKernelCache> fusedKernels;
 
   /// Kernels launched, by family (for --profile): incremented by hosts.
   int64_t gemmCalls = 0;
@@ -174,6 +179,7 @@ void registerOptimizerKernels(KernelTable &table);
 void registerLinearAlgebraKernels(KernelTable &table);
 void registerAttentionKernels(KernelTable &table);
 void registerConvolutionKernels(KernelTable &table);
+void registerFusedKernels(KernelTable &table);
 
 } // namespace merak::runtime::cuda
 

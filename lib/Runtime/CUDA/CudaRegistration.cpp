@@ -1,5 +1,6 @@
 //===- CudaRegistration.cpp - the CUDA backend under the name "cuda" ------===//
 
+#include "FusedKernels.h"
 #include "merak/Runtime/CUDA/CudaBackend.h"
 #include "merak/Runtime/Registry.h"
 
@@ -35,7 +36,8 @@ void registerCudaBackend() {
                    "convolutions on cuDNN, one GPU per rank (LOCAL_RANK)",
                    createFromSettings,
                    [] { return "  " + cudaDescription() + "\n"; },
-                   cudaDeviceAvailable, /*fusesElementwise=*/true});
+                   cudaDeviceAvailable, /*fusesElementwise=*/true,
+                   cuda::compileFusedKernel});
 }
 
 } // namespace merak::runtime

@@ -1,7 +1,6 @@
 //===- RunOptions.cpp - a run's data and learning rate from its options ---===//
 
 #include "merak/Runtime/Train/RunOptions.h"
-#include "merak/Runtime/Fusion.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -139,8 +138,8 @@ absl::Status checkMemoryPlan(const Program &step, int64_t availableBytes) {
 }
 
 absl::StatusOr<std::string>
-listRankZero(CompiledPlan &plan, const BindOptions &mode, bool fusedKernels) {
-  auto print = fusedKernels ? listFusedKernels : printProgram;
+listRankZero(CompiledPlan &plan, const BindOptions &mode,
+             const std::function<std::string(const Program &)> &print) {
   Program &step = plan.step();
   if (!plan.pipelined()) {
     if (absl::Status s = bindToRank(step, 0, mode); !s.ok())

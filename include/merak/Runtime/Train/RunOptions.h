@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,13 +75,13 @@ absl::Status checkProcessCount(const CompiledPlan &plan, bool launching,
 absl::Status checkMemoryPlan(const Program &step, int64_t availableBytes);
 
 /// Rank 0's programs as `--print-program` lists them: the step bound to
-/// rank 0, or for a pipeline rank 0's task list and its stage programs;
-/// with `fusedKernels`, the CUDA source of their fused chains instead
-/// (`--print-fused-kernels`). Binds `plan`'s step to rank 0. An error with
+/// rank 0, or for a pipeline rank 0's task list and its stage programs,
+/// each program as `print` writes it (`listFusedKernels` for
+/// `--print-fused-kernels`). Binds `plan`'s step to rank 0. An error with
 /// an empty message had its diagnostics printed already (a module's).
-absl::StatusOr<std::string> listRankZero(CompiledPlan &plan,
-                                         const BindOptions &mode,
-                                         bool fusedKernels = false);
+absl::StatusOr<std::string> listRankZero(
+    CompiledPlan &plan, const BindOptions &mode,
+    const std::function<std::string(const Program &)> &print = printProgram);
 
 } // namespace merak::runtime
 

@@ -1,0 +1,241 @@
+//===- FusedKernels.cpp - CUDA host kernel: fused elementwise chains ------===//
+//
+// The `fused` instruction: its chain's source compiled by NVRTC (opened
+// with dlopen) for the device's architecture on first use, loaded with
+// the runtime's library API, and launched as a grid-stride loop over the
+// chain's shape, the inputs broadcast to it and read with their strides.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FusedKernels.h"
+#include "CudaKernels.h"
+#include "merak/Runtime/Fusion.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <dlfcn.h>
+#include <nvrtc.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace merak::runtime::cuda {
+namespace {
+
+static_assert(kFusedMaxOperands == runtime::kMaxFusedOperands,
+              "DeviceMath.h and Fusion.h disagree on a chain's operands");
+
+/// DeviceMath.h's text, the one header of every fused kernel.
+constexpr const char kDeviceMathSource[] =
+#include "DeviceMathSource.inc"
+    ;
+
+/// The NVRTC functions the backend calls, from the library opened once.
+struct Nvrtc {
+  void *handle = nullptr;
+  std::string error;
+  decltype(&::nvrtcVersion) version = nullptr;
+  decltype(&::nvrtcGetErrorString) errorString = nullptr;
+  decltype(&::nvrtcCreateProgram) create = nullptr;
+  decltype(&::nvrtcCompileProgram) compile = nullptr;
+  decltype(&::nvrtcGetProgramLogSize) logSize = nullptr;
+  decltype(&::nvrtcGetProgramLog) log = nullptr;
+  decltype(&::nvrtcGetCUBINSize) cubinSize = nullptr;
+  decltype(&::nvrtcGetCUBIN) cubin = nullptr;
+  decltype(&::nvrtcDestroyProgram) destroy = nullptr;
+
+  static const Nvrtc &get() {
+    static const Nvrtc nvrtc = open();
+    return nvrtc;
+  }
+
+private:
+  static Nvrtc open() {
+    Nvrtc n;
+    // The toolkit's major version first, then any.
+    for (const char *name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+      if ((n.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+        break;
+    if (!n.handle) {
+      const char *why = dlerror();
+      n.error = absl::StrCat("cannot open NVRTC (libnvrtc.so.13, from the CUDA "
+                             "toolkit), which compiles fused kernels: ",
+                             why ? why : "not found",
+                             "; run with --fuse-elementwise=off");
+      return n;
+    }
+    bool ok = true;
+    auto bind = [&](auto &fn, const char *symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+          dlsym(n.handle, symbol));
+      ok = ok && fn;
+    };
+    bind(n.version, "nvrtcVersion");
+    bind(n.errorString, "nvrtcGetErrorString");
+    bind(n.create, "nvrtcCreateProgram");
+    bind(n.compile, "nvrtcCompileProgram");
+    bind(n.logSize, "nvrtcGetProgramLogSize");
+    bind(n.log, "nvrtcGetProgramLog");
+    bind(n.cubinSize, "nvrtcGetCUBINSize");
+    bind(n.cubin, "nvrtcGetCUBIN");
+    bind(n.destroy, "nvrtcDestroyProgram");
+    if (!ok)
+      n.error = "the NVRTC library lacks a function the backend calls";
+    return n;
+  }
+};
+
+} // namespace
+
+std::string nvrtcDescription() {
+  const Nvrtc &nvrtc = Nvrtc::get();
+  if (!nvrtc.error.empty())
+    return nvrtc.error;
+  int major = 0, minor = 0;
+  nvrtc.version(&major, &minor);
+  return absl::StrCat("NVRTC ", major, ".", minor);
+}
+
+absl::StatusOr<std::string> compileFusedKernel(const std::string &source,
+                                               const std::string &arch) {
+  const Nvrtc &nvrtc = Nvrtc::get();
+  if (!nvrtc.error.empty())
+    return absl::FailedPreconditionError(nvrtc.error);
+  nvrtcProgram program;
+  const char *headers[] = {kDeviceMathSource};
+  const char *headerNames[] = {"DeviceMath.h"};
+  if (nvrtcResult r = nvrtc.create(&program, source.c_str(), "merak_fused.cu",
+                                   1, headers, headerNames);
+      r != NVRTC_SUCCESS)
+    return absl::InternalError(
+        absl::StrCat("NVRTC: ", nvrtc.errorString(r), " creating a program"));
+  // Each op rounds as the unfused kernel does: no multiply-add
+  // contraction across ops.
+  std::string archOption = absl::StrCat("--gpu-architecture=", arch);
+  const char *options[] = {archOption.c_str(), "-std=c++17", "--fmad=false",
+                           "-default-device"};
+  nvrtcResult compiled = nvrtc.compile(program, 4, options);
+  size_t logBytes = 0;
+  nvrtc.logSize(program, &logBytes);
+  std::string log(logBytes, '\0');
+  if (logBytes)
+    nvrtc.log(program, log.data());
+  if (compiled != NVRTC_SUCCESS) {
+    nvrtc.destroy(&program);
+    return absl::InternalError(absl::StrCat(
+        "NVRTC could not compile a fused kernel for ", arch, " (",
+        nvrtc.errorString(compiled), "):\n", log.c_str(), "\n", source));
+  }
+  size_t bytes = 0;
+  nvrtc.cubinSize(program, &bytes);
+  std::string cubin(bytes, '\0');
+  nvrtc.cubin(program, cubin.data());
+  nvrtc.destroy(&program);
+  return cubin;
+}
+
+/// The kernels compiled so far, by source, and the libraries holding them.
+struct FusedKernelCache {
+  std::mutex mutex;
+  std::string arch;
+  std::map<std::string, cudaKernel_t> kernels;
+  std::vector<cudaLibrary_t> libraries;
+
+  ~FusedKernelCache() {
+    for (cudaLibrary_t l : libraries)
+      cudaLibraryUnload(l);
+  }
+
+  cudaKernel_t get(const std::string &source, int device) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = kernels.find(source); it != kernels.end())
+      return it->second;
+    if (arch.empty()) {
+      int major = 0, minor = 0;
+      check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                   device),
+            "fused kernel: the device's compute capability");
+      check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                                   device),
+            "fused kernel: the device's compute capability");
+      arch = absl::StrCat("sm_", major, minor);
+    }
+    absl::StatusOr<std::string> cubin = compileFusedKernel(source, arch);
+    if (!cubin.ok())
+      throw CudaError(std::string(cubin.status().message()));
+    cudaLibrary_t library;
+    check(cudaLibraryLoadData(&library, cubin->data(), nullptr, nullptr, 0,
+                              nullptr, nullptr, 0),
+          "fused kernel: loading its machine code");
+    libraries.push_back(library);
+    cudaKernel_t kernel;
+    check(cudaLibraryGetKernel(&kernel, library, "merak_fused"),
+          "fused kernel: finding merak_fused");
+    kernels[source] = kernel;
+    return kernel;
+  }
+};
+
+namespace {
+
+void fused(Ctx &c) {
+  const FusedKernel &chain = c.program.fusedKernels[c.a.index];
+  const std::vector<int64_t> &shape = chain.shape;
+  const size_t inputs = c.inst.operands.size();
+  const size_t outputs = c.inst.results.size();
+  if (inputs + outputs > size_t(kFusedMaxOperands))
+    throw CudaError(absl::StrCat("a fused chain of ", inputs, " inputs and ",
+                                 outputs, " outputs; a kernel takes at most ",
+                                 kFusedMaxOperands));
+  // Every operand as a view of the chain's shape, merged into as few
+  // dimensions as all of them allow.
+  std::vector<View> views(inputs + outputs);
+  int64_t sizes[kMaxDims] = {};
+  for (size_t d = 0; d < shape.size(); ++d)
+    sizes[d] = shape[d];
+  const int rank = int(shape.size());
+  for (size_t k = 0; k < inputs; ++k)
+    if (!broadcastView(c.view(k), sizes, rank, views[k]))
+      throw CudaError(absl::StrCat("fused chain: input #", k,
+                                   " does not broadcast to the chain's shape"));
+  for (size_t r = 0; r < outputs; ++r)
+    views[inputs + r] = c.result(r, /*allowInPlace=*/false).view();
+  coalesceDims(views.data(), int(views.size()));
+
+  FusedParams p{};
+  p.n = 1;
+  for (int64_t s : shape)
+    p.n *= s;
+  if (p.n == 0)
+    return;
+  p.rank = views[0].rank;
+  bool dense = true;
+  for (int d = 0; d < p.rank; ++d)
+    p.sizes[d] = views[0].sizes[d];
+  for (size_t k = 0; k < views.size(); ++k) {
+    p.data[k] = views[k].data;
+    for (int d = 0; d < p.rank; ++d) {
+      p.strides[k][d] = views[k].strides[d];
+      dense = dense && p.rank == 1 && views[k].strides[d] == 1;
+    }
+  }
+  p.dense = dense ? 1 : 0;
+
+  if (!c.dev.fusedKernels)
+    c.dev.fusedKernels = std::make_shared<FusedKernelCache>();
+  cudaKernel_t kernel = c.dev.fusedKernels->get(chain.source, c.dev.device);
+  Launch l = linearLaunch(p.n, 256);
+  void *args[] = {&p};
+  check(cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(l.grid),
+                         dim3(l.block), args, 0, c.stream()),
+        "fused kernel launch");
+}
+
+} // namespace
+
+void registerFusedKernels(KernelTable &table) {
+  table.add(OpKind::Fused, fused);
+}
+
+} // namespace merak::runtime::cuda

@@ -1,0 +1,32 @@
+//===- FusedKernels.h - fused elementwise chains compiled by NVRTC -*- C++
+//-*-===//
+//
+// A `fused` instruction (merak/Runtime/Fusion.h) runs its chain as one
+// kernel whose source `fusedKernelSource` writes. NVRTC compiles that
+// source for the GPU's architecture the first time a chain with it runs,
+// with DeviceMath.h (embedded in the backend at build time) as its one
+// header; chains with the same source share the compiled kernel. NVRTC
+// (libnvrtc, part of the CUDA toolkit) is opened when first needed, so a
+// machine that never fuses does not need it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MERAK_LIB_RUNTIME_CUDA_FUSEDKERNELS_H
+#define MERAK_LIB_RUNTIME_CUDA_FUSEDKERNELS_H
+
+#include "absl/status/statusor.h"
+
+#include <string>
+
+namespace merak::runtime::cuda {
+
+/// `source` compiled by NVRTC for `arch` ("sm_90"): the machine code (a
+/// cubin), or an error with NVRTC's log. Needs no GPU.
+absl::StatusOr<std::string> compileFusedKernel(const std::string &source,
+                                               const std::string &arch);
+
+/// What NVRTC says of itself: "NVRTC 13.0", or why it cannot be opened.
+std::string nvrtcDescription();
+
+} // namespace merak::runtime::cuda
+
+#endif // MERAK_LIB_RUNTIME_CUDA_FUSEDKERNELS_H

@@ -1,0 +1,179 @@
+//===- CudaFusedKernelTest.cpp - fused kernels compiled without a GPU -----===//
+//
+// NVRTC needs no GPU: every op a fused kernel computes, in each float type,
+// is compiled for the architectures the backend is built for and
+// assembled into machine code. Also the 16-bit conversions the fused
+// kernels do in plain arithmetic (DeviceMath.h), against CUDA's own.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../../lib/Runtime/CUDA/DeviceMath.h"
+#include "../../lib/Runtime/CUDA/FusedKernels.h"
+#include "ProgramBuilder.h"
+#include "merak/Runtime/Fusion.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace merak::runtime {
+namespace {
+
+using testing::ProgramBuilder;
+
+uint16_t bitsOf(__half h) {
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+uint16_t bitsOf(__nv_bfloat16 h) {
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(CudaFusedKernel, SixteenBitFloatsToFloatExactly) {
+  for (uint32_t u = 0; u < 65536; ++u) {
+    __half h;
+    __nv_bfloat16 b;
+    uint16_t bits = uint16_t(u);
+    std::memcpy(&h, &bits, 2);
+    std::memcpy(&b, &bits, 2);
+    float hf = __half2float(h), bf = __bfloat162float(b);
+    float mine = cuda::f16BitsToFloat(bits),
+          mineB = cuda::bf16BitsToFloat(bits);
+    if (std::isnan(hf))
+      EXPECT_TRUE(std::isnan(mine)) << u;
+    else
+      EXPECT_EQ(floatBits(mine), floatBits(hf)) << u;
+    if (std::isnan(bf))
+      EXPECT_TRUE(std::isnan(mineB)) << u;
+    else
+      EXPECT_EQ(floatBits(mineB), floatBits(bf)) << u;
+  }
+}
+
+TEST(CudaFusedKernel, FloatsRoundedToSixteenBitsAsCudaRoundsThem) {
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               65504.0f,
+                               65519.99f,
+                               65520.0f,
+                               1e-8f,
+                               5.9604645e-8f,
+                               2.9802322e-8f,
+                               2.9802326e-8f,
+                               6.1035156e-5f,
+                               6.1e-5f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::denorm_min()};
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t u = bits(gen);
+    float f;
+    std::memcpy(&f, &u, 4);
+    values.push_back(f);
+  }
+  // Every float near the half range's edges and subnormals, densely.
+  for (float f = 1e-9f; f < 1e-3f; f *= 1.001f)
+    values.push_back(f);
+  for (float f : values) {
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(cuda::f16BitsToFloat(cuda::floatToF16Bits(f))));
+      EXPECT_TRUE(std::isnan(cuda::bf16BitsToFloat(cuda::floatToBf16Bits(f))));
+      continue;
+    }
+    EXPECT_EQ(cuda::floatToF16Bits(f), bitsOf(__float2half_rn(f))) << f;
+    EXPECT_EQ(cuda::floatToBf16Bits(f), bitsOf(__float2bfloat16_rn(f))) << f;
+  }
+}
+
+/// A chain with every op a fused kernel computes, on `dtype`.
+Program everyOp(DType dtype) {
+  ProgramBuilder b;
+  ValueId x = b.input(dtype, {4, 8});
+  ValueId y = b.input(dtype, {8});
+  ValueId e = b.input(dtype, {});
+  ValueId v = b.op(OpKind::Add, {x, y});
+  for (OpKind k : {OpKind::Neg, OpKind::Abs, OpKind::Exp, OpKind::Log,
+                   OpKind::Sin, OpKind::Cos, OpKind::Sqrt, OpKind::Rsqrt,
+                   OpKind::Reciprocal, OpKind::Erf, OpKind::Tanh,
+                   OpKind::Sigmoid, OpKind::Silu, OpKind::Relu, OpKind::Gelu})
+    v = b.op(k, {v});
+  OpAttrs tanh;
+  tanh.tanhApproximation = true;
+  v = b.op(OpKind::Gelu, {v}, tanh);
+  for (OpKind k : {OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Pow,
+                   OpKind::Minimum, OpKind::Maximum, OpKind::GeluBackward})
+    v = b.op(k, {v, x});
+  v = b.op(OpKind::Pow, {v, e}); // a scalar exponent
+  v = b.op(OpKind::GeluBackward, {v, x}, tanh);
+  OpAttrs lt;
+  lt.predicate = ComparePredicate::Lt;
+  ValueId c = b.op(OpKind::Compare, {v, x}, DType::Bool, {4, 8}, lt);
+  ValueId nc = b.op(OpKind::Not, {c});
+  ValueId both = b.op(OpKind::And, {c, nc});
+  ValueId either = b.op(OpKind::Or, {both, c});
+  v = b.op(OpKind::Where, {either, v, x}, dtype, {4, 8});
+  OpAttrs clamp;
+  clamp.min = -2.0;
+  clamp.max = 3.0;
+  v = b.op(OpKind::Clamp, {v}, clamp);
+  ValueId asBool = b.op(OpKind::Cast, {v}, DType::Bool, {4, 8});
+  ValueId back = b.op(OpKind::Cast, {asBool}, dtype, {4, 8});
+  ValueId other = b.op(OpKind::Cast, {back},
+                       dtype == DType::F32 ? DType::BF16 : DType::F32, {4, 8});
+  b.result(v);
+  b.result(other);
+  fuseElementwise(b.program);
+  return b.program;
+}
+
+TEST(CudaFusedKernel, EveryOpCompilesForEachArchitecture) {
+  ASSERT_EQ(cuda::nvrtcDescription().rfind("NVRTC ", 0), 0u)
+      << cuda::nvrtcDescription();
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    // Chains of at most 24 inputs and members: two kernels.
+    Program p = everyOp(dtype);
+    ASSERT_EQ(p.fusedKernels.size(), 2u) << printProgram(p);
+    for (const Instruction &inst : p.instructions)
+      ASSERT_EQ(inst.kind, OpKind::Fused) << printProgram(p);
+    for (const FusedKernel &k : p.fusedKernels)
+      for (const char *arch : {"sm_80", "sm_90"}) {
+        absl::StatusOr<std::string> cubin =
+            cuda::compileFusedKernel(k.source, arch);
+        ASSERT_TRUE(cubin.ok()) << cubin.status();
+        // An ELF file of machine code.
+        ASSERT_GT(cubin->size(), 4u);
+        EXPECT_EQ(cubin->substr(0, 4), "\x7f"
+                                       "ELF");
+      }
+  }
+}
+
+TEST(CudaFusedKernel, CompileErrorsCarryTheLogAndTheSource) {
+  absl::StatusOr<std::string> bad =
+      cuda::compileFusedKernel("this is not CUDA", "sm_90");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("NVRTC could not compile"),
+            std::string::npos)
+      << bad.status();
+  EXPECT_NE(bad.status().message().find("this is not CUDA"), std::string::npos);
+}
+
+} // namespace
+} // namespace merak::runtime

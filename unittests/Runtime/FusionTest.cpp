@@ -1,0 +1,216 @@
+//===- FusionTest.cpp - elementwise chains found and their sources --------===//
+
+#include "merak/Runtime/Fusion.h"
+#include "ProgramBuilder.h"
+
+#include <gtest/gtest.h>
+
+namespace merak::runtime {
+namespace {
+
+using testing::ProgramBuilder;
+
+const Instruction &onlyFused(const Program &p) {
+  for (const Instruction &inst : p.instructions)
+    if (inst.kind == OpKind::Fused)
+      return inst;
+  ADD_FAILURE() << "no fused instruction in\n" << printProgram(p);
+  return p.instructions.front();
+}
+
+TEST(Fusion, ChainBecomesOneInstructionReadingItsInputs) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {4, 8});
+  ValueId bias = b.input(DType::F32, {8});
+  ValueId scale = b.input(DType::F32, {});
+  ValueId a = b.op(OpKind::Add, {x, bias});
+  ValueId g = b.op(OpKind::Gelu, {a});
+  ValueId m = b.op(OpKind::Mul, {g, scale});
+  b.result(m);
+  fuseElementwise(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok());
+
+  ASSERT_EQ(b.program.instructions.size(), 1u);
+  const Instruction &f = onlyFused(b.program);
+  EXPECT_EQ(f.operands, (std::vector<ValueId>{x, bias, scale}));
+  EXPECT_EQ(f.results, (std::vector<ValueId>{m}));
+  EXPECT_EQ(f.location, "test.py:0");
+  const FusedKernel &k = b.program.fusedKernels[f.attrs.index];
+  EXPECT_EQ(k.shape, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(describeFusedKernel(b.program, int(f.attrs.index)),
+            "add, gelu, mul");
+  // The intermediates stay inside: only the result is written.
+  EXPECT_NE(k.source.find("const float v1 = geluOf(v0); // gelu"),
+            std::string::npos)
+      << k.source;
+  EXPECT_NE(k.source.find("static_cast<float *>(p.data[3])[i] = v2;"),
+            std::string::npos)
+      << k.source;
+  EXPECT_EQ(k.source.find("p.data[4]"), std::string::npos) << k.source;
+}
+
+TEST(Fusion, ValueReadOutsideEndsTheChainItIsIn) {
+  // exp's result is read by a reshape before neg would join: neg may not
+  // run after that reader, so nothing fuses.
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {4, 8});
+  ValueId e = b.op(OpKind::Exp, {x});
+  OpAttrs flat;
+  ValueId r = b.op(OpKind::Reshape, {e}, DType::F32, {32}, flat);
+  ValueId n = b.op(OpKind::Neg, {e});
+  b.result(r);
+  b.result(n);
+  fuseElementwise(b.program);
+  EXPECT_EQ(b.count(OpKind::Fused), 0);
+  EXPECT_EQ(b.program.instructions.size(), 3u);
+}
+
+TEST(Fusion, ValuesReadAfterTheChainAreItsOutputs) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {4, 8});
+  ValueId e = b.op(OpKind::Exp, {x});
+  ValueId n = b.op(OpKind::Neg, {e});
+  ValueId r = b.op(OpKind::Reshape, {e}, DType::F32, {32});
+  b.result(n);
+  b.result(r);
+  fuseElementwise(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok());
+  ASSERT_EQ(b.program.instructions.size(), 2u);
+  EXPECT_EQ(b.program.instructions[0].kind, OpKind::Fused);
+  EXPECT_EQ(b.program.instructions[0].results, (std::vector<ValueId>{e, n}));
+  EXPECT_EQ(b.program.instructions[1].kind, OpKind::Reshape);
+}
+
+TEST(Fusion, ChainsHaveOneShapeAndReadOtherShapesAsInputs) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {4, 8});
+  ValueId y = b.input(DType::F32, {8});
+  ValueId p = b.input(DType::F32, {8});
+  ValueId a = b.op(OpKind::Add, {x, y}); // 4x8
+  ValueId s = b.op(OpKind::Sqrt, {p});   // 8: its own chain, alone
+  ValueId m = b.op(OpKind::Mul, {a, s}); // 4x8, reads s broadcast
+  b.result(m);
+  fuseElementwise(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok());
+  ASSERT_EQ(b.count(OpKind::Fused), 1);
+  EXPECT_EQ(b.count(OpKind::Sqrt), 1);
+  const Instruction &f = onlyFused(b.program);
+  EXPECT_EQ(f.operands, (std::vector<ValueId>{x, y, s}));
+  // The fused instruction stands where its last member stood: after sqrt.
+  EXPECT_EQ(b.program.instructions.back().kind, OpKind::Fused);
+}
+
+TEST(Fusion, TwoChainsJoinedByABinaryOp) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::BF16, {16});
+  ValueId y = b.input(DType::BF16, {16});
+  ValueId ex = b.op(OpKind::Exp, {x});
+  ValueId ty = b.op(OpKind::Tanh, {y});
+  ValueId s = b.op(OpKind::Sub, {ex, ty});
+  b.result(s);
+  fuseElementwise(b.program);
+  ASSERT_EQ(b.program.instructions.size(), 1u);
+  const Instruction &f = onlyFused(b.program);
+  EXPECT_EQ(b.program.fusedKernels[f.attrs.index].members.size(), 3u);
+  const std::string &src = b.program.fusedKernels[f.attrs.index].source;
+  // bf16 loads, each op rounded to bf16, a bf16 store.
+  EXPECT_NE(src.find("bf16BitsToFloat(static_cast<const uint16_t *>"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("roundToBf16(mathExp(x0))"), std::string::npos) << src;
+  EXPECT_NE(src.find("floatToBf16Bits(v2)"), std::string::npos) << src;
+}
+
+TEST(Fusion, CastsComparesAndWhereInOneChain) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {8});
+  ValueId zero = b.input(DType::F32, {});
+  OpAttrs gt;
+  gt.predicate = ComparePredicate::Gt;
+  ValueId c = b.op(OpKind::Compare, {x, zero}, DType::Bool, {8}, gt);
+  ValueId w = b.op(OpKind::Where, {c, x, zero}, DType::F32, {8});
+  ValueId h = b.op(OpKind::Cast, {w}, DType::F16, {8});
+  OpAttrs clamp;
+  clamp.min = -1.5;
+  ValueId k = b.op(OpKind::Clamp, {h}, clamp);
+  b.result(k);
+  fuseElementwise(b.program);
+  ASSERT_EQ(b.program.instructions.size(), 1u);
+  const std::string &src =
+      b.program.fusedKernels[onlyFused(b.program).attrs.index].source;
+  EXPECT_NE(src.find("const bool v0 = x0 > x1; // compare"), std::string::npos)
+      << src;
+  EXPECT_NE(src.find("const float v1 = v0 ? x0 : x1; // where"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("const float v2 = roundToF16(v1); // cast"),
+            std::string::npos)
+      << src;
+  // -1.5f exactly, by its bits.
+  EXPECT_NE(src.find("floatFromBits(0xbfc00000u)"), std::string::npos) << src;
+}
+
+TEST(Fusion, WaitsAndCollectivesRenumbered) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {8});
+  ValueId y = b.input(DType::F32, {8});
+  ValueId g = b.op(OpKind::AllReduce, {y}); // #0, waited for at #3
+  ValueId e = b.op(OpKind::Exp, {x});       // #1
+  ValueId n = b.op(OpKind::Neg, {e});       // #2
+  Instruction wait;
+  wait.kind = OpKind::Wait;
+  wait.operands = {g};
+  wait.completes = 0;
+  b.program.instructions[0].waitAt = 3;
+  b.program.instructions.push_back(wait); // #3
+  ValueId s = b.op(OpKind::Add, {g, g});  // #4: reads the reduced value
+  b.result(n);
+  b.result(s);
+  fuseElementwise(b.program);
+  // all_reduce, fused {exp, neg}, wait, add.
+  ASSERT_EQ(b.program.instructions.size(), 4u);
+  EXPECT_EQ(b.program.instructions[1].kind, OpKind::Fused);
+  EXPECT_EQ(b.program.instructions[0].waitAt, 2);
+  EXPECT_EQ(b.program.instructions[2].kind, OpKind::Wait);
+  EXPECT_EQ(b.program.instructions[2].completes, 0);
+}
+
+TEST(Fusion, ChainReadsAtMostTheKernelsOperands) {
+  ProgramBuilder b;
+  ValueId acc = b.input(DType::F32, {8});
+  for (int i = 0; i < 40; ++i)
+    acc = b.op(OpKind::Add, {acc, b.input(DType::F32, {8})});
+  b.result(acc);
+  fuseElementwise(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok());
+  int members = 0;
+  for (const Instruction &inst : b.program.instructions) {
+    ASSERT_EQ(inst.kind, OpKind::Fused);
+    EXPECT_LE(inst.operands.size() + inst.results.size(),
+              size_t(kMaxFusedOperands));
+    members += int(b.program.fusedKernels[inst.attrs.index].members.size());
+  }
+  EXPECT_EQ(members, 40);
+  EXPECT_GE(b.program.instructions.size(), 2u);
+}
+
+TEST(Fusion, OnlyElementwiseOpsOfFusibleTypes) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F64, {8});
+  ValueId i = b.input(DType::I64, {8});
+  ValueId f = b.input(DType::F32, {8});
+  b.op(OpKind::Exp, {x});
+  b.op(OpKind::Neg, {i});
+  b.op(OpKind::Cast, {f}, DType::F32, {8}); // to its own type: a view
+  OpAttrs none;
+  b.op(OpKind::Clamp, {f}, none); // without bounds: a view
+  b.op(OpKind::Dropout, {f});
+  for (const Instruction &inst : b.program.instructions)
+    EXPECT_FALSE(fusible(b.program, inst)) << opKindName(inst.kind);
+  Instruction sum = b.program.instructions[0];
+  sum.kind = OpKind::ReduceSum;
+  EXPECT_FALSE(fusible(b.program, sum));
+}
+
+} // namespace
+} // namespace merak::runtime
