@@ -181,6 +181,16 @@ std::vector<std::pair<int, int>> inPlaceCandidates(const Instruction &inst) {
   case OpKind::AllReduce:
   case OpKind::Broadcast:
     return {{0, 0}};
+  case OpKind::Fused: {
+    // A fused kernel reads every input at an element before it writes any
+    // output there: any output may take the storage of an input of its
+    // type that is not broadcast (the planner checks both).
+    std::vector<std::pair<int, int>> all;
+    for (size_t r = 0; r < inst.results.size(); ++r)
+      for (size_t k = 0; k < inst.operands.size(); ++k)
+        all.push_back({int(r), int(k)});
+    return all;
+  }
   default:
     return {};
   }

@@ -200,7 +200,7 @@ void fused(Ctx &c) {
       throw CudaError(absl::StrCat("fused chain: input #", k,
                                    " does not broadcast to the chain's shape"));
   for (size_t r = 0; r < outputs; ++r)
-    views[inputs + r] = c.result(r, /*allowInPlace=*/false).view();
+    views[inputs + r] = c.result(r).view();
   coalesceDims(views.data(), int(views.size()));
 
   FusedParams p{};
