@@ -49,6 +49,28 @@ TEST(Fusion, ChainBecomesOneInstructionReadingItsInputs) {
   EXPECT_EQ(k.source.find("p.data[4]"), std::string::npos) << k.source;
 }
 
+TEST(Fusion, OutputTakesTheStorageOfAnInputThatDiesThere) {
+  ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {4, 8});
+  ValueId bias = b.input(DType::F32, {8});
+  OpAttrs drop;
+  drop.p = 0.1;
+  drop.training = true;
+  ValueId d = b.op(OpKind::Dropout, {x}, drop); // a fresh 4x8 value
+  ValueId a = b.op(OpKind::Add, {d, bias});
+  ValueId g = b.op(OpKind::Gelu, {a});
+  b.result(g);
+  fuseElementwise(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok());
+  ASSERT_EQ(b.program.instructions.size(), 2u);
+  const Instruction &f = b.program.instructions[1];
+  ASSERT_EQ(f.kind, OpKind::Fused);
+  ASSERT_EQ(f.storage.size(), 1u);
+  // Into the dropout's result, not the argument x nor the broadcast bias.
+  EXPECT_EQ(f.storage[0].kind, ResultStorage::Kind::InPlace);
+  EXPECT_EQ(f.operands[f.storage[0].operand], d);
+}
+
 TEST(Fusion, ValueReadOutsideEndsTheChainItIsIn) {
   // exp's result is read by a reshape before neg would join: neg may not
   // run after that reader, so nothing fuses.
