@@ -68,6 +68,87 @@ bool readOutside(const std::vector<std::vector<int>> &readers,
   return false;
 }
 
+/// Replaces each group of instructions (indices in program order, two or
+/// more each) with one `fused` instruction at the place of its last
+/// member, reading what its members read from outside it and defining what
+/// is read after it; `shapes` are the groups' chain shapes.
+void replaceWithFused(Program &program,
+                      const std::vector<std::vector<int>> &groups,
+                      const std::vector<std::vector<int64_t>> &shapes) {
+  if (groups.empty())
+    return;
+  const int n = int(program.instructions.size());
+  const int numValues = int(program.values.size());
+  std::vector<std::vector<int>> readers(numValues);
+  for (int i = 0; i < n; ++i)
+    for (ValueId v : program.instructions[i].operands)
+      if (v >= 0 && v < numValues)
+        readers[v].push_back(i);
+  std::set<ValueId> returned;
+  for (const ResultInfo &r : program.results)
+    returned.insert(r.value);
+
+  std::vector<int> fusedAt(n, -1); // instruction -> index in fusedInsts
+  std::vector<bool> dropped(n, false);
+  std::vector<Instruction> fusedInsts;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<int> &group = groups[g];
+    std::set<int> members(group.begin(), group.end());
+    FusedKernel kernel;
+    kernel.shape = shapes[g];
+    Instruction fused;
+    fused.kind = OpKind::Fused;
+    fused.attrs.index = int64_t(program.fusedKernels.size());
+    std::set<ValueId> defined;
+    for (int m : group) {
+      Instruction member = program.instructions[m];
+      for (ValueId v : member.operands)
+        if (!defined.count(v) &&
+            std::find(fused.operands.begin(), fused.operands.end(), v) ==
+                fused.operands.end())
+          fused.operands.push_back(v);
+      for (ValueId v : member.results) {
+        defined.insert(v);
+        if (readOutside(readers, members, returned, v))
+          fused.results.push_back(v);
+        else // lives inside the kernel: no instruction defines it now
+          program.values[v].definedBy = -1;
+      }
+      member.storage.assign(member.results.size(), ResultStorage());
+      member.release.clear();
+      kernel.members.push_back(std::move(member));
+      dropped[m] = true;
+    }
+    fused.location = program.instructions[group.front()].location;
+    fusedAt[group.back()] = int(fusedInsts.size());
+    fusedInsts.push_back(std::move(fused));
+    program.fusedKernels.push_back(std::move(kernel));
+  }
+
+  // Rebuild the list; collectives and their waits name each other by
+  // index, so renumber them.
+  std::vector<Instruction> out;
+  std::vector<int> newIndex(n, -1);
+  for (int i = 0; i < n; ++i) {
+    if (fusedAt[i] >= 0) {
+      newIndex[i] = int(out.size());
+      out.push_back(std::move(fusedInsts[fusedAt[i]]));
+      continue;
+    }
+    if (dropped[i])
+      continue;
+    newIndex[i] = int(out.size());
+    out.push_back(std::move(program.instructions[i]));
+  }
+  for (Instruction &inst : out) {
+    if (inst.waitAt >= 0)
+      inst.waitAt = newIndex[inst.waitAt];
+    if (inst.completes >= 0)
+      inst.completes = newIndex[inst.completes];
+  }
+  program.instructions = std::move(out);
+}
+
 } // namespace
 
 bool fusible(const Program &program, const Instruction &inst) {
@@ -132,19 +213,10 @@ void fuseElementwise(Program &program) {
   const int n = int(program.instructions.size());
   const int numValues = int(program.values.size());
   std::vector<int> producer(numValues, -1);
-  std::vector<std::vector<int>> readers(numValues);
-  for (int i = 0; i < n; ++i) {
-    const Instruction &inst = program.instructions[i];
-    for (ValueId v : inst.results)
+  for (int i = 0; i < n; ++i)
+    for (ValueId v : program.instructions[i].results)
       if (v >= 0 && v < numValues)
         producer[v] = i;
-    for (ValueId v : inst.operands)
-      if (v >= 0 && v < numValues)
-        readers[v].push_back(i);
-  }
-  std::set<ValueId> returned;
-  for (const ResultInfo &r : program.results)
-    returned.insert(r.value);
 
   // Chains grow in program order. `chainOf` maps an instruction to its
   // chain, whose members, shape, inputs and openness are kept by index;
@@ -235,76 +307,69 @@ void fuseElementwise(Program &program) {
     }
   }
 
-  // The fused instructions, each at its chain's last member.
-  std::vector<int> fusedAt(n, -1); // instruction -> index in fusedKernels
-  std::vector<bool> dropped(n, false);
-  std::vector<Instruction> fusedInsts;
+  std::vector<std::vector<int>> groups;
+  std::vector<std::vector<int64_t>> shapes;
   for (Chain &chain : chains) {
     if (chain.mergedInto >= 0 || chain.members.size() < 2)
       continue;
-    std::sort(chain.members.begin(), chain.members.end());
-    std::set<int> members(chain.members.begin(), chain.members.end());
-    FusedKernel kernel;
-    kernel.shape = chain.shape;
-    Instruction fused;
-    fused.kind = OpKind::Fused;
-    fused.attrs.index = int64_t(program.fusedKernels.size());
-    std::set<ValueId> defined;
-    for (int m : chain.members) {
-      Instruction member = program.instructions[m];
-      for (ValueId v : member.operands)
-        if (!defined.count(v) &&
-            std::find(fused.operands.begin(), fused.operands.end(), v) ==
-                fused.operands.end())
-          fused.operands.push_back(v);
-      for (ValueId v : member.results) {
-        defined.insert(v);
-        if (readOutside(readers, members, returned, v))
-          fused.results.push_back(v);
-      }
-      member.storage.assign(member.results.size(), ResultStorage());
-      member.release.clear();
-      kernel.members.push_back(std::move(member));
-      dropped[m] = true;
-    }
-    const Instruction &first = program.instructions[chain.members.front()];
-    fused.location = first.location;
-    fusedAt[chain.members.back()] = int(fusedInsts.size());
-    fusedInsts.push_back(std::move(fused));
-    program.fusedKernels.push_back(std::move(kernel));
+    groups.push_back(chain.members);
+    shapes.push_back(chain.shape);
   }
-  for (size_t k = 0; k < fusedInsts.size(); ++k) {
-    // The source names the chain's inputs and outputs: those of its
-    // instruction.
-    int index = int(program.fusedKernels.size() - fusedInsts.size() + k);
-    program.fusedKernels[index].source =
-        fusedKernelSource(program, fusedInsts[k], index);
-  }
-  if (fusedInsts.empty())
-    return;
+  size_t first = program.fusedKernels.size();
+  replaceWithFused(program, groups, shapes);
+  for (size_t k = first; k < program.fusedKernels.size(); ++k)
+    for (const Instruction &inst : program.instructions)
+      if (inst.kind == OpKind::Fused && inst.attrs.index == int64_t(k))
+        program.fusedKernels[k].source =
+            fusedKernelSource(program, inst, int(k));
+}
 
-  // Rebuild the list; collectives and their waits name each other by
-  // index, so renumber them.
-  std::vector<Instruction> out;
-  std::vector<int> newIndex(n, -1);
+void fuseOptimizerUpdates(Program &program) {
+  // Groups by what the kernel shares: the hyperparameters, the learning
+  // rate and step values, the element type. A group is open until
+  // something outside it reads one of its results.
+  struct Group {
+    std::vector<int> members;
+    bool open = true;
+  };
+  std::vector<Group> groups;
+  std::map<ValueId, int> groupOfResult;
+  const int n = int(program.instructions.size());
   for (int i = 0; i < n; ++i) {
-    if (fusedAt[i] >= 0) {
-      newIndex[i] = int(out.size());
-      out.push_back(std::move(fusedInsts[fusedAt[i]]));
-      continue;
+    const Instruction &inst = program.instructions[i];
+    int joined = -1;
+    if (inst.kind == OpKind::AdamwUpdate && arityError(inst).empty() &&
+        typeOf(program, inst.operands[0]).dtype == DType::F32) {
+      for (int g = int(groups.size()) - 1; g >= 0 && joined < 0; --g) {
+        if (!groups[g].open)
+          continue;
+        const Instruction &m = program.instructions[groups[g].members[0]];
+        const OpAttrs &a = m.attrs, &b = inst.attrs;
+        if (a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+            a.weightDecay == b.weightDecay &&
+            m.operands[4] == inst.operands[4] &&
+            m.operands[5] == inst.operands[5])
+          joined = g;
+      }
+      if (joined < 0) {
+        joined = int(groups.size());
+        groups.push_back(Group());
+      }
+      groups[joined].members.push_back(i);
+      for (ValueId v : inst.results)
+        groupOfResult[v] = joined;
     }
-    if (dropped[i])
-      continue;
-    newIndex[i] = int(out.size());
-    out.push_back(std::move(program.instructions[i]));
+    for (ValueId v : inst.operands)
+      if (auto it = groupOfResult.find(v);
+          it != groupOfResult.end() && it->second != joined)
+        groups[it->second].open = false;
   }
-  for (Instruction &inst : out) {
-    if (inst.waitAt >= 0)
-      inst.waitAt = newIndex[inst.waitAt];
-    if (inst.completes >= 0)
-      inst.completes = newIndex[inst.completes];
-  }
-  program.instructions = std::move(out);
+  std::vector<std::vector<int>> members;
+  for (Group &g : groups)
+    if (g.members.size() >= 2)
+      members.push_back(g.members);
+  replaceWithFused(program, members,
+                   std::vector<std::vector<int64_t>>(members.size()));
 }
 
 //===----------------------------------------------------------------------===//
@@ -473,7 +538,15 @@ std::string expression(const Program &p, const Instruction &inst,
 
 } // namespace
 
+bool isOptimizerGroup(const Program &program, int index) {
+  const FusedKernel &k = program.fusedKernels[index];
+  return !k.members.empty() && k.members[0].kind == OpKind::AdamwUpdate;
+}
+
 std::string describeFusedKernel(const Program &program, int index) {
+  if (isOptimizerGroup(program, index))
+    return absl::StrCat(program.fusedKernels[index].members.size(), " x ",
+                        opKindName(OpKind::AdamwUpdate));
   std::vector<std::string> names;
   for (const Instruction &m : program.fusedKernels[index].members)
     names.push_back(opKindName(m.kind));
@@ -489,6 +562,8 @@ std::string listFusedKernels(const Program &program) {
     if (inst.kind != OpKind::Fused)
       continue;
     const std::string &source = program.fusedKernels[inst.attrs.index].source;
+    if (source.empty()) // an optimizer group: no generated source
+      continue;
     auto [it, inserted] = users.try_emplace(source);
     if (inserted)
       sources.push_back(source);

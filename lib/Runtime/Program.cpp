@@ -171,7 +171,8 @@ int viewOperand(const Program &program, const Instruction &inst, size_t r) {
 /// (result, operand) pairs where the result may be written into the
 /// operand: the kernel has an out= form that tolerates full overlap
 /// (`runtimeInPlace` in MerakOps.td; Gloo reduces and broadcasts in place).
-std::vector<std::pair<int, int>> inPlaceCandidates(const Instruction &inst) {
+std::vector<std::pair<int, int>> inPlaceCandidates(const Program &program,
+                                                   const Instruction &inst) {
   switch (inst.kind) {
 #define MERAK_IN_PLACE(Name, ...)                                              \
   case OpKind::Name:                                                           \
@@ -182,14 +183,30 @@ std::vector<std::pair<int, int>> inPlaceCandidates(const Instruction &inst) {
   case OpKind::Broadcast:
     return {{0, 0}};
   case OpKind::Fused: {
-    // A fused kernel reads every input at an element before it writes any
-    // output there: any output may take the storage of an input of its
+    std::vector<std::pair<int, int>> pairs;
+    if (isOptimizerGroup(program, int(inst.attrs.index))) {
+      // Each update into its own operands, as unfused (the tensors are
+      // updated side by side).
+      for (const Instruction &m :
+           program.fusedKernels[inst.attrs.index].members)
+        for (auto [mr, mk] : inPlaceCandidates(program, m)) {
+          auto r = std::find(inst.results.begin(), inst.results.end(),
+                             m.results[mr]);
+          auto k = std::find(inst.operands.begin(), inst.operands.end(),
+                             m.operands[mk]);
+          if (r != inst.results.end() && k != inst.operands.end())
+            pairs.push_back({int(r - inst.results.begin()),
+                             int(k - inst.operands.begin())});
+        }
+      return pairs;
+    }
+    // A chain's kernel reads every input at an element before it writes
+    // any output there: any output may take the storage of an input of its
     // type that is not broadcast (the planner checks both).
-    std::vector<std::pair<int, int>> all;
     for (size_t r = 0; r < inst.results.size(); ++r)
       for (size_t k = 0; k < inst.operands.size(); ++k)
-        all.push_back({int(r), int(k)});
-    return all;
+        pairs.push_back({int(r), int(k)});
+    return pairs;
   }
   default:
     return {};
@@ -474,8 +491,10 @@ absl::Status bindToRank(Program &program, int64_t rank,
       }
     program.instructions = std::move(kept);
   }
-  if (options.fuseElementwise)
+  if (options.fuseElementwise) {
     fuseElementwise(program);
+    fuseOptimizerUpdates(program);
+  }
   return planProgram(program);
 }
 
@@ -653,7 +672,8 @@ absl::Status planProgram(Program &program) {
     Instruction &inst = program.instructions[i];
     inst.storage.assign(inst.results.size(), ResultStorage());
     std::vector<int> taken;
-    std::vector<std::pair<int, int>> candidates = inPlaceCandidates(inst);
+    std::vector<std::pair<int, int>> candidates =
+        inPlaceCandidates(program, inst);
     // Views first: a view result keeps its operand's storage alive, which
     // the in-place decisions below must see.
     for (size_t r = 0; r < inst.results.size(); ++r) {

@@ -296,7 +296,7 @@ int compileFusedKernels(CompiledPlan &plan, const BindOptions &binding,
   absl::StatusOr<std::string> listed =
       listRankZero(plan, binding, [&](const Program &p) {
         for (const FusedKernel &k : p.fusedKernels) {
-          bool seen = false;
+          bool seen = k.source.empty(); // an optimizer group: no source
           for (const auto &[ops, source] : kernels)
             seen = seen || source == k.source;
           if (!seen)

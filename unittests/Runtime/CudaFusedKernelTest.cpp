@@ -9,6 +9,7 @@
 
 #include "../../lib/Runtime/CUDA/DeviceMath.h"
 #include "../../lib/Runtime/CUDA/FusedKernels.h"
+#include "../../lib/Runtime/CUDA/Optimizers.h"
 #include "ProgramBuilder.h"
 #include "merak/Runtime/Fusion.h"
 
@@ -173,6 +174,35 @@ TEST(CudaFusedKernel, CompileErrorsCarryTheLogAndTheSource) {
             std::string::npos)
       << bad.status();
   EXPECT_NE(bad.status().message().find("this is not CUDA"), std::string::npos);
+}
+
+TEST(CudaFusedKernel, MultiTensorLaunchesCoverEveryTensor) {
+  std::vector<int64_t> sizes = {0, 1, 4096, 4097, int64_t(1) << 30};
+  for (int i = 0; i < 35; ++i)
+    sizes.push_back(768 * (i + 1));
+  std::vector<cuda::MultiTensorLaunch> launches =
+      cuda::planMultiTensor(sizes.data(), int(sizes.size()));
+  ASSERT_EQ(launches.size(), 2u); // 40 tensors, 32 to a launch
+  EXPECT_EQ(launches[0].first, 0);
+  EXPECT_EQ(launches[0].count, 32);
+  EXPECT_EQ(launches[1].first, 32);
+  EXPECT_EQ(launches[1].count, 8);
+  const cuda::MultiTensorLaunch &l = launches[0];
+  EXPECT_EQ(l.blockStart[0], 0);
+  EXPECT_EQ(l.blockStart[1] - l.blockStart[0], 1);    // empty: one block
+  EXPECT_EQ(l.blockStart[2] - l.blockStart[1], 1);    // one element
+  EXPECT_EQ(l.blockStart[3] - l.blockStart[2], 1);    // 4,096
+  EXPECT_EQ(l.blockStart[4] - l.blockStart[3], 2);    // 4,097
+  EXPECT_EQ(l.blockStart[5] - l.blockStart[4], 1024); // capped
+  // The kernel's search: block b belongs to the tensor whose range holds it.
+  for (const cuda::MultiTensorLaunch &launch : launches)
+    for (int32_t b = 0; b < launch.blockStart[launch.count]; ++b) {
+      int t = 0;
+      while (t + 1 < launch.count && launch.blockStart[t + 1] <= b)
+        ++t;
+      ASSERT_GE(b, launch.blockStart[t]);
+      ASSERT_LT(b, launch.blockStart[t + 1]);
+    }
 }
 
 } // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace merak::runtime {
 namespace {
 
@@ -47,6 +49,11 @@ TEST(Fusion, ChainBecomesOneInstructionReadingItsInputs) {
             std::string::npos)
       << k.source;
   EXPECT_EQ(k.source.find("p.data[4]"), std::string::npos) << k.source;
+  // Nothing releases the values that live inside the kernel.
+  EXPECT_EQ(b.program.values[a].definedBy, -1);
+  EXPECT_EQ(b.program.values[g].definedBy, -1);
+  for (ValueId v : f.release)
+    EXPECT_TRUE(v != a && v != g) << v;
 }
 
 TEST(Fusion, OutputTakesTheStorageOfAnInputThatDiesThere) {
@@ -232,6 +239,81 @@ TEST(Fusion, OnlyElementwiseOpsOfFusibleTypes) {
   Instruction sum = b.program.instructions[0];
   sum.kind = OpKind::ReduceSum;
   EXPECT_FALSE(fusible(b.program, sum));
+}
+
+/// An AdamW update of `param` with its state, the step's `lr` and `step`.
+ValueId adamw(ProgramBuilder &b, ValueId param, ValueId lr, ValueId step,
+              double eps = 1e-8) {
+  const TensorType t = b.program.values[param].type;
+  ValueId grad = b.input(t.dtype, t.shape), m = b.input(t.dtype, t.shape),
+          v = b.input(t.dtype, t.shape);
+  OpAttrs a;
+  a.beta1 = 0.9;
+  a.beta2 = 0.999;
+  a.eps = eps;
+  a.weightDecay = 0.01;
+  ValueId p = b.op(OpKind::AdamwUpdate, {param, grad, m, v, lr, step}, a);
+  // Three results, as the op has.
+  ValueId m2 = b.value(t.dtype, t.shape), v2 = b.value(t.dtype, t.shape);
+  b.program.instructions.back().results = {p, m2, v2};
+  for (ValueId r : {p, m2, v2})
+    b.result(r);
+  return p;
+}
+
+TEST(Fusion, AdamwUpdatesSharingTheirScalarsBecomeOneInstruction) {
+  ProgramBuilder b;
+  ValueId lr = b.input(DType::F32, {}), step = b.input(DType::F32, {});
+  ValueId w1 = b.input(DType::F32, {8, 4}), w2 = b.input(DType::F32, {4});
+  ValueId w3 = b.input(DType::F32, {3}), w4 = b.input(DType::F64, {3});
+  adamw(b, w1, lr, step);
+  adamw(b, w2, lr, step);
+  adamw(b, w3, lr, step, /*eps=*/1e-6); // another eps: its own
+  adamw(b, w4, lr, step);               // float64: not grouped
+  fuseOptimizerUpdates(b.program);
+  ASSERT_EQ(b.count(OpKind::Fused), 1);
+  EXPECT_EQ(b.count(OpKind::AdamwUpdate), 2);
+  const Instruction &f = onlyFused(b.program);
+  EXPECT_TRUE(isOptimizerGroup(b.program, int(f.attrs.index)));
+  EXPECT_EQ(describeFusedKernel(b.program, int(f.attrs.index)),
+            "2 x adamw_update");
+  EXPECT_EQ(f.results.size(), 6u);
+  EXPECT_TRUE(b.program.fusedKernels[f.attrs.index].source.empty());
+  // --print-fused-kernels lists no source for it.
+  EXPECT_EQ(listFusedKernels(b.program).find("adamw"), std::string::npos);
+}
+
+TEST(Fusion, AdamwGroupUpdatesEachTensorInPlace) {
+  // State the step replaces, updated after the loss: each update in place
+  // of its own operands, as unfused.
+  ProgramBuilder b;
+  ValueId lr = b.input(DType::F32, {}), step = b.input(DType::F32, {});
+  ValueId w1 = b.input(DType::F32, {4}), w2 = b.input(DType::F32, {4});
+  ValueId p1 = adamw(b, w1, lr, step);
+  ValueId p2 = adamw(b, w2, lr, step);
+  for (Argument &arg : b.program.arguments)
+    arg.role = ArgumentRole::Param;
+  for (size_t r = 0; r < b.program.results.size(); ++r) {
+    ValueId v = b.program.results[r].value;
+    for (size_t a = 0; a < b.program.arguments.size(); ++a)
+      for (const Instruction &inst : b.program.instructions)
+        for (size_t k = 0; k < 4 && k < inst.operands.size(); ++k)
+          if (k < inst.results.size() && inst.results[k] == v &&
+              inst.operands[k] == b.program.arguments[a].value) {
+            b.program.arguments[a].updatedBy = int(r);
+            b.program.results[r].updatesArgument = int(a);
+          }
+  }
+  fuseOptimizerUpdates(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok());
+  const Instruction &f = onlyFused(b.program);
+  for (ValueId p : {p1, p2}) {
+    size_t r =
+        std::find(f.results.begin(), f.results.end(), p) - f.results.begin();
+    ASSERT_LT(r, f.storage.size());
+    EXPECT_EQ(f.storage[r].kind, ResultStorage::Kind::InPlace);
+    EXPECT_EQ(f.operands[f.storage[r].operand], p == p1 ? w1 : w2);
+  }
 }
 
 } // namespace

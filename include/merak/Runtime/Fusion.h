@@ -38,6 +38,19 @@ bool fusible(const Program &program, const Instruction &inst);
 /// `planProgram`; `bindToRank` does with `BindOptions::fuseElementwise`.
 void fuseElementwise(Program &program);
 
+/// Replaces the float32 AdamW updates of a program that share their
+/// hyperparameters, learning rate and step with one `fused` instruction
+/// (at the place of the last), which the CUDA backend runs as one
+/// multi-tensor kernel launch (a few for many tensors) instead of one per
+/// parameter; a backend without it runs the updates one by one. An update
+/// joins a group while nothing outside the group has read a result of it.
+/// Called with `fuseElementwise` (`BindOptions::fuseElementwise`).
+void fuseOptimizerUpdates(Program &program);
+
+/// Whether chain `index` is a group of optimizer updates
+/// (`fuseOptimizerUpdates`), not an elementwise chain.
+bool isOptimizerGroup(const Program &program, int index);
+
 /// The most inputs plus outputs of one chain's kernel (its parameters have
 /// room for so many pointers).
 constexpr int kMaxFusedOperands = 24;

@@ -9,6 +9,7 @@
 
 #include "FusedKernels.h"
 #include "CudaKernels.h"
+#include "Optimizers.h"
 #include "merak/Runtime/Fusion.h"
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include <dlfcn.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -179,8 +181,57 @@ struct FusedKernelCache {
 
 namespace {
 
+/// A group of float32 AdamW updates (`fuseOptimizerUpdates`): every
+/// member's operands and results found among the fused instruction's, then
+/// one multi-tensor launch per `kAdamwTensorsPerLaunch` tensors.
+void optimizerGroup(Ctx &c, const FusedKernel &group) {
+  auto operand = [&](ValueId v) {
+    auto it = std::find(c.inst.operands.begin(), c.inst.operands.end(), v);
+    if (it == c.inst.operands.end())
+      throw CudaError("fused adamw_update: a member's operand is not one of "
+                      "the instruction's");
+    return size_t(it - c.inst.operands.begin());
+  };
+  auto result = [&](ValueId v) -> CudaTensor & {
+    auto it = std::find(c.inst.results.begin(), c.inst.results.end(), v);
+    if (it == c.inst.results.end())
+      throw CudaError("fused adamw_update: a member's result is not one of "
+                      "the instruction's");
+    return c.result(size_t(it - c.inst.results.begin()));
+  };
+  const Instruction &first = group.members.front();
+  const OpAttrs &a = first.attrs;
+  AdamwScalars s = adamwScalars(c.scalar(operand(first.operands[4])),
+                                c.scalar(operand(first.operands[5])), a.beta1,
+                                a.beta2, a.eps, a.weightDecay);
+  std::vector<AdamwTensor> tensors;
+  for (const Instruction &m : group.members) {
+    const TensorType &type = c.program.values[m.operands[0]].type;
+    for (int k = 1; k < 4; ++k)
+      if (c.program.values[m.operands[k]].type != type)
+        throw CudaError("fused adamw_update: a member's operands differ in "
+                        "type");
+    View param = c.contiguous(operand(m.operands[0])),
+         grad = c.contiguous(operand(m.operands[1])),
+         expAvg = c.contiguous(operand(m.operands[2])),
+         expAvgSq = c.contiguous(operand(m.operands[3]));
+    CudaTensor &newParam = result(m.results[0]),
+               &newExpAvg = result(m.results[1]),
+               &newExpAvgSq = result(m.results[2]);
+    tensors.push_back(
+        AdamwTensor{param.ptr<const float>(), grad.ptr<const float>(),
+                    expAvg.ptr<const float>(), expAvgSq.ptr<const float>(),
+                    static_cast<float *>(newParam.data()),
+                    static_cast<float *>(newExpAvg.data()),
+                    static_cast<float *>(newExpAvgSq.data()), param.numel()});
+  }
+  adamwMultiTensor(tensors.data(), int(tensors.size()), s, c.stream());
+}
+
 void fused(Ctx &c) {
   const FusedKernel &chain = c.program.fusedKernels[c.a.index];
+  if (isOptimizerGroup(c.program, int(c.a.index)))
+    return optimizerGroup(c, chain);
   const std::vector<int64_t> &shape = chain.shape;
   const size_t inputs = c.inst.operands.size();
   const size_t outputs = c.inst.results.size();

@@ -56,28 +56,50 @@ __global__ void sgdKernel(const T *param, const T *grad, const T *buffer,
 /// Float32: the CPU backend's fused pass (`adamwRange`), each operation
 /// correctly rounded and no product contracted with a sum but the two
 /// fused multiply-adds it has.
-__global__ void adamwFloatKernel(const float *param, const float *grad,
-                                 const float *expAvg, const float *expAvgSq,
-                                 float *newParam, float *newExpAvg,
-                                 float *newExpAvgSq, int64_t n,
-                                 AdamwScalars s) {
-  float decay = float(s.decay), beta1 = float(s.beta1),
-        oneMinusBeta1 = float(s.oneMinusBeta1), beta2 = float(s.beta2),
-        oneMinusBeta2 = float(s.oneMinusBeta2),
-        biasCorrection2Sqrt = float(s.biasCorrection2Sqrt), eps = float(s.eps),
-        negStepSize = float(s.negStepSize);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float g = grad[i];
-    float p = s.decays ? __fmul_rn(param[i], decay) : param[i];
-    float m = fmaf(oneMinusBeta1, g, __fmul_rn(expAvg[i], beta1));
+struct AdamwFloat {
+  bool decays;
+  float decay, beta1, oneMinusBeta1, beta2, oneMinusBeta2, biasCorrection2Sqrt,
+      eps, negStepSize;
+  MERAK_DEVICE explicit AdamwFloat(const AdamwScalars &s)
+      : decays(s.decays), decay(float(s.decay)), beta1(float(s.beta1)),
+        oneMinusBeta1(float(s.oneMinusBeta1)), beta2(float(s.beta2)),
+        oneMinusBeta2(float(s.oneMinusBeta2)),
+        biasCorrection2Sqrt(float(s.biasCorrection2Sqrt)), eps(float(s.eps)),
+        negStepSize(float(s.negStepSize)) {}
+
+  /// Element `i` of one tensor.
+  MERAK_DEVICE void update(const AdamwTensor &t, int64_t i) const {
+    float g = t.grad[i];
+    float p = decays ? __fmul_rn(t.param[i], decay) : t.param[i];
+    float m = fmaf(oneMinusBeta1, g, __fmul_rn(t.expAvg[i], beta1));
     float v =
-        fmaf(__fmul_rn(oneMinusBeta2, g), g, __fmul_rn(expAvgSq[i], beta2));
+        fmaf(__fmul_rn(oneMinusBeta2, g), g, __fmul_rn(t.expAvgSq[i], beta2));
     float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), biasCorrection2Sqrt), eps);
-    newParam[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(negStepSize, m), denom));
-    newExpAvg[i] = m;
-    newExpAvgSq[i] = v;
+    t.newParam[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(negStepSize, m), denom));
+    t.newExpAvg[i] = m;
+    t.newExpAvgSq[i] = v;
   }
+};
+
+__global__ void adamwFloatKernel(AdamwTensor t, AdamwScalars s) {
+  AdamwFloat f(s);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    f.update(t, i);
+}
+
+/// Many tensors in one launch: block `b` finds its tensor in the list's
+/// block offsets and strides over it with that tensor's other blocks.
+__global__ void adamwMultiTensorKernel(AdamwTensorList list, AdamwScalars s) {
+  AdamwFloat f(s);
+  int b = int(blockIdx.x), t = 0;
+  while (t + 1 < list.count && list.blockStart[t + 1] <= b)
+    ++t;
+  const AdamwTensor &x = list.tensors[t];
+  int64_t blocks = list.blockStart[t + 1] - list.blockStart[t];
+  for (int64_t i = int64_t(b - list.blockStart[t]) * blockDim.x + threadIdx.x;
+       i < x.n; i += blocks * blockDim.x)
+    f.update(x, i);
 }
 
 /// Other types: `_single_tensor_adamw`'s ATen calls, each result rounded
@@ -133,12 +155,15 @@ void adamwUpdate(const void *param, const void *grad, const void *expAvg,
     return;
   Launch l = linearLaunch(n);
   if (type == ElemType::F32) {
-    adamwFloatKernel<<<l.grid, l.block, 0, stream>>>(
-        static_cast<const float *>(param), static_cast<const float *>(grad),
-        static_cast<const float *>(expAvg),
-        static_cast<const float *>(expAvgSq), static_cast<float *>(newParam),
-        static_cast<float *>(newExpAvg), static_cast<float *>(newExpAvgSq), n,
-        s);
+    AdamwTensor t{static_cast<const float *>(param),
+                  static_cast<const float *>(grad),
+                  static_cast<const float *>(expAvg),
+                  static_cast<const float *>(expAvgSq),
+                  static_cast<float *>(newParam),
+                  static_cast<float *>(newExpAvg),
+                  static_cast<float *>(newExpAvgSq),
+                  n};
+    adamwFloatKernel<<<l.grid, l.block, 0, stream>>>(t, s);
   } else {
     MERAK_CUDA_DISPATCH_FLOAT(type, "adamw_update", T, {
       adamwKernel<T><<<l.grid, l.block, 0, stream>>>(
@@ -149,6 +174,24 @@ void adamwUpdate(const void *param, const void *grad, const void *expAvg,
     });
   }
   checkLaunch("adamw_update");
+}
+
+void adamwMultiTensor(const AdamwTensor *tensors, int count,
+                      const AdamwScalars &s, cudaStream_t stream) {
+  std::vector<int64_t> sizes(count);
+  for (int t = 0; t < count; ++t)
+    sizes[t] = tensors[t].n;
+  for (const MultiTensorLaunch &l : planMultiTensor(sizes.data(), count)) {
+    AdamwTensorList list;
+    list.count = l.count;
+    for (int t = 0; t < l.count; ++t)
+      list.tensors[t] = tensors[l.first + t];
+    for (int t = 0; t <= l.count; ++t)
+      list.blockStart[t] = l.blockStart[t];
+    adamwMultiTensorKernel<<<unsigned(l.blockStart[l.count]), 256, 0, stream>>>(
+        list, s);
+    checkLaunch("adamw_update (multi-tensor)");
+  }
 }
 
 } // namespace merak::runtime::cuda

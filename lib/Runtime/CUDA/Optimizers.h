@@ -12,6 +12,7 @@
 #include "CudaCommon.h"
 
 #include <cmath>
+#include <vector>
 
 namespace merak::runtime::cuda {
 
@@ -53,6 +54,62 @@ inline AdamwScalars adamwScalars(double lr, double step, double beta1,
 /// One SGD step over `n` elements (dense, of `type`): `param`, `grad` and
 /// `buffer` read, `newParam` and (with momentum) `newBuffer` written; each
 /// output may be its input.
+/// One parameter of a multi-tensor float32 AdamW update: its operands and
+/// where its results go (possibly the operands themselves), `n` elements.
+struct AdamwTensor {
+  const float *param, *grad, *expAvg, *expAvgSq;
+  float *newParam, *newExpAvg, *newExpAvgSq;
+  int64_t n;
+};
+
+/// Tensors one launch takes (its parameters hold them by value).
+constexpr int kAdamwTensorsPerLaunch = 32;
+
+/// One launch of the multi-tensor kernel: tensor `t` is updated by blocks
+/// `blockStart[t]` to `blockStart[t + 1] - 1`, each grid-striding over it.
+struct AdamwTensorList {
+  AdamwTensor tensors[kAdamwTensorsPerLaunch];
+  int32_t blockStart[kAdamwTensorsPerLaunch + 1];
+  int32_t count;
+};
+
+/// The blocks of 256 threads one tensor of `n` elements gets: one per 4,096
+/// elements (16 per thread), at least one, at most 1,024.
+MERAK_HD int32_t multiTensorBlocks(int64_t n) {
+  int64_t blocks = ceilDiv(n > 0 ? n : 1, 4096);
+  return int32_t(blocks < 1024 ? blocks : 1024);
+}
+
+/// Splits `count` tensors of `sizes` into launches of at most
+/// `kAdamwTensorsPerLaunch` each: for each launch, its first tensor and the
+/// block offsets of its tensors (`blockStart`, `count + 1` entries).
+struct MultiTensorLaunch {
+  int first = 0;
+  int count = 0;
+  int32_t blockStart[kAdamwTensorsPerLaunch + 1] = {};
+};
+inline std::vector<MultiTensorLaunch> planMultiTensor(const int64_t *sizes,
+                                                      int count) {
+  std::vector<MultiTensorLaunch> launches;
+  for (int first = 0; first < count; first += kAdamwTensorsPerLaunch) {
+    MultiTensorLaunch l;
+    l.first = first;
+    l.count = count - first < kAdamwTensorsPerLaunch ? count - first
+                                                     : kAdamwTensorsPerLaunch;
+    for (int t = 0; t < l.count; ++t)
+      l.blockStart[t + 1] =
+          l.blockStart[t] + multiTensorBlocks(sizes[first + t]);
+    launches.push_back(l);
+  }
+  return launches;
+}
+
+/// Float32 AdamW over `count` tensors with the same scalars, in as few
+/// launches as `planMultiTensor` gives, each element as `adamwUpdate`
+/// computes it (bit for bit).
+void adamwMultiTensor(const AdamwTensor *tensors, int count,
+                      const AdamwScalars &s, cudaStream_t stream);
+
 void sgdUpdate(const void *param, const void *grad, const void *buffer,
                void *newParam, void *newBuffer, ElemType type, int64_t n,
                const SgdScalars &s, cudaStream_t stream);
