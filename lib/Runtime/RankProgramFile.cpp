@@ -408,8 +408,11 @@ void readSharding(const json &j, const std::string &path, Sharding &out) {
 
 std::map<std::string, OpKind> opKindsByName() {
   std::map<std::string, OpKind> kinds;
+  // `fused` instructions are made when a program is bound to its rank,
+  // never stored: a file naming one is refused as an unknown op.
   for (size_t k = 0; k < kNumOpKinds; ++k)
-    kinds[opFullName(OpKind(k))] = OpKind(k);
+    if (OpKind(k) != OpKind::Fused)
+      kinds[opFullName(OpKind(k))] = OpKind(k);
   return kinds;
 }
 
@@ -847,6 +850,18 @@ bool isRankProgramFile(std::string_view prefix) {
 
 absl::StatusOr<std::string>
 serializeRankPrograms(const RankPrograms &programs) {
+  // Fusion belongs to binding (`BindOptions`): a file holds what every
+  // backend runs.
+  auto fused = [](const Program &p) {
+    for (const Instruction &inst : p.instructions)
+      if (inst.kind == OpKind::Fused)
+        return true;
+    return false;
+  };
+  if (fused(programs.step) || (programs.decode && fused(*programs.decode)))
+    return absl::InvalidArgumentError(
+        "a program with fused instructions is not written to a file: chains "
+        "are fused when a program is bound to its rank");
   json payload;
   payload["source"] = programs.source;
   payload["step"] = programToJson(programs.step);

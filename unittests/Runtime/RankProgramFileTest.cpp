@@ -1,6 +1,7 @@
 //===- RankProgramFileTest.cpp - the rank-program file round trip and errors =//
 
 #include "merak/Runtime/RankProgramFile.h"
+#include "merak/Runtime/Fusion.h"
 
 #include "gtest/gtest.h"
 
@@ -306,6 +307,19 @@ TEST(RankProgramFileTest, ForeignNewerAndPaddedFilesAreRefused) {
             std::string::npos);
 }
 
+TEST(RankProgramFileTest, FusedProgramsAreNotWritten) {
+  RankPrograms programs = samplePrograms();
+  fuseElementwise(programs.step);
+  Instruction fused;
+  fused.kind = OpKind::Fused;
+  programs.step.instructions.push_back(fused);
+  absl::StatusOr<std::string> bytes = serializeRankPrograms(programs);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_NE(bytes.status().message().find("fused when a program is bound"),
+            std::string::npos)
+      << bytes.status();
+}
+
 TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
   std::string bytes = bytesOf(samplePrograms());
   json payload = payloadOf(bytes);
@@ -344,6 +358,14 @@ TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
   EXPECT_NE(errorOf(reseal(bytes, bad))
                 .find("step.instructions[0]: unknown op 'merak.frobnicate'"),
             std::string::npos);
+
+  // Fused instructions are made at binding, never read from a file.
+  bad = payload;
+  bad["step"]["instructions"][0]["op"] = "fused";
+  EXPECT_NE(errorOf(reseal(bytes, bad))
+                .find("step.instructions[0]: unknown op 'fused'"),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
 
   bad = payload;
   bad["step"]["instructions"][1]["attrs"]["predicate"] = 42;
