@@ -94,6 +94,7 @@ FAMILIES = {
                               "concat", "expand", "pad", "roll",
                               "slice_backward"),
     "reductions": ("reduce_sum", "reduce_mean", "reduce_max"),
+    "fused (elementwise chains, AdamW groups)": ("fused",),
 }
 
 
@@ -168,18 +169,23 @@ def run(args):
         rows.append((name, seconds, tokens / seconds,
                      100 * tflops / args.peak_tflops))
 
-    for precision in ("fp32", "bf16"):
-        log = os.path.join(args.dir, "merak-%s.jsonl" % precision)
+    # The bf16 step also without fused kernels (--fuse-elementwise=off):
+    # what the fused elementwise chains and AdamW groups are worth.
+    for precision, fuse in (("fp32", "auto"), ("bf16", "auto"),
+                            ("bf16", "off")):
+        log = os.path.join(args.dir, "merak-%s-%s.jsonl" % (precision, fuse))
         if os.path.exists(log):
             os.remove(log)
         subprocess.run([args.merak_exec,
                         os.path.join(args.dir, "gpt2-small-%s.mrp" % precision),
                         "--device=cuda", "--init", weights, "--data", data,
-                        "--steps", str(count), "--log-jsonl", log],
+                        "--steps", str(count), "--log-jsonl", log,
+                        "--fuse-elementwise=" + fuse],
                        check=True, stdout=subprocess.DEVNULL)
         with open(log) as f:
             ms = [json.loads(line)["ms"] for line in f if '"ms"' in line]
-        add("merak-exec %s" % precision,
+        add("merak-exec %s%s" % (precision,
+                                 ", unfused" if fuse == "off" else ""),
             statistics.median(ms[args.warmup:]) / 1000)
 
     model = model.cuda()
