@@ -15,6 +15,7 @@
 #     bf16 autocast from its fp32 run; GPT-2 in fp16 with dynamic loss
 #     scaling, its scale by the rule and its first loss within 1e-3;
 #     GPT-2 run twice gives the same losses bit for bit;
+#     LLaMA with its fused kernels (the default) within 1e-6 of it unfused;
 #  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
 #  4. with BENCH=1, after the table, the GPT-2 small benchmark
 #     (bench/gpu_gpt2.py run).
@@ -186,6 +187,23 @@ if [[ -f $dir/merak.jsonl ]]; then
     row "gpt2 run twice" ok "the same $STEPS losses bit for bit"
   else
     row "gpt2 run twice" FAIL "$(tail -1 "$dir/again-compare.log")"
+  fi
+fi
+
+# Fused kernels (on by default, as in every row above) against the same
+# step op by op: LLaMA has the most chains (RMS norm, rotary embeddings,
+# SwiGLU, their gradients) and an AdamW group; within 1e-6.
+dir=$O/llama
+if [[ -f $dir/merak.jsonl ]]; then
+  rm -f "$dir/unfused.jsonl"
+  "$BIN/merak-exec" "$B/models/llama.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+    --data "$dir/batches.safetensors" --steps "$STEPS" --fuse-elementwise=off \
+    --log-jsonl "$dir/unfused.jsonl" > "$dir/unfused.log" 2>&1
+  if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/merak.jsonl" "$dir/unfused.jsonl" \
+      --rtol 1e-6 > "$dir/unfused-compare.log" 2>&1; then
+    row "llama fused vs unfused" ok "$(tail -1 "$dir/unfused-compare.log")"
+  else
+    row "llama fused vs unfused" FAIL "$(grep -m1 -i error "$dir/unfused.log" || tail -1 "$dir/unfused-compare.log")"
   fi
 fi
 
