@@ -247,7 +247,8 @@ absl::StatusOr<bool> elementwiseFusion() {
         "--fuse-elementwise must be auto, on or off, not '", mode, "'"));
   absl::StatusOr<const BackendEntry *> device =
       findBackend(absl::GetFlag(FLAGS_device));
-  return device.ok() && (*device)->fusesElementwise;
+  return device.ok() && (*device)->fusesElementwise &&
+         (*device)->fusesElementwise();
 }
 
 /// "rank K: " on every line a rank of a multi-process run writes to stderr.

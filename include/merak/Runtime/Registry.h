@@ -50,9 +50,10 @@ struct BackendEntry {
   /// and its driver), for `--device=auto`; `why` says why not. Unset:
   /// always.
   std::function<bool(std::string *why)> available;
-  /// Whether it has a kernel for `fused` chains, so that
-  /// `--fuse-elementwise=auto` fuses for it (Fusion.h).
-  bool fusesElementwise = false;
+  /// Whether it has a kernel for `fused` chains that can run here (the
+  /// CUDA backend's needs NVRTC), so that `--fuse-elementwise=auto` fuses
+  /// for it (Fusion.h). Unset: it has none.
+  std::function<bool()> fusesElementwise;
   /// Compiles a fused kernel's source (`fusedKernelSource`) for an
   /// architecture ("sm_90") without running it, returning the machine
   /// code (`--compile-fused-kernels`); unset for a backend without them.

@@ -31,13 +31,12 @@ createFromSettings(const DeviceOptions &options) {
 } // namespace
 
 void registerCudaBackend() {
-  registerBackend({"cuda",
-                   "this project's CUDA kernels, GEMMs on cuBLASLt, "
-                   "convolutions on cuDNN, one GPU per rank (LOCAL_RANK)",
-                   createFromSettings,
-                   [] { return "  " + cudaDescription() + "\n"; },
-                   cudaDeviceAvailable, /*fusesElementwise=*/true,
-                   cuda::compileFusedKernel});
+  registerBackend(
+      {"cuda",
+       "this project's CUDA kernels, GEMMs on cuBLASLt, "
+       "convolutions on cuDNN, one GPU per rank (LOCAL_RANK)",
+       createFromSettings, [] { return "  " + cudaDescription() + "\n"; },
+       cudaDeviceAvailable, cuda::nvrtcAvailable, cuda::compileFusedKernel});
 }
 
 } // namespace merak::runtime

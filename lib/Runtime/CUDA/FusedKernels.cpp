@@ -90,6 +90,8 @@ private:
 
 } // namespace
 
+bool nvrtcAvailable() { return Nvrtc::get().error.empty(); }
+
 std::string nvrtcDescription() {
   const Nvrtc &nvrtc = Nvrtc::get();
   if (!nvrtc.error.empty())

@@ -24,6 +24,9 @@ namespace merak::runtime::cuda {
 absl::StatusOr<std::string> compileFusedKernel(const std::string &source,
                                                const std::string &arch);
 
+/// Whether NVRTC can be opened (fused kernels can be compiled here).
+bool nvrtcAvailable();
+
 /// What NVRTC says of itself: "NVRTC 13.0", or why it cannot be opened.
 std::string nvrtcDescription();
 
