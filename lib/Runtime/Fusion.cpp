@@ -596,8 +596,10 @@ std::string fusedKernelSource(const Program &program, const Instruction &fused,
                   "       i += int64_t(gridDim.x) * blockDim.x) {\n");
   absl::StrAppend(&s, "    int64_t o[", numInputs, "];\n", "    if (p.dense)\n",
                   "      for (int k = 0; k < ", numInputs, "; ++k)\n",
-                  "        o[k] = i;\n", "    else\n",
-                  "      fusedOffsets(p, i, ", numInputs, ", o);\n");
+                  "        o[k] = i;\n", "    else if (p.n <= 0xffffffff)\n",
+                  "      fusedOffsets32(p, uint32_t(i), ", numInputs, ", o);\n",
+                  "    else\n", "      fusedOffsets(p, i, ", numInputs,
+                  ", o);\n");
   // Names: inputs x0.., member results v0.. (in program order).
   std::map<ValueId, std::string> name;
   for (size_t k = 0; k < numInputs; ++k) {

@@ -176,6 +176,31 @@ TEST(CudaFusedKernel, CompileErrorsCarryTheLogAndTheSource) {
   EXPECT_NE(bad.status().message().find("this is not CUDA"), std::string::npos);
 }
 
+TEST(CudaFusedKernel, ThirtyTwoBitOffsetsAreTheSixtyFourBitOnes) {
+  // A [3, 5, 7] chain: a dense input, a broadcast row, a transposed view
+  // with strides past 2^32 elements.
+  cuda::FusedParams p{};
+  p.rank = 3;
+  p.n = 3 * 5 * 7;
+  int64_t sizes[3] = {3, 5, 7};
+  int64_t strides[3][3] = {
+      {35, 7, 1}, {0, 0, 1}, {int64_t(1) << 33, 1, int64_t(5) << 33}};
+  for (int d = 0; d < 3; ++d) {
+    p.sizes[d] = sizes[d];
+    for (int k = 0; k < 3; ++k)
+      p.strides[k][d] = strides[k][d];
+  }
+  for (int64_t i = 0; i < p.n; ++i) {
+    int64_t wide[3], narrow[3];
+    cuda::fusedOffsets(p, i, 3, wide);
+    cuda::fusedOffsets32(p, uint32_t(i), 3, narrow);
+    for (int k = 0; k < 3; ++k)
+      ASSERT_EQ(wide[k], narrow[k]) << i << " " << k;
+    EXPECT_EQ(wide[0], i);
+    EXPECT_EQ(wide[1], i % 7);
+  }
+}
+
 TEST(CudaFusedKernel, MultiTensorLaunchesCoverEveryTensor) {
   std::vector<int64_t> sizes = {0, 1, 4096, 4097, int64_t(1) << 30};
   for (int i = 0; i < 35; ++i)

@@ -396,6 +396,23 @@ MERAK_HD void fusedOffsets(const FusedParams &p, int64_t linear, int inputs,
   }
 }
 
+/// `fusedOffsets` for a chain of at most 2^32 - 1 elements: the position's
+/// digits found with 32-bit division, several times cheaper on a GPU than
+/// 64-bit (the offsets are still summed in 64 bits: a strided input may
+/// span more than its elements).
+MERAK_HD void fusedOffsets32(const FusedParams &p, uint32_t linear, int inputs,
+                             int64_t *off) {
+  for (int k = 0; k < inputs; ++k)
+    off[k] = 0;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    uint32_t size = uint32_t(p.sizes[d]);
+    uint32_t index = linear % size;
+    linear /= size;
+    for (int k = 0; k < inputs; ++k)
+      off[k] += int64_t(index) * p.strides[k][d];
+  }
+}
+
 } // namespace merak::runtime::cuda
 
 #endif // MERAK_LIB_RUNTIME_CUDA_DEVICEMATH_H
