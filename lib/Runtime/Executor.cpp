@@ -1,6 +1,7 @@
 //===- Executor.cpp - runs a rank program step by step on a backend -------===//
 
 #include "merak/Runtime/Executor.h"
+#include "merak/Runtime/Fusion.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -328,10 +329,21 @@ absl::Status Executor::runInstructions(
       e.seconds += seconds;
       if (!inst)
         return;
-      std::string label = std::string(opFullName(kind)) + " ->";
-      for (size_t r = 0; r < inst->results.size(); ++r)
+      // A fused chain by its ops: "fused {silu, mul} -> ...".
+      std::string label = std::string(opFullName(kind));
+      if (kind == OpKind::Fused)
+        absl::StrAppend(&label, " {",
+                        describeFusedKernel(*program, int(inst->attrs.index)),
+                        "}");
+      label += " ->";
+      // A group of optimizer updates has a result per tensor and state:
+      // the first few name it.
+      const size_t shown = kind == OpKind::Fused ? 3 : inst->results.size();
+      for (size_t r = 0; r < inst->results.size() && r < shown; ++r)
         absl::StrAppend(&label, r ? ", " : " ",
                         program->values[inst->results[r]].type.str());
+      if (inst->results.size() > shown)
+        absl::StrAppend(&label, ", ... (", inst->results.size(), " results)");
       OpProfile::Entry &s = profile->byShape[label];
       ++s.calls;
       s.seconds += seconds;
