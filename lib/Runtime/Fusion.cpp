@@ -443,35 +443,32 @@ const char *comparison(ComparePredicate p) {
 std::string expression(const Program &p, const Instruction &inst,
                        const std::vector<std::string> &x) {
   const OpAttrs &a = inst.attrs;
+  // Calls of one operand and of two, and infix operators.
+  static const std::map<OpKind, const char *> unaryCalls = {
+      {OpKind::Abs, "mathAbs"},       {OpKind::Exp, "mathExp"},
+      {OpKind::Log, "mathLog"},       {OpKind::Sin, "mathSin"},
+      {OpKind::Cos, "mathCos"},       {OpKind::Sqrt, "mathSqrt"},
+      {OpKind::Erf, "mathErf"},       {OpKind::Tanh, "mathTanh"},
+      {OpKind::Sigmoid, "sigmoidOf"}, {OpKind::Silu, "siluOf"},
+      {OpKind::Relu, "reluOf"}};
+  static const std::map<OpKind, const char *> binaryCalls = {
+      {OpKind::Minimum, "minimumOf"}, {OpKind::Maximum, "maximumOf"}};
+  static const std::map<OpKind, const char *> infix = {
+      {OpKind::Add, " + "}, {OpKind::Sub, " - "},  {OpKind::Mul, " * "},
+      {OpKind::Div, " / "}, {OpKind::And, " && "}, {OpKind::Or, " || "}};
+  if (auto it = unaryCalls.find(inst.kind); it != unaryCalls.end())
+    return absl::StrCat(it->second, "(", x[0], ")");
+  if (auto it = binaryCalls.find(inst.kind); it != binaryCalls.end())
+    return absl::StrCat(it->second, "(", x[0], ", ", x[1], ")");
+  if (auto it = infix.find(inst.kind); it != infix.end())
+    return absl::StrCat(x[0], it->second, x[1]);
   switch (inst.kind) {
   case OpKind::Neg:
     return absl::StrCat("-", x[0]);
-  case OpKind::Abs:
-    return absl::StrCat("mathAbs(", x[0], ")");
-  case OpKind::Exp:
-    return absl::StrCat("mathExp(", x[0], ")");
-  case OpKind::Log:
-    return absl::StrCat("mathLog(", x[0], ")");
-  case OpKind::Sin:
-    return absl::StrCat("mathSin(", x[0], ")");
-  case OpKind::Cos:
-    return absl::StrCat("mathCos(", x[0], ")");
-  case OpKind::Sqrt:
-    return absl::StrCat("mathSqrt(", x[0], ")");
   case OpKind::Rsqrt:
     return absl::StrCat("1.0f / mathSqrt(", x[0], ")");
   case OpKind::Reciprocal:
     return absl::StrCat("1.0f / ", x[0]);
-  case OpKind::Erf:
-    return absl::StrCat("mathErf(", x[0], ")");
-  case OpKind::Tanh:
-    return absl::StrCat("mathTanh(", x[0], ")");
-  case OpKind::Sigmoid:
-    return absl::StrCat("sigmoidOf(", x[0], ")");
-  case OpKind::Silu:
-    return absl::StrCat("siluOf(", x[0], ")");
-  case OpKind::Relu:
-    return absl::StrCat("reluOf(", x[0], ")");
   case OpKind::Not:
     return absl::StrCat("!", x[0]);
   case OpKind::Gelu:
@@ -481,22 +478,6 @@ std::string expression(const Program &p, const Instruction &inst,
     return absl::StrCat(a.tanhApproximation ? "geluTanhBackwardOf("
                                             : "geluBackwardOf(",
                         x[0], ", ", x[1], ")");
-  case OpKind::Add:
-    return absl::StrCat(x[0], " + ", x[1]);
-  case OpKind::Sub:
-    return absl::StrCat(x[0], " - ", x[1]);
-  case OpKind::Mul:
-    return absl::StrCat(x[0], " * ", x[1]);
-  case OpKind::Div:
-    return absl::StrCat(x[0], " / ", x[1]);
-  case OpKind::Minimum:
-    return absl::StrCat("minimumOf(", x[0], ", ", x[1], ")");
-  case OpKind::Maximum:
-    return absl::StrCat("maximumOf(", x[0], ", ", x[1], ")");
-  case OpKind::And:
-    return absl::StrCat(x[0], " && ", x[1]);
-  case OpKind::Or:
-    return absl::StrCat(x[0], " || ", x[1]);
   case OpKind::Pow: {
     // A rank-0 exponent of a tensor came from a Python number:
     // pow(Tensor, Scalar) and its shortcuts (Elementwise.cpp's rule).

@@ -382,35 +382,30 @@ struct FusedParams {
 };
 
 /// The element offsets of the first `inputs` inputs at row-major position
-/// `linear` of the chain's shape.
-MERAK_HD void fusedOffsets(const FusedParams &p, int64_t linear, int inputs,
-                           int64_t *off) {
-  for (int k = 0; k < inputs; ++k)
-    off[k] = 0;
-  for (int d = p.rank - 1; d >= 0; --d) {
-    int64_t size = p.sizes[d];
-    int64_t index = linear % size;
-    linear /= size;
-    for (int k = 0; k < inputs; ++k)
-      off[k] += index * p.strides[k][d];
-  }
-}
-
-/// `fusedOffsets` for a chain of at most 2^32 - 1 elements: the position's
-/// digits found with 32-bit division, several times cheaper on a GPU than
-/// 64-bit (the offsets are still summed in 64 bits: a strided input may
-/// span more than its elements).
-MERAK_HD void fusedOffsets32(const FusedParams &p, uint32_t linear, int inputs,
+/// `linear` of the chain's shape, its digits found in `Index` arithmetic.
+template <typename Index>
+MERAK_HD void fusedOffsetsIn(const FusedParams &p, Index linear, int inputs,
                              int64_t *off) {
   for (int k = 0; k < inputs; ++k)
     off[k] = 0;
   for (int d = p.rank - 1; d >= 0; --d) {
-    uint32_t size = uint32_t(p.sizes[d]);
-    uint32_t index = linear % size;
+    Index size = Index(p.sizes[d]);
+    Index index = linear % size;
     linear /= size;
     for (int k = 0; k < inputs; ++k)
       off[k] += int64_t(index) * p.strides[k][d];
   }
+}
+MERAK_HD void fusedOffsets(const FusedParams &p, int64_t linear, int inputs,
+                           int64_t *off) {
+  fusedOffsetsIn<int64_t>(p, linear, inputs, off);
+}
+/// For a chain of at most 2^32 - 1 elements: 32-bit division, several
+/// times cheaper on a GPU than 64-bit (the offsets are still summed in 64
+/// bits: a strided input may span more than its elements).
+MERAK_HD void fusedOffsets32(const FusedParams &p, uint32_t linear, int inputs,
+                             int64_t *off) {
+  fusedOffsetsIn<uint32_t>(p, linear, inputs, off);
 }
 
 } // namespace merak::runtime::cuda
