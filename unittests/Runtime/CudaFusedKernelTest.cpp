@@ -9,6 +9,7 @@
 
 #include "../../lib/Runtime/CUDA/DeviceMath.h"
 #include "../../lib/Runtime/CUDA/FusedKernels.h"
+#include "../../lib/Runtime/CUDA/FusedLaunch.h"
 #include "../../lib/Runtime/CUDA/Optimizers.h"
 #include "ProgramBuilder.h"
 #include "merak/Runtime/Fusion.h"
@@ -198,6 +199,71 @@ TEST(CudaFusedKernel, ThirtyTwoBitOffsetsAreTheSixtyFourBitOnes) {
       ASSERT_EQ(wide[k], narrow[k]) << i << " " << k;
     EXPECT_EQ(wide[0], i);
     EXPECT_EQ(wide[1], i % 7);
+  }
+}
+
+cuda::View denseView(std::vector<int64_t> shape, uintptr_t at) {
+  cuda::View v;
+  v.data = reinterpret_cast<void *>(at);
+  v.rank = int(shape.size());
+  for (int d = 0; d < v.rank; ++d)
+    v.sizes[d] = shape[d];
+  cuda::contiguousStrides(v.sizes, v.rank, v.strides);
+  return v;
+}
+
+TEST(CudaFusedKernel, LaunchParametersBroadcastAndMergeTheOperands) {
+  // Dense operands of one shape: one dense run of 32 elements.
+  cuda::FusedParams all =
+      cuda::fusedParams({denseView({4, 8}, 0x1000), denseView({4, 8}, 0x2000),
+                         denseView({4, 8}, 0x3000)},
+                        2, {4, 8});
+  EXPECT_EQ(all.n, 32);
+  EXPECT_EQ(all.rank, 1);
+  EXPECT_EQ(all.dense, 1);
+  EXPECT_EQ(all.data[2], reinterpret_cast<void *>(0x3000));
+
+  // A bias row and a scalar broadcast: two dimensions, stride 0 where
+  // broadcast, the output dense.
+  cuda::FusedParams b =
+      cuda::fusedParams({denseView({4, 8}, 0x1000), denseView({8}, 0x2000),
+                         denseView({}, 0x3000), denseView({4, 8}, 0x4000)},
+                        3, {4, 8});
+  EXPECT_EQ(b.dense, 0);
+  ASSERT_EQ(b.rank, 2);
+  EXPECT_EQ(b.sizes[0], 4);
+  EXPECT_EQ(b.sizes[1], 8);
+  EXPECT_EQ(b.strides[0][0], 8);
+  EXPECT_EQ(b.strides[0][1], 1);
+  EXPECT_EQ(b.strides[1][0], 0);
+  EXPECT_EQ(b.strides[1][1], 1);
+  EXPECT_EQ(b.strides[2][0], 0);
+  EXPECT_EQ(b.strides[2][1], 0);
+  int64_t off[3];
+  cuda::fusedOffsets(b, 13, 3, off); // row 1, column 5
+  EXPECT_EQ(off[0], 13);
+  EXPECT_EQ(off[1], 5);
+  EXPECT_EQ(off[2], 0);
+
+  // A transposed input: read with its own strides.
+  cuda::View t = denseView({8, 4}, 0x1000);
+  std::swap(t.sizes[0], t.sizes[1]);
+  std::swap(t.strides[0], t.strides[1]);
+  cuda::FusedParams tp =
+      cuda::fusedParams({t, denseView({4, 8}, 0x2000)}, 1, {4, 8});
+  EXPECT_EQ(tp.dense, 0);
+  cuda::fusedOffsets(tp, 13, 1, off);
+  EXPECT_EQ(off[0], 5 * 4 + 1);
+
+  // An input that does not broadcast is an error naming it.
+  try {
+    cuda::fusedParams({denseView({3}, 0x1000), denseView({4, 8}, 0x2000)}, 1,
+                      {4, 8});
+    ADD_FAILURE() << "a [3] input broadcast to [4, 8]";
+  } catch (const cuda::CudaError &e) {
+    EXPECT_NE(std::string(e.what()).find("input #0 does not broadcast"),
+              std::string::npos)
+        << e.what();
   }
 }
 

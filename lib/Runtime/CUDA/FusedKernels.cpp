@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FusedKernels.h"
+#include "FusedLaunch.h"
 #include "CudaKernels.h"
 #include "Optimizers.h"
 #include "merak/Runtime/Fusion.h"
@@ -230,38 +231,28 @@ void optimizerGroup(Ctx &c, const FusedKernel &group) {
   adamwMultiTensor(tensors.data(), int(tensors.size()), s, c.stream());
 }
 
-void fused(Ctx &c) {
-  const FusedKernel &chain = c.program.fusedKernels[c.a.index];
-  if (isOptimizerGroup(c.program, int(c.a.index)))
-    return optimizerGroup(c, chain);
-  const std::vector<int64_t> &shape = chain.shape;
-  const size_t inputs = c.inst.operands.size();
-  const size_t outputs = c.inst.results.size();
-  if (inputs + outputs > size_t(kFusedMaxOperands))
-    throw CudaError(absl::StrCat("a fused chain of ", inputs, " inputs and ",
-                                 outputs, " outputs; a kernel takes at most ",
-                                 kFusedMaxOperands));
+} // namespace
+
+FusedParams fusedParams(std::vector<View> views, size_t inputs,
+                        const std::vector<int64_t> &shape) {
   // Every operand as a view of the chain's shape, merged into as few
   // dimensions as all of them allow.
-  std::vector<View> views(inputs + outputs);
   int64_t sizes[kMaxDims] = {};
   for (size_t d = 0; d < shape.size(); ++d)
     sizes[d] = shape[d];
   const int rank = int(shape.size());
-  for (size_t k = 0; k < inputs; ++k)
-    if (!broadcastView(c.view(k), sizes, rank, views[k]))
+  for (size_t k = 0; k < inputs; ++k) {
+    View b;
+    if (!broadcastView(views[k], sizes, rank, b))
       throw CudaError(absl::StrCat("fused chain: input #", k,
                                    " does not broadcast to the chain's shape"));
-  for (size_t r = 0; r < outputs; ++r)
-    views[inputs + r] = c.result(r).view();
+    views[k] = b;
+  }
   coalesceDims(views.data(), int(views.size()));
-
   FusedParams p{};
   p.n = 1;
   for (int64_t s : shape)
     p.n *= s;
-  if (p.n == 0)
-    return;
   p.rank = views[0].rank;
   bool dense = true;
   for (int d = 0; d < p.rank; ++d)
@@ -274,7 +265,29 @@ void fused(Ctx &c) {
     }
   }
   p.dense = dense ? 1 : 0;
+  return p;
+}
 
+namespace {
+
+void fused(Ctx &c) {
+  const FusedKernel &chain = c.program.fusedKernels[c.a.index];
+  if (isOptimizerGroup(c.program, int(c.a.index)))
+    return optimizerGroup(c, chain);
+  const size_t inputs = c.inst.operands.size();
+  const size_t outputs = c.inst.results.size();
+  if (inputs + outputs > size_t(kFusedMaxOperands))
+    throw CudaError(absl::StrCat("a fused chain of ", inputs, " inputs and ",
+                                 outputs, " outputs; a kernel takes at most ",
+                                 kFusedMaxOperands));
+  std::vector<View> views;
+  for (size_t k = 0; k < inputs; ++k)
+    views.push_back(c.view(k));
+  for (size_t r = 0; r < outputs; ++r)
+    views.push_back(c.result(r).view());
+  FusedParams p = fusedParams(views, inputs, chain.shape);
+  if (p.n == 0)
+    return;
   if (!c.dev.fusedKernels)
     c.dev.fusedKernels = std::make_shared<FusedKernelCache>();
   cudaKernel_t kernel = c.dev.fusedKernels->get(chain.source, c.dev.device);

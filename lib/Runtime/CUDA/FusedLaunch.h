@@ -1,0 +1,28 @@
+//===- FusedLaunch.h - the launch parameters of a fused chain -*- C++ -*-===//
+//
+// Private to lib/Runtime/CUDA: how FusedKernels.cpp turns a chain's operands
+// into its kernel's `FusedParams` (DeviceMath.h), host arithmetic that the
+// unit tests check without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MERAK_LIB_RUNTIME_CUDA_FUSEDLAUNCH_H
+#define MERAK_LIB_RUNTIME_CUDA_FUSEDLAUNCH_H
+
+#include "CudaCommon.h"
+
+#include <cstddef>
+#include <vector>
+
+namespace merak::runtime::cuda {
+
+/// The launch parameters of a chain of `shape`: `views` are its inputs
+/// (the first `inputs`, broadcast to `shape`) and then its dense outputs,
+/// all merged into as few dimensions as they allow; `dense` where every
+/// one is then one dense run. Throws `CudaError` for an input that does
+/// not broadcast. Host arithmetic only (unit-tested without a GPU).
+FusedParams fusedParams(std::vector<View> views, size_t inputs,
+                        const std::vector<int64_t> &shape);
+
+} // namespace merak::runtime::cuda
+
+#endif // MERAK_LIB_RUNTIME_CUDA_FUSEDLAUNCH_H
