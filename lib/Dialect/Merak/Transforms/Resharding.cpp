@@ -220,15 +220,24 @@ FailureOr<Value> reshard(OpBuilder &b, Location loc, MeshOp mesh, Value local,
     drop[d].assign(src[d].begin() + common, src[d].end());
     add[d].assign(dst[d].begin() + common, dst[d].end());
   }
-  // One axis moving from one dimension to another: all_to_all.
+  // One axis moving from one dimension to another: all_to_all. The axis
+  // leaves `from` as its innermost split (the only one dropped there) and
+  // joins `to` as its innermost: the axes `to` drops are gathered first,
+  // or the all_to_all would split within them (`to` split [tp, sp] where
+  // [sp] is meant, its heads out of order once tp is gathered).
   for (int64_t from = 0; from < rank; ++from) {
     if (drop[from].size() != 1)
       continue;
     for (int64_t to = 0; to < rank; ++to) {
       if (to == from || add[to].size() != 1 || add[to][0] != drop[from][0])
         continue;
-      if (r.dimOf(local, to) % mesh.getShape()[add[to][0]] != 0)
+      int64_t gathered = r.dimOf(local, to) * groupSize(mesh, drop[to]);
+      if (gathered % mesh.getShape()[add[to][0]] != 0)
         continue;
+      if (!drop[to].empty()) {
+        local = r.allGather(local, drop[to], to);
+        drop[to].clear();
+      }
       local = r.allToAll(local, add[to][0], to, from);
       drop[from].clear();
       add[to].clear();

@@ -137,3 +137,24 @@ func.func @zero3(%w: tensor<4x4xf32> {merak.param = "w"}, %x: tensor<4x4xf32>) -
   %zs = mesh.shard %z to <@mesh, [[]]> : tensor<4x4xf32>
   return %ys, %zs : tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// -----
+
+mesh.mesh @mesh(shape = 2x2) {merak.axes = ["sp", "tp"]}
+
+// [[], [0], [1]] -> [[], [], [0]]: mesh axis 0 moves from dimension 1 to
+// dimension 2, which drops axis 1. Gathered over axis 1 first, then one
+// all_to_all over axis 0: an all_to_all first would split within the axis-1
+// slices (dimension 2 split [1, 0], not [0]).
+// CHECK-LABEL: func.func @move_into_gathered
+// CHECK-SAME: (%[[A:.*]]: tensor<2x4x4xf32>
+// CHECK: %[[G:.*]] = mesh.all_gather %[[A]] on @mesh mesh_axes = [1] gather_axis = 2 : tensor<2x4x4xf32> -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[T:.*]] = mesh.all_to_all %[[G]] on @mesh mesh_axes = [0] split_axis = 2 concat_axis = 1 : tensor<2x4x8xf32> -> tensor<2x8x4xf32>
+// CHECK-NEXT: merak.neg %[[T]] : tensor<2x8x4xf32>
+func.func @move_into_gathered(%a: tensor<2x8x8xf32>) -> tensor<2x8x8xf32> {
+  %as = mesh.shard %a to <@mesh, [[], [0], [1]]> : tensor<2x8x8xf32>
+  %u = mesh.shard %as to <@mesh, [[], [], [0]]> annotate_for_users : tensor<2x8x8xf32>
+  %n = merak.neg %u : tensor<2x8x8xf32>
+  %ns = mesh.shard %n to <@mesh, [[], [], [0]]> : tensor<2x8x8xf32>
+  return %ns : tensor<2x8x8xf32>
+}
