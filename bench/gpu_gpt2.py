@@ -5,9 +5,11 @@ Two halves, because the GPU machine has no compiler:
   python3 bench/gpu_gpt2.py prepare --out DIR [--batch 8 --seq 1024]
       (where the full build is) traces GPT-2 small (124 M parameters, the
       in-tree GPT-2 at n_layer 12, n_head 12, n_embd 768, vocab 50257) on
-      PyTorch's meta device and compiles its AdamW training step twice with
-      merak-opt: float32, and bfloat16 matrix products with float32 master
-      weights (precision=bf16); writes DIR/gpt2-small-{fp32,bf16}.mrp.
+      PyTorch's meta device and compiles its AdamW training step three
+      times with merak-opt: float32, bfloat16 matrix products with float32
+      master weights (precision=bf16), and the latter with attention in the
+      FlashAttention form (flash-attention=true); writes
+      DIR/gpt2-small-{fp32,bf16,bf16-flash}.mrp.
 
   python3 bench/gpu_gpt2.py run --dir DIR --merak-exec BIN [--steps 20]
       (on the GPU machine) builds the same model with PyTorch (seeded
@@ -64,11 +66,13 @@ def prepare(args):
     merak_trace.save(model, (idx, idx), pt, meta=True)
     opt = os.path.join(args.build, "bin", "merak-opt")
     translate = os.path.join(args.build, "bin", "merak-translate")
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "bf16-flash"):
         mlir = os.path.join(args.out, "gpt2-small-%s.mlir" % precision)
         train = "optimizer=adamw lr=1e-4 weight-decay=0.1"
-        if precision == "bf16":
+        if precision.startswith("bf16"):
             train += " precision=bf16"
+        if precision.endswith("flash"):
+            train += " flash-attention=true"
         subprocess.run([opt, pt, "--merak-train=" + train, "-o", mlir],
                        check=True)
         subprocess.run([translate, mlir, "--merak-to-rank-program", "-o",
@@ -76,7 +80,8 @@ def prepare(args):
         os.remove(mlir)
     with open(os.path.join(args.out, "gpt2-small.json"), "w") as f:
         json.dump({"batch": args.batch, "seq": args.seq}, f)
-    print("wrote %s/gpt2-small-{fp32,bf16}.mrp (batch %d, sequence %d)"
+    print("wrote %s/gpt2-small-{fp32,bf16,bf16-flash}.mrp (batch %d, "
+          "sequence %d)"
           % (args.out, args.batch, args.seq))
 
 
@@ -170,9 +175,10 @@ def run(args):
                      100 * tflops / args.peak_tflops))
 
     # The bf16 step also without fused kernels (--fuse-elementwise=off):
-    # what the fused elementwise chains and AdamW groups are worth.
+    # what the fused elementwise chains and AdamW groups are worth; and
+    # with attention in the FlashAttention form.
     for precision, fuse in (("fp32", "auto"), ("bf16", "auto"),
-                            ("bf16", "off")):
+                            ("bf16", "off"), ("bf16-flash", "auto")):
         log = os.path.join(args.dir, "merak-%s-%s.jsonl" % (precision, fuse))
         if os.path.exists(log):
             os.remove(log)

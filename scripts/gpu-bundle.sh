@@ -97,6 +97,18 @@ for precision in "bf16" "fp16 loss-scale-init=1048576 loss-scale-window=3"; do
     -o "$OUT/models/$name.mrp"
   rm "$OUT/models/$name.mlir"
 done
+# GPT-2 and LLaMA with attention in the FlashAttention form (the rows'
+# log-sum-exp kept, the tiled kernels), fp32, as
+# test/e2e/train-flash-attention.test trains them on the CPU.
+for m in gpt2 llama; do
+  read -r opt lr wd cycle batch < "$OUT/models/$m.settings"
+  "$BUILD/bin/merak-opt" "$FIXTURES/$m.pt" \
+    --merak-train="optimizer=$opt lr=$lr weight-decay=$wd flash-attention=true" \
+    -o "$OUT/models/$m-flash.mlir"
+  "$BUILD/bin/merak-translate" "$OUT/models/$m-flash.mlir" --merak-to-rank-program \
+    -o "$OUT/models/$m-flash.mrp"
+  rm "$OUT/models/$m-flash.mlir"
+done
 # Text generators (--merak-kv-cache: @prefill and @decode), as
 # test/e2e/generate/greedy.test makes them on the CPU.
 for m in gpt2 llama; do

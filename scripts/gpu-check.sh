@@ -16,6 +16,8 @@
 #     scaling, its scale by the rule and its first loss within 1e-3;
 #     GPT-2 run twice gives the same losses bit for bit;
 #     LLaMA with its fused kernels (the default) within 1e-6 of it unfused;
+#     GPT-2 and LLaMA with FlashAttention-form attention (tiled kernels)
+#     against PyTorch within 1e-4;
 #  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
 #  4. with BENCH=1, after the table, the GPT-2 small benchmark
 #     (bench/gpu_gpt2.py run).
@@ -206,6 +208,23 @@ if [[ -f $dir/merak.jsonl ]]; then
     row "llama fused vs unfused" FAIL "$(grep -m1 -i error "$dir/unfused.log" || tail -1 "$dir/unfused-compare.log")"
   fi
 fi
+
+# Attention in the FlashAttention form: the tiled kernels
+# (FlashAttention.h) in the training step, against PyTorch's run above.
+for m in gpt2 llama; do
+  dir=$O/$m
+  [[ -f $B/models/$m-flash.mrp && -f $dir/ref.jsonl ]] || continue
+  rm -f "$dir/flash.jsonl"
+  "$BIN/merak-exec" "$B/models/$m-flash.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+    --data "$dir/batches.safetensors" --steps "$STEPS" --log-jsonl "$dir/flash.jsonl" \
+    > "$dir/flash.log" 2>&1
+  if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/flash.jsonl" "$dir/ref.jsonl" \
+      --rtol 1e-4 > "$dir/flash-compare.log" 2>&1; then
+    row "$m flash attention (fp32)" ok "$(tail -1 "$dir/flash-compare.log")"
+  else
+    row "$m flash attention (fp32)" FAIL "$(grep -m1 -i error "$dir/flash.log" || tail -1 "$dir/flash-compare.log")"
+  fi
+done
 
 # Mixed precision: GPT-2 with bf16 matrix products and fp32 master weights
 # against PyTorch's fp32 run, within twice the distance PyTorch's own bf16

@@ -140,15 +140,33 @@ void collectiveCost(Operation *op, OpCost &cost) {
 /// products of the [..., T, T] scores with D or E features (four backward)
 /// plus the softmax or its gradient. The full square: a kernel skipping a
 /// causal mask's blocks does about half.
-static double attentionFlops(Type query, Type value, bool backward) {
+/// FLOPs of masked_attention or its backward; `recomputes`: the backward
+/// of the FlashAttention form, which computes the scores and their
+/// exponentials again from the rows' log-sum-exp.
+static double attentionFlops(Type query, Type value, bool backward,
+                             bool recomputes = false) {
   ArrayRef<int64_t> q = cast<RankedTensorType>(query).getShape();
   double scores = double(q[q.size() - 2]);
   for (int64_t d : q.drop_back())
     scores *= double(d);
   double features = double(q.back()) +
                     double(cast<RankedTensorType>(value).getShape().back());
-  return (backward ? 4.0 : 2.0) * scores * features +
-         (backward ? 6.0 : 7.0) * scores;
+  double flops = (backward ? 4.0 : 2.0) * scores * features +
+                 (backward ? 6.0 : 7.0) * scores;
+  if (recomputes)
+    flops += 2.0 * scores * double(q.back()) + 4.0 * scores;
+  return flops;
+}
+
+/// Whether masked_attention(_backward) `op` reads or keeps the rows'
+/// log-sum-exp rather than the probabilities.
+static bool flashForm(Operation *op) {
+  Value saved =
+      isa<MaskedAttentionOp>(op) ? op->getResult(1) : op->getOperand(5);
+  return cast<RankedTensorType>(saved.getType()).getRank() <
+         cast<RankedTensorType>(
+             op->getOperand(isa<MaskedAttentionOp>(op) ? 0 : 1).getType())
+             .getRank();
 }
 
 OpCost merak::estimateOp(Operation *op) {
@@ -206,9 +224,9 @@ OpCost merak::estimateOp(Operation *op) {
           [&](SoftmaxBackwardOp) { cost.flops = 4.0 * double(out); })
       .Case<MaskedAttentionOp, MaskedAttentionBackwardOp>([&](Operation *o) {
         bool backward = isa<MaskedAttentionBackwardOp>(o);
-        cost.flops =
-            attentionFlops(o->getOperand(backward).getType(),
-                           o->getOperand(backward + 2).getType(), backward);
+        cost.flops = attentionFlops(o->getOperand(backward).getType(),
+                                    o->getOperand(backward + 2).getType(),
+                                    backward, backward && flashForm(o));
       })
       .Case<LayerNormOp, BatchNormOp>(
           [&](Operation *) { cost.flops = 8.0 * double(out); })
@@ -282,8 +300,9 @@ OpCost merak::estimateBackwardByRule(Operation *op) {
   OpCost forward = estimateOp(op);
   if (auto attention = dyn_cast<MaskedAttentionOp>(op)) {
     OpCost backward = forward;
-    backward.flops = attentionFlops(attention.getQuery().getType(),
-                                    attention.getValue().getType(), true);
+    backward.flops =
+        attentionFlops(attention.getQuery().getType(),
+                       attention.getValue().getType(), true, flashForm(op));
     return backward;
   }
   if (!isContraction(op))

@@ -35,6 +35,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -58,6 +60,9 @@ ABSL_FLAG(int64_t, max_case_bytes, 0,
           "--write-expected: leave out cases whose results take more bytes "
           "than this (0: none); a check skips the cases its file lacks");
 ABSL_FLAG(bool, tf32, false, "--device=cuda: TF32 GEMMs");
+ABSL_FLAG(int64_t, time, 0,
+          "Instead of writing or checking results: run each case's op this "
+          "many times more after a first run and print its median time");
 ABSL_FLAG(bool, native_low_precision, false,
           "--write-expected: compute bf16 and f16 cases in their own type "
           "(ATen's CPU kernels round intermediates to it) instead of in "
@@ -449,7 +454,35 @@ std::optional<Case> upcast(const Case &c) {
 }
 
 /// Runs `c` on `backend`: the op's results on the host.
-absl::StatusOr<std::vector<HostTensor>> run(Backend &backend, const Case &c) {
+/// The wall time of `backend`'s queued work from here to its end.
+class Stopwatch {
+public:
+  explicit Stopwatch(Backend &backend) : backend(backend) {}
+  absl::Status start() {
+    if (absl::Status s = backend.synchronize(); !s.ok())
+      return s;
+    begin = std::chrono::steady_clock::now();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> stopMs() {
+    if (absl::Status s = backend.synchronize(); !s.ok())
+      return s;
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - begin)
+        .count();
+  }
+
+private:
+  Backend &backend;
+  std::chrono::steady_clock::time_point begin;
+};
+
+/// Runs `c`'s program; with `repeats` > 0 its op (the last instruction)
+/// runs that many times more, each timed alone (synchronized before and
+/// after), and `medianMs` gets the median.
+absl::StatusOr<std::vector<HostTensor>> run(Backend &backend, const Case &c,
+                                            int64_t repeats = 0,
+                                            double *medianMs = nullptr) {
   const Program &program = c.program;
   StepContext step;
   step.evaluate = c.evaluate;
@@ -493,6 +526,33 @@ absl::StatusOr<std::vector<HostTensor>> run(Backend &backend, const Case &c) {
       live[inst.results[r]] = call.results[r];
   }
   const Instruction &inst = program.instructions.back();
+  if (repeats > 0) {
+    std::vector<double> times;
+    for (int64_t i = 0; i < repeats; ++i) {
+      KernelCall call;
+      call.instruction = &inst;
+      call.program = &program;
+      call.step = &step;
+      call.arena = arena.get();
+      for (ValueId v : inst.operands)
+        call.operands.push_back(v == kNoValue ? nullptr : live[v].get());
+      call.hostScalars = c.hostScalars;
+      // In-place ops would compound their updates: they run on the
+      // results of the run before, which is what a step does too.
+      call.inPlace.assign(inst.results.size(), nullptr);
+      Stopwatch watch(backend);
+      if (absl::Status s = watch.start(); !s.ok())
+        return s;
+      if (absl::Status s = backend.execute(call); !s.ok())
+        return s;
+      absl::StatusOr<double> ms = watch.stopMs();
+      if (!ms.ok())
+        return ms.status();
+      times.push_back(*ms);
+    }
+    std::sort(times.begin(), times.end());
+    *medianMs = times[times.size() / 2];
+  }
   std::vector<HostTensor> results;
   for (size_t r = 0; r < inst.results.size(); ++r) {
     absl::StatusOr<HostTensor> host = backend.download(
@@ -519,7 +579,8 @@ std::string compare(const Case &c, size_t r, const HostTensor &got,
   int64_t mismatches = 0;
   for (int64_t i = 0; i < want.type.numElements(); ++i) {
     double g = got.elementAsDouble(i), w = want.elementAsDouble(i);
-    if (std::isnan(w) && std::isnan(g))
+    // NaN where NaN is expected, and the same infinity, are equal.
+    if ((std::isnan(w) && std::isnan(g)) || (std::isinf(w) && g == w))
       continue;
     double err = std::fabs(g - w);
     double allowed = exact ? 0 : c.atol + c.rtol * std::fabs(w);
@@ -566,8 +627,13 @@ int main(int argc, char **argv) {
   registerBuiltinComponents();
   std::string writePath = absl::GetFlag(FLAGS_write_expected);
   std::string expectedPath = absl::GetFlag(FLAGS_expected);
-  if (writePath.empty() == expectedPath.empty())
+  int64_t repeats = absl::GetFlag(FLAGS_time);
+  if (repeats < 0)
+    return fail("--time must be 0 or more, got " + std::to_string(repeats));
+  if (repeats == 0 && writePath.empty() == expectedPath.empty())
     return fail("give one of --write-expected and --expected");
+  if (repeats > 0 && !(writePath.empty() && expectedPath.empty()))
+    return fail("--time runs cases without --write-expected or --expected");
 
   std::vector<Case> cases;
   for (const std::string &path : absl::GetFlag(FLAGS_cases)) {
@@ -613,6 +679,25 @@ int main(int argc, char **argv) {
   }
   std::map<std::string, HostTensor> written;
   int passed = 0, failed = 0, skipped = 0;
+  if (repeats > 0) {
+    // Timing: the op alone, from its operands on the device to its results
+    // there (no upload or download), the median of `repeats` runs.
+    for (const Case &c : cases) {
+      double ms = 0;
+      absl::StatusOr<std::vector<HostTensor>> results =
+          run(**backend, c, repeats, &ms);
+      if (!results.ok()) {
+        std::printf("FAIL %s: %s\n", c.name.c_str(),
+                    std::string(results.status().message()).c_str());
+        ++failed;
+        continue;
+      }
+      std::printf("time %s %.4f ms\n", c.name.c_str(), ms);
+      ++passed;
+    }
+    std::printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+  }
   for (const Case &c : cases) {
     absl::StatusOr<std::vector<HostTensor>> results;
     std::optional<Case> wide;

@@ -192,6 +192,97 @@ void attentionBackward(const at::Tensor &g, const at::Tensor &q,
   }
 }
 
+/// The scaled, masked scores of query rows [i0, i0 + r) against keys
+/// [0, keys) into `scores` (`[n, r, keys]`): the mask's rows as given, or,
+/// causal, keys after the query masked.
+void blockScores(at::Tensor &scores, const at::Tensor &q, const at::Tensor &k,
+                 const at::Tensor &mask, bool causal, const AttentionScale &s,
+                 int64_t i0, int64_t r, int64_t keys) {
+  bmmInto(scores, q.narrow(1, i0, r), k.narrow(1, 0, keys).transpose(1, 2));
+  s.apply(scores);
+  if (causal) {
+    at::Tensor above =
+        at::ones({r, r}, mask.options().dtype(at::kBool)).triu_(1);
+    scores.narrow(2, i0, r).masked_fill_(above, -INFINITY);
+  } else {
+    applyMask(scores, mask.narrow(1, i0, r));
+  }
+}
+
+/// The type attention's statistics are taken in: f64 for f64 operands,
+/// else f32 (bf16 and f16 round only their results).
+at::ScalarType accumulation(const at::Tensor &q) {
+  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+/// masked_attention in the FlashAttention form on stacks `[n, t, d]`: by
+/// blocks of query rows, the scores, their softmax (as the unfused ops
+/// compute it) times `v` into `out`, and each row's log-sum-exp (f32) into
+/// `lse` (`[n, t]`); only a block's scores exist at a time. With a causal
+/// mask a block reads the keys up to its last row only.
+void flashForward(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                  const at::Tensor &mask, bool causal, const AttentionScale &s,
+                  at::Tensor &out, at::Tensor &lse) {
+  int64_t n = q.size(0), t = q.size(1);
+  int64_t rows = std::min(t, attentionRows(t));
+  Scratch scoresBuf(n * rows * t, q.options()),
+      probsBuf(n * rows * t, q.options());
+  for (int64_t i0 = 0; i0 < t; i0 += rows) {
+    int64_t i1 = std::min(t, i0 + rows), r = i1 - i0;
+    int64_t keys = causal ? i1 : t;
+    at::Tensor scores = scoresBuf.get(n, r, keys);
+    blockScores(scores, q, k, mask, causal, s, i0, r, keys);
+    at::Tensor l = lse.narrow(1, i0, r);
+    l.copy_(at::logsumexp(scores.to(accumulation(q)), {-1}, false));
+    at::Tensor p = probsBuf.get(n, r, keys);
+    at::_softmax_out(p, scores, -1, false);
+    at::Tensor o = out.narrow(1, i0, r);
+    bmmInto(o, p, v.narrow(1, 0, keys));
+  }
+}
+
+/// masked_attention_backward in the FlashAttention form: by blocks of
+/// query rows, the probabilities again as `exp(scores - lse)` (in f32,
+/// rounded to the element type as softmax rounds them), the softmax
+/// backward with the rows' sums `sum(grad * out)`, and the block's terms of
+/// the three gradients (the key and value ones summed block after block).
+void flashBackward(const at::Tensor &g, const at::Tensor &q,
+                   const at::Tensor &k, const at::Tensor &v,
+                   const at::Tensor &mask, const at::Tensor &lse,
+                   const at::Tensor &out, bool causal, const AttentionScale &s,
+                   at::Tensor &gq, at::Tensor &gk, at::Tensor &gv) {
+  int64_t n = q.size(0), t = q.size(1);
+  int64_t rows = std::min(t, attentionRows(t));
+  Scratch scoresBuf(n * rows * t, q.options()),
+      dpBuf(n * rows * t, q.options());
+  gk.zero_();
+  gv.zero_();
+  // The softmax backward's row sums: sum_j dp_ij p_ij = grad_i . out_i.
+  at::ScalarType acc = accumulation(q);
+  at::Tensor rowSums = (g.to(acc) * out.to(acc)).sum(-1, true); // [n, t, 1]
+  for (int64_t i0 = 0; i0 < t; i0 += rows) {
+    int64_t i1 = std::min(t, i0 + rows), r = i1 - i0;
+    int64_t keys = causal ? i1 : t;
+    at::Tensor scores = scoresBuf.get(n, r, keys);
+    blockScores(scores, q, k, mask, causal, s, i0, r, keys);
+    at::Tensor pf =
+        (scores.to(acc) - lse.narrow(1, i0, r).unsqueeze(-1).to(acc)).exp_();
+    at::Tensor p = pf.to(q.scalar_type());
+    at::Tensor gBlock = g.narrow(1, i0, r);
+    at::Tensor dp = dpBuf.get(n, r, keys);
+    bmmInto(dp, gBlock, v.narrow(1, 0, keys).transpose(1, 2));
+    at::Tensor ds = (p.to(acc) * (dp.to(acc) - rowSums.narrow(1, i0, r)))
+                        .to(q.scalar_type());
+    s.apply(ds);
+    at::Tensor o = gq.narrow(1, i0, r);
+    bmmInto(o, ds, k.narrow(1, 0, keys));
+    at::Tensor gkBlock = gk.narrow(1, 0, keys), gvBlock = gv.narrow(1, 0, keys);
+    bmmInto(gkBlock, ds.transpose(1, 2), q.narrow(1, i0, r),
+            /*accumulate=*/true);
+    bmmInto(gvBlock, p.transpose(1, 2), gBlock, /*accumulate=*/true);
+  }
+}
+
 } // namespace
 
 void registerAttentionKernels(KernelTable &table) {
@@ -205,6 +296,24 @@ void registerAttentionKernels(KernelTable &table) {
       causalAttention.fetch_add(1);
     AttentionScale scale{at::Scalar(float(a.scale)), a.scaleDivides};
     at::Tensor out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
+    std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end());
+    if (c.resultType(1).shape.size() + 1 == shape.size()) {
+      // The FlashAttention form: the rows' log-sum-exp.
+      at::Tensor lse =
+          at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
+      forBlocks(q.size(0), 1, 1, [&](int64_t begin, int64_t end) {
+        int64_t n = end - begin;
+        at::Tensor o = out.narrow(0, begin, n), l = lse.narrow(0, begin, n);
+        flashForward(q.narrow(0, begin, n), k.narrow(0, begin, n),
+                     v.narrow(0, begin, n), mask.narrow(0, begin, n), causal,
+                     scale, o, l);
+      });
+      shape.back() = v.size(2);
+      c.set(0, out.view(shape));
+      shape.pop_back();
+      c.set(1, lse.view(shape));
+      return;
+    }
     at::Tensor probs =
         at::empty({q.size(0), q.size(1), q.size(1)}, q.options());
     forBlocks(q.size(0), 1, 1, [&](int64_t begin, int64_t end) {
@@ -214,7 +323,6 @@ void registerAttentionKernels(KernelTable &table) {
                        v.narrow(0, begin, n), mask.narrow(0, begin, n), causal,
                        scale, o, p);
     });
-    std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end());
     shape.back() = v.size(2);
     c.set(0, out.view(shape));
     shape.back() = q.size(1);
@@ -224,20 +332,40 @@ void registerAttentionKernels(KernelTable &table) {
     const OpAttrs &a = c.a;
     const at::Tensor &query = c.in(1);
     at::Tensor g = asStack(c.in(0)), q = asStack(query), k = asStack(c.in(2)),
-               v = asStack(c.in(3)), probs = asStack(c.in(5));
+               v = asStack(c.in(3));
     bool causal = isCausalMask(c.in(4), q.size(1));
     if (causal)
       causalAttention.fetch_add(1);
     AttentionScale scale{at::Scalar(float(a.scale)), a.scaleDivides};
     at::Tensor gq = at::empty_like(q), gk = at::empty_like(k),
                gv = at::empty_like(v);
+    if (c.has(6)) {
+      // The FlashAttention form: the rows' log-sum-exp and the output.
+      at::Tensor lse = c.in(5).reshape({q.size(0), q.size(1)});
+      at::Tensor out = asStack(c.in(6));
+      at::Tensor mask = maskStack(c.in(4), query);
+      forBlocks(q.size(0), 1, 1, [&](int64_t begin, int64_t end) {
+        int64_t n = end - begin;
+        at::Tensor oq = gq.narrow(0, begin, n), ok = gk.narrow(0, begin, n),
+                   ov = gv.narrow(0, begin, n);
+        flashBackward(g.narrow(0, begin, n), q.narrow(0, begin, n),
+                      k.narrow(0, begin, n), v.narrow(0, begin, n),
+                      mask.narrow(0, begin, n), lse.narrow(0, begin, n),
+                      out.narrow(0, begin, n), causal, scale, oq, ok, ov);
+      });
+      c.set(0, gq.view(query.sizes()));
+      c.set(1, gk.view(query.sizes()));
+      c.set(2, gv.view(c.in(3).sizes()));
+      return;
+    }
     forBlocks(q.size(0), 1, 1, [&](int64_t begin, int64_t end) {
       int64_t n = end - begin;
       at::Tensor oq = gq.narrow(0, begin, n), ok = gk.narrow(0, begin, n),
                  ov = gv.narrow(0, begin, n);
       attentionBackward(g.narrow(0, begin, n), q.narrow(0, begin, n),
                         k.narrow(0, begin, n), v.narrow(0, begin, n),
-                        probs.narrow(0, begin, n), causal, scale, oq, ok, ov);
+                        asStack(c.in(5)).narrow(0, begin, n), causal, scale, oq,
+                        ok, ov);
     });
     c.set(0, gq.view(query.sizes()));
     c.set(1, gk.view(query.sizes()));

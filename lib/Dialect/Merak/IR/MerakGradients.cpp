@@ -533,15 +533,18 @@ GRADIENT(MaskedAttentionOp) {
   Location loc = getLoc();
   operandGrads.assign(getOperation()->getNumOperands(), Value());
   if (resultGrads.size() > 1 && resultGrads[1])
-    return emitOpError("cannot differentiate through probs: only result "
+    return emitOpError("cannot differentiate through saved: only result "
                        "may reach the loss");
   Value g = resultGrads.empty() ? Value() : resultGrads[0];
   if (!g)
     return success();
+  // The FlashAttention form recomputes the probabilities from the rows'
+  // log-sum-exp and reads the output for the softmax backward's row sums.
+  Value output = savesLogSumExp() ? getResult() : Value();
   auto op = b.create<MaskedAttentionBackwardOp>(
       loc,
       TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
-      g, getQuery(), getKey(), getValue(), getMask(), getProbs(),
+      g, getQuery(), getKey(), getValue(), getMask(), getSaved(), output,
       getScaleAttr(), getDivideAttr());
   operandGrads[0] = op.getGradQuery();
   operandGrads[1] = op.getGradKey();

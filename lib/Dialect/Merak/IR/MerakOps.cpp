@@ -443,29 +443,41 @@ LogicalResult MaskedAttentionOp::checkOperands(Operation *op, Value query,
   return success();
 }
 
-/// The operands and `probs` ([..., T, T]) of masked_attention or its
-/// backward.
+/// The operands and `saved` of masked_attention or its backward: the
+/// probabilities (`[..., T, T]`, the query's element type) or the rows'
+/// log-sum-exp (`[..., T]`, f32).
 static LogicalResult checkAttention(Operation *op, Value query, Value key,
-                                    Value value, Value mask, Value probs,
+                                    Value value, Value mask, Value saved,
                                     double scale, bool divide) {
   if (!std::isfinite(scale) || (divide && scale == 0.0))
     return op->emitOpError("scale must be finite (and non-zero to divide by)");
   if (failed(MaskedAttentionOp::checkOperands(op, query, key, value, mask)))
     return failure();
-  auto q = tensorOf(query), p = tensorOf(probs);
-  SmallVector<int64_t> scores(q.getShape().drop_back());
+  auto q = tensorOf(query), p = tensorOf(saved);
+  SmallVector<int64_t> rows(q.getShape().drop_back());
+  if (p.getRank() == int64_t(rows.size())) {
+    if (!p.getElementType().isF32() || p.getShape() != ArrayRef<int64_t>(rows))
+      return op->emitOpError("log-sum-exp type ")
+             << p << " differs from the rows' "
+             << RankedTensorType::get(rows, Float32Type::get(op->getContext()));
+    return success();
+  }
+  SmallVector<int64_t> scores(rows);
   scores.push_back(q.getShape()[q.getRank() - 2]);
   if (p.getElementType() != q.getElementType() ||
       p.getShape() != ArrayRef<int64_t>(scores))
     return op->emitOpError("probs type ")
            << p << " differs from the scores' "
-           << RankedTensorType::get(scores, q.getElementType());
+           << RankedTensorType::get(scores, q.getElementType())
+           << " (or a log-sum-exp of "
+           << RankedTensorType::get(rows, Float32Type::get(op->getContext()))
+           << ")";
   return success();
 }
 
 LogicalResult MaskedAttentionOp::verify() {
   if (failed(checkAttention(*this, getQuery(), getKey(), getValue(), getMask(),
-                            getProbs(), getScale().convertToDouble(),
+                            getSaved(), getScale().convertToDouble(),
                             getDivide())))
     return failure();
   if (getResult().getType() != getValue().getType())
@@ -476,8 +488,20 @@ LogicalResult MaskedAttentionOp::verify() {
 }
 
 LogicalResult MaskedAttentionBackwardOp::verify() {
-  return checkAttention(*this, getQuery(), getKey(), getValue(), getMask(),
-                        getProbs(), getScale().convertToDouble(), getDivide());
+  if (failed(checkAttention(*this, getQuery(), getKey(), getValue(), getMask(),
+                            getSaved(), getScale().convertToDouble(),
+                            getDivide())))
+    return failure();
+  bool lse = tensorOf(getSaved()).getRank() < tensorOf(getQuery()).getRank();
+  if (lse && !getOutput())
+    return emitOpError("needs the forward's output with a log-sum-exp");
+  if (!lse && getOutput())
+    return emitOpError("takes the forward's output only with a log-sum-exp");
+  if (getOutput() && getOutput().getType() != getValue().getType())
+    return emitOpError("output type ")
+           << getOutput().getType() << " differs from the value's "
+           << getValue().getType();
+  return success();
 }
 
 static LogicalResult checkNormalizedShape(std::optional<Location> loc,

@@ -209,7 +209,8 @@ void softmaxLike(SpaceBuilder &b, Operation *op, int64_t dim) {
 /// masked_attention and its backward: the leading (batch, head) loops are
 /// parallel; the query, key and feature loops are never split (the
 /// softmax couples a row's keys, and the backward sums over rows).
-void attention(SpaceBuilder &b, Value query, Value mask, bool backward) {
+void attention(SpaceBuilder &b, Value query, Value mask, Value saved,
+               bool backward) {
   ArrayRef<int64_t> qs = shapeOf(query);
   ArrayRef<int64_t> batchShape = qs.drop_back(2);
   SmallVector<unsigned> batch = b.parallels(batchShape.size());
@@ -228,6 +229,15 @@ void attention(SpaceBuilder &b, Value query, Value mask, bool backward) {
     l.push_back(j);
     return l;
   };
+  // The probabilities [..., T, S], or the rows' log-sum-exp [..., T].
+  bool lse = shapeOf(saved).size() < qs.size();
+  auto savedLoops = [&] {
+    SmallVector<unsigned> l(batch);
+    l.push_back(t);
+    if (!lse)
+      l.push_back(s);
+    return l;
+  };
   int64_t seq = qs[qs.size() - 2];
   SmallVector<int64_t> scores(batchShape);
   scores.append({seq, seq});
@@ -238,13 +248,15 @@ void attention(SpaceBuilder &b, Value query, Value mask, bool backward) {
   b.next(with(s, e));   // value
   b.next(broadcastExprs(b, shapeOf(mask), scores, with(t, s)));
   if (backward) {
-    b.next(with(t, s)); // probs
-    b.next(with(t, d)); // grad_query
-    b.next(with(s, d)); // grad_key
-    b.next(with(s, e)); // grad_value
+    b.next(savedLoops()); // probs or log-sum-exp
+    if (lse)
+      b.next(with(t, e)); // output
+    b.next(with(t, d));   // grad_query
+    b.next(with(s, d));   // grad_key
+    b.next(with(s, e));   // grad_value
   } else {
-    b.next(with(t, e)); // result
-    b.next(with(t, s)); // probs
+    b.next(with(t, e));   // result
+    b.next(savedLoops()); // probs or log-sum-exp
   }
 }
 
@@ -756,11 +768,11 @@ std::optional<LoopSpace> merak::getLoopSpace(Operation *op) {
             return true;
           })
           .Case([&](MaskedAttentionOp o) {
-            attention(b, o.getQuery(), o.getMask(), false);
+            attention(b, o.getQuery(), o.getMask(), o.getSaved(), false);
             return true;
           })
           .Case([&](MaskedAttentionBackwardOp o) {
-            attention(b, o.getQuery(), o.getMask(), true);
+            attention(b, o.getQuery(), o.getMask(), o.getSaved(), true);
             return true;
           })
           .Case([&](LayerNormOp o) {

@@ -220,8 +220,14 @@ struct FuseAttentionPass
       std::swap(perm[rank - 1], perm[rank - 2]);
       k = b.create<PermuteOp>(loc, kT, perm);
     }
+    // What the backward reads: the probabilities, or (flash) the rows'
+    // log-sum-exp in f32.
+    Type saved = type;
+    if (flash)
+      saved =
+          RankedTensorType::get(type.getShape().drop_back(), b.getF32Type());
     auto fused = b.create<MaskedAttentionOp>(
-        loc, TypeRange{v.getType(), type}, q, k, v, mask,
+        loc, TypeRange{v.getType(), saved}, q, k, v, mask,
         b.getF64FloatAttr(scale), divide ? b.getUnitAttr() : UnitAttr());
     context.getResult().replaceAllUsesWith(fused.getResult());
     // The chain, last reader first; shared values (the mask's `not`, the

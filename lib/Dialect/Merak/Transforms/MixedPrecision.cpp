@@ -189,9 +189,14 @@ struct MixedPrecisionPass
         return op->emitOpError("--merak-mixed-precision: result types do "
                                "not follow from the new operand types");
     } else {
+      auto attention = dyn_cast<MaskedAttentionOp>(op);
       for (Value r : op->getResults()) {
         auto t = cast<RankedTensorType>(r.getType());
-        types.push_back(target && floatElement(r) ? t.clone(target) : t);
+        // A FlashAttention log-sum-exp stays in f32.
+        bool keep = attention && attention.savesLogSumExp() &&
+                    r == attention.getSaved();
+        types.push_back(target && floatElement(r) && !keep ? t.clone(target)
+                                                           : t);
       }
     }
     for (auto [r, t] : llvm::zip(op->getResults(), types))

@@ -79,6 +79,12 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::desc("fuse masked attention into "
                      "merak.masked_attention (--merak-fuse-attention)"),
       llvm::cl::init(true)};
+  Option<bool> flashAttention{
+      *this, "flash-attention",
+      llvm::cl::desc("fused attention keeps the rows' log-sum-exp, not the "
+                     "probabilities: memory linear in the sequence "
+                     "(--merak-fuse-attention=\"flash=true\")"),
+      llvm::cl::init(false)};
 };
 
 /// Reports a bad pipeline option as an error at the module when the
@@ -121,8 +127,11 @@ void buildTrainPipelineFromOptions(OpPassManager &pm,
                                    const TrainPipelineOptions &o) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
-  if (o.fuseAttention)
-    pm.addPass(merak::createFuseAttention());
+  if (o.fuseAttention) {
+    merak::FuseAttentionOptions fa;
+    fa.flash = o.flashAttention;
+    pm.addPass(merak::createFuseAttention(fa));
+  }
   if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16") {
     pm.clear();
     pm.addPass(std::make_unique<OptionErrorPass>(

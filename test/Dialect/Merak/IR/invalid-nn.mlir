@@ -794,6 +794,30 @@ func.func @attention_mask(%q: tensor<2x8x16xf32>, %m: tensor<3x8x8xi1>) {
 
 // -----
 
+func.func @attention_lse_type(%q: tensor<2x8x16xbf16>, %m: tensor<8x8xi1>) {
+  // expected-error @below {{'merak.masked_attention' op log-sum-exp type 'tensor<2x8xbf16>' differs from the rows' 'tensor<2x8xf32>'}}
+  %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 1.0 : f64} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<8x8xi1>) -> (tensor<2x8x16xbf16>, tensor<2x8xbf16>)
+  return
+}
+
+// -----
+
+func.func @attention_lse_no_output(%q: tensor<2x8x16xf32>, %m: tensor<8x8xi1>, %l: tensor<2x8xf32>) {
+  // expected-error @below {{'merak.masked_attention_backward' op needs the forward's output with a log-sum-exp}}
+  %0:3 = merak.masked_attention_backward %q, %q, %q, %q, %m, %l {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>, tensor<2x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_probs_with_output(%q: tensor<2x8x16xf32>, %m: tensor<8x8xi1>, %p: tensor<2x8x8xf32>) {
+  // expected-error @below {{'merak.masked_attention_backward' op takes the forward's output only with a log-sum-exp}}
+  %0:3 = merak.masked_attention_backward %q, %q, %q, %q, %m, %p, %q {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>, tensor<2x8x8xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  return
+}
+
+// -----
+
 func.func @attention_probs(%q: tensor<2x8x16xf32>, %m: tensor<8x8xi1>) {
   // expected-error @below {{'merak.masked_attention' op probs type 'tensor<2x8x16xf32>' differs from the scores' 'tensor<2x8x8xf32>'}}
   %0:2 = merak.masked_attention %q, %q, %q, %m {scale = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>)

@@ -79,5 +79,10 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %v: tensor<2x4x8x6xf32>, %m: tens
   %0:2 = merak.masked_attention %q, %q, %v, %m {scale = 0.25 : f64} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x6xf32>, tensor<8x8xi1>) -> (tensor<2x4x8x6xf32>, tensor<2x4x8x8xf32>)
   // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = merak.masked_attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {scale = 2.500000e-01 : f64}
   %1:3 = merak.masked_attention_backward %v, %q, %q, %v, %m, %p {scale = 0.25 : f64} : (tensor<2x4x8x6xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x6xf32>, tensor<8x8xi1>, tensor<2x4x8x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x6xf32>)
+  // The FlashAttention form: the rows' log-sum-exp, and the output back.
+  // CHECK: %{{.*}}, %[[LSE:.*]] = merak.masked_attention {{.*}} -> (tensor<2x4x8x6xf32>, tensor<2x4x8xf32>)
+  %f:2 = merak.masked_attention %q, %q, %v, %m {scale = 0.25 : f64} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x6xf32>, tensor<8x8xi1>) -> (tensor<2x4x8x6xf32>, tensor<2x4x8xf32>)
+  // CHECK: merak.masked_attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[LSE]], %{{.*}} {scale = 2.500000e-01 : f64} : ({{.*}}, tensor<2x4x8xf32>, tensor<2x4x8x6xf32>) ->
+  %fg:3 = merak.masked_attention_backward %v, %q, %q, %v, %m, %f#1, %f#0 {scale = 0.25 : f64} : (tensor<2x4x8x6xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x6xf32>, tensor<8x8xi1>, tensor<2x4x8xf32>, tensor<2x4x8x6xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x6xf32>)
   return
 }

@@ -2,6 +2,14 @@
 // (a boolean mask through where, an additive one through add) becomes one
 // merak.masked_attention; chains it cannot replace exactly stay as they are.
 // RUN: merak-opt %s -split-input-file --merak-fuse-attention | FileCheck %s
+// RUN: merak-opt %s -split-input-file --merak-fuse-attention="flash=true" | FileCheck %s --check-prefix=FLASH
+
+// With flash=true the fused op keeps each row's log-sum-exp (f32) instead
+// of the probabilities.
+// FLASH-LABEL: func.func @gpt2
+// FLASH-NEXT: %[[R:.*]], %{{.*}} = merak.masked_attention %arg0, %arg1, %arg2, %arg3 {scale = 2.500000e-01 : f64} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<1x1x8x8xi1>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+// FLASH-LABEL: func.func @unscaled
+// FLASH: merak.masked_attention {{.*}} -> (tensor<8x4xf32>, tensor<8xf32>)
 
 // GPT-2's attention: q @ k^T, scaled, masked_fill(~mask, -inf), softmax,
 // an inactive dropout, @ v. The fused op reads k itself (not its

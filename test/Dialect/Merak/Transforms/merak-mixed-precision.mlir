@@ -11,6 +11,12 @@
 // RUN: not merak-opt %s --merak-mixed-precision="compute=fp16 loss-scale=0" 2>&1 | FileCheck %s --check-prefix=BADSCALE
 // RUN: not merak-opt %s --merak-mixed-precision="compute=fp16 loss-scale-window=0" 2>&1 | FileCheck %s --check-prefix=BADWINDOW
 // RUN: not merak-opt %s --merak-mixed-precision="compute=fp16 master=bf16" 2>&1 | FileCheck %s --check-prefix=BADMASTER
+// RUN: merak-opt %S/Inputs/mixed-precision-attention.mlir --merak-mixed-precision="compute=bf16" | FileCheck %s --check-prefix=ATTENTION
+
+// Masked attention computes in bf16; its FlashAttention form's log-sum-exp
+// stays f32, the probabilities of the other form take bf16.
+// ATTENTION: merak.masked_attention {{.*}} -> (tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>)
+// ATTENTION: merak.masked_attention {{.*}} -> (tensor<2x4x8x16xbf16>, tensor<2x4x8x8xbf16>)
 // Loss scaling is recorded on the forward for --merak-autodiff: fp16's
 // default is dynamic (FP16 below), bf16's and fp32's none (CHECK, FP32).
 // STATIC: func.func @forward{{.*}} attributes {merak.loss_scale = {dynamic = false, init = 5.120000e+02 : f64, window = 2000 : i64}}

@@ -413,21 +413,34 @@ def Merak_MaskedAttentionOp : Merak_Op<"masked_attention",
     (`masked_fill`), a float mask of the query's element type `s + mask`
     (an additive mask of zeros and `-inf`). `query` and `key` are
     `[..., T, D]` (the same shape, self-attention), `value` is
-    `[..., T, E]`. `probs` is what the backward reads.
-    `--merak-fuse-attention` builds it. A kernel may skip the blocks of the
-    products a causal mask (lower-triangular, or zero on and below the
-    diagonal and `-inf` above) removes; a fully masked row gives NaN, as in
-    PyTorch.
+    `[..., T, E]`. `saved` is what the backward reads: either `probs`
+    itself (`[..., T, T]`, the query's element type), or, in the
+    FlashAttention form, each query row's log-sum-exp of its scaled, masked
+    scores (`[..., T]`, f32), from which the backward recomputes the
+    probabilities: memory linear in the sequence instead of quadratic.
+    `--merak-fuse-attention` builds it (`flash=true` for the second form).
+    A kernel may skip the blocks of the products a causal mask
+    (lower-triangular, or zero on and below the diagonal and `-inf` above)
+    removes; a fully masked row gives NaN (and a log-sum-exp of `-inf`), as
+    in PyTorch.
   }];
   let arguments = (ins Merak_FloatTensor:$query, Merak_FloatTensor:$key,
                    Merak_FloatTensor:$value,
                    AnyTypeOf<[Merak_BoolTensor, Merak_FloatTensor]>:$mask,
                    F64Attr:$scale, UnitAttr:$divide);
-  let results = (outs Merak_FloatTensor:$result, Merak_FloatTensor:$probs);
+  let results = (outs Merak_FloatTensor:$result, Merak_FloatTensor:$saved);
   let assemblyFormat =
       "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
+    /// Whether `saved` is the rows' log-sum-exp (the FlashAttention form)
+    /// rather than the probabilities.
+    bool savesLogSumExp() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getSaved().getType())
+                 .getRank() <
+             ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
+                 .getRank();
+    }
     /// Whether `query`, `key`, `value` and `mask` can be the operands (of
     /// this op or of its backward). On failure, emits the reason on `op`
     /// when it is given.
@@ -802,16 +815,22 @@ def Merak_MaskedAttentionBackwardOp
   let summary = "gradients of masked_attention: query, key and value";
   let runtimeAttrFields = ["divide=scaleDivides"];
   let description = [{
-    From `probs` (the forward's second result): `grad_value = probs^T @
-    grad`, `s = scaled(softmax_backward(grad @ value^T, probs))` (by
-    `scale`, divided with `divide`), `grad_query = s @ key`,
-    `grad_key = s^T @ query`. `mask` (as the forward's) lets a kernel skip
-    the blocks a causal mask removes; it gets no gradient.
+    From `saved` (the forward's second result): with the probabilities,
+    `grad_value = probs^T @ grad`,
+    `s = scaled(softmax_backward(grad @ value^T, probs))` (by `scale`,
+    divided with `divide`), `grad_query = s @ key`,
+    `grad_key = s^T @ query`. With the rows' log-sum-exp (the
+    FlashAttention form), `output` (the forward's result) comes too: the
+    probabilities are recomputed as `exp(masked(scaled(query @ key^T)) -
+    lse)`, and the softmax backward's row sums are `sum(grad * output)`
+    over the value's last dimension. `mask` (as the forward's) lets a
+    kernel skip the blocks a causal mask removes; it gets no gradient.
   }];
   let arguments = (ins Merak_FloatTensor:$grad, Merak_FloatTensor:$query,
                    Merak_FloatTensor:$key, Merak_FloatTensor:$value,
                    AnyTypeOf<[Merak_BoolTensor, Merak_FloatTensor]>:$mask,
-                   Merak_FloatTensor:$probs, F64Attr:$scale,
+                   Merak_FloatTensor:$saved,
+                   Optional<Merak_FloatTensor>:$output, F64Attr:$scale,
                    UnitAttr:$divide);
   let results = (outs Merak_FloatTensor:$grad_query,
                  Merak_FloatTensor:$grad_key, Merak_FloatTensor:$grad_value);

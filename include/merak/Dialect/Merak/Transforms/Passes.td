@@ -516,7 +516,19 @@ def FuseAttention : Pass<"merak-fuse-attention", "mlir::ModuleOp"> {
     kernel skips the blocks of the products that a causal mask removes.
     Chains whose intermediate values have other readers, or with a dropout
     that is active, stay as they are.
+
+    With `flash=true` the op keeps each query row's log-sum-exp (f32)
+    instead of the probabilities, and the backward recomputes them (the
+    FlashAttention form): the activations attention keeps for the backward
+    are linear in the sequence, not quadratic, for one more product in
+    the backward. The CUDA backend runs this form as tiled kernels that
+    never write the scores to memory.
   }];
+  let options = [
+    Option<"flash", "flash", "bool", "false",
+           "keep the rows' log-sum-exp instead of the probabilities "
+           "(FlashAttention)">,
+  ];
 }
 
 def HoistBatchCollectives : Pass<"merak-hoist-batch-collectives",

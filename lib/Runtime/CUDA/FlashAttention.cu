@@ -1,0 +1,512 @@
+//===- FlashAttention.cu - tiled masked attention kernels -----------------===//
+//
+// The kernels of FlashAttention.h. Every product and sum runs in the
+// accumulation type (float for bf16 and f16) in a fixed order: a lane
+// sums a dot product over the head dimension in order, a warp combines
+// its lanes by an xor butterfly (the same value in every lane), and each
+// output element is summed by one lane over the tiles in order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashAttention.h"
+
+#include <string>
+
+namespace merak::runtime::cuda {
+namespace {
+
+template <typename A> __device__ A warpMax(A v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    A other = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+
+template <typename A> __device__ A warpSum(A v) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+/// A masked score: `false` masks, a float mask adds.
+template <typename A> MERAK_DEVICE A flashMask(A s, bool m) {
+  return m ? s : A(-INFINITY);
+}
+template <typename A, typename T> MERAK_DEVICE A flashMask(A s, T m) {
+  return s + A(toAcc(m));
+}
+
+/// Rows [0, rows) of a `cols`-wide dense tile starting at `src` into
+/// shared `dst` (row pitch `pitch`), converted to the accumulation type;
+/// rows at or beyond `available` are zero.
+template <typename A, typename T>
+__device__ void loadTile(A *dst, const T *src, int64_t available, int rows,
+                         int cols, int pitch) {
+  for (int idx = threadIdx.x; idx < rows * cols; idx += blockDim.x) {
+    int r = idx / cols, c = idx % cols;
+    dst[r * pitch + c] =
+        r < available ? A(toAcc(src[int64_t(r) * cols + c])) : A(0);
+  }
+}
+
+/// The dot product of shared rows `a` and `b` over `n` elements.
+template <typename A> MERAK_DEVICE A dotRow(const A *a, const A *b, int n) {
+  A sum = 0;
+  for (int x = 0; x < n; ++x)
+    sum += a[x] * b[x];
+  return sum;
+}
+
+/// The stack a block works on (grid y, then z beyond 65535).
+MERAK_DEVICE int64_t flashStack() {
+  return int64_t(blockIdx.y) + int64_t(blockIdx.z) * gridDim.y;
+}
+
+/// The scaled, masked score of query row `i` and key `key` of stack `b`
+/// from their dot product.
+template <typename A, typename M>
+MERAK_DEVICE A flashScore(A dot, const M *mask, const MaskRows &maskRows,
+                          int64_t b, int64_t t, int64_t i, int64_t key, A scale,
+                          bool divide) {
+  A s = divide ? dot / scale : dot * scale;
+  return flashMask(
+      s, mask[maskRows.rows.offsetOf(b * t + i) + key * maskRows.colStride]);
+}
+
+template <typename T, typename M>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashForwardKernel(const T *q, const T *k, const T *v, const M *mask,
+                       MaskRows maskRows, T *out, float *lse, int64_t n,
+                       int64_t t, int d, int e, Acc<T> scale, bool divide) {
+  using A = Acc<T>;
+  extern __shared__ __align__(16) unsigned char flashShared[];
+  const int pd = int(flashPitch(d)), pe = int(flashPitch(e)),
+            pk = int(flashPitch(kFlashKeys));
+  A *qs = reinterpret_cast<A *>(flashShared);
+  A *ks = qs + kFlashRows * pd;
+  A *vs = ks + kFlashKeys * pd;
+  A *ps = vs + kFlashKeys * pe;
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t i0 = int64_t(blockIdx.x) * kFlashRows;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *qb = q + b * t * d, *kb = k + b * t * d, *vb = v + b * t * e;
+  loadTile(qs, qb + i0 * d, t - i0, kFlashRows, d, pd);
+
+  OnlineSoftmax<A> row[kFlashRowsPerWarp];
+  A acc[kFlashRowsPerWarp][kFlashDimsPerLane];
+#pragma unroll
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr)
+#pragma unroll
+    for (int j = 0; j < kFlashDimsPerLane; ++j)
+      acc[rr][j] = 0;
+
+  for (int64_t j0 = 0; j0 < t; j0 += kFlashKeys) {
+    __syncthreads(); // the last tile's keys and values are read
+    loadTile(ks, kb + j0 * d, t - j0, kFlashKeys, d, pd);
+    loadTile(vs, vb + j0 * e, t - j0, kFlashKeys, e, pe);
+    __syncthreads();
+    int64_t key = j0 + lane;
+#pragma unroll
+    for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+      int r = warp * kFlashRowsPerWarp + rr;
+      int64_t i = i0 + r;
+      A s = A(-INFINITY);
+      if (key < t && i < t)
+        s = flashScore(dotRow(qs + r * pd, ks + lane * pd, d), mask, maskRows,
+                       b, t, i, key, scale, divide);
+      A factor = row[rr].absorb(warpMax(s));
+      A p = row[rr].weight(s);
+      row[rr].add(warpSum(p));
+      ps[r * pk + lane] = p;
+#pragma unroll
+      for (int j = 0; j < kFlashDimsPerLane; ++j)
+        acc[rr][j] *= factor;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+      int r = warp * kFlashRowsPerWarp + rr;
+      for (int c = 0; c < kFlashKeys; ++c) {
+        A p = ps[r * pk + c];
+#pragma unroll
+        for (int j = 0; j < kFlashDimsPerLane; ++j) {
+          int x = lane + 32 * j;
+          if (x < e)
+            acc[rr][j] += p * vs[c * pe + x];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+    int64_t i = i0 + warp * kFlashRowsPerWarp + rr;
+    if (i >= t)
+      continue;
+      // A fully masked row: 0 / 0, NaN, as PyTorch's softmax gives.
+#pragma unroll
+    for (int j = 0; j < kFlashDimsPerLane; ++j) {
+      int x = lane + 32 * j;
+      if (x < e)
+        out[(b * t + i) * e + x] = convertTo<T>(acc[rr][j] / row[rr].l);
+    }
+    if (lane == 0)
+      lse[b * t + i] = float(row[rr].logSumExp());
+  }
+}
+
+/// `sums[row] = sum(grad[row] * out[row])` over the `e` values of each of
+/// `rows` rows: the softmax backward's row sums. A warp per row.
+template <typename T>
+__global__ void flashRowSumsKernel(const T *grad, const T *out, float *sums,
+                                   int64_t rows, int e) {
+  using A = Acc<T>;
+  int lane = threadIdx.x % 32;
+  int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+       row < rows; row += warps) {
+    A sum = 0;
+    for (int x = lane; x < e; x += 32)
+      sum += A(toAcc(grad[row * e + x])) * A(toAcc(out[row * e + x]));
+    sum = warpSum(sum);
+    if (lane == 0)
+      sums[row] = float(sum);
+  }
+}
+
+/// The probability and the scaled score gradient of query row `r` (shared
+/// tiles `qs`, `gs`) and key `c` (tiles `ks`, `vs`), 0 outside the
+/// sequence.
+template <typename A, typename M>
+MERAK_DEVICE void
+flashGradTerms(const A *qs, const A *gs, const A *ks, const A *vs, int r, int c,
+               int pd, int pe, int d, int e, int64_t i, int64_t key, int64_t t,
+               int64_t b, const M *mask, const MaskRows &maskRows, A rowLse,
+               A rowSum, A scale, bool divide, A &p, A &ds) {
+  p = 0;
+  ds = 0;
+  if (i >= t || key >= t)
+    return;
+  A s = flashScore(dotRow(qs + r * pd, ks + c * pd, d), mask, maskRows, b, t, i,
+                   key, scale, divide);
+  p = mathExp(s - rowLse);
+  A dp = dotRow(gs + r * pe, vs + c * pe, e);
+  A g = p * (dp - rowSum);
+  ds = divide ? g / scale : g * scale;
+}
+
+/// Key and value gradients: a block per tile of keys, over every tile of
+/// query rows.
+template <typename T, typename M>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashKeyValueGradKernel(const T *grad, const T *q, const T *k, const T *v,
+                            const M *mask, MaskRows maskRows, const float *lse,
+                            const float *rowSums, T *gk, T *gv, int64_t n,
+                            int64_t t, int d, int e, Acc<T> scale,
+                            bool divide) {
+  using A = Acc<T>;
+  extern __shared__ __align__(16) unsigned char flashShared[];
+  const int pd = int(flashPitch(d)), pe = int(flashPitch(e)),
+            pk = int(flashPitch(kFlashKeys));
+  A *ks = reinterpret_cast<A *>(flashShared);
+  A *vs = ks + kFlashKeys * pd;
+  A *qs = vs + kFlashKeys * pe;
+  A *gs = qs + kFlashRows * pd;
+  A *ps = gs + kFlashRows * pe;
+  A *dss = ps + kFlashRows * pk;
+  A *lses = dss + kFlashRows * pk;
+  A *sums = lses + kFlashRows;
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t j0 = int64_t(blockIdx.x) * kFlashKeys;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *qb = q + b * t * d, *kb = k + b * t * d, *vb = v + b * t * e,
+          *gb = grad + b * t * e;
+  loadTile(ks, kb + j0 * d, t - j0, kFlashKeys, d, pd);
+  loadTile(vs, vb + j0 * e, t - j0, kFlashKeys, e, pe);
+
+  A dk[kFlashRowsPerWarp][kFlashDimsPerLane];
+  A dv[kFlashRowsPerWarp][kFlashDimsPerLane];
+#pragma unroll
+  for (int cc = 0; cc < kFlashRowsPerWarp; ++cc)
+#pragma unroll
+    for (int j = 0; j < kFlashDimsPerLane; ++j)
+      dk[cc][j] = dv[cc][j] = 0;
+
+  int64_t key = j0 + lane;
+  for (int64_t i0 = 0; i0 < t; i0 += kFlashRows) {
+    __syncthreads(); // the last tile's rows are read
+    loadTile(qs, qb + i0 * d, t - i0, kFlashRows, d, pd);
+    loadTile(gs, gb + i0 * e, t - i0, kFlashRows, e, pe);
+    for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
+      bool inside = i0 + r < t;
+      lses[r] = inside ? A(lse[b * t + i0 + r]) : A(0);
+      sums[r] = inside ? A(rowSums[b * t + i0 + r]) : A(0);
+    }
+    __syncthreads();
+    // A warp's rows against the tile's keys, a lane per key.
+#pragma unroll
+    for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+      int r = warp * kFlashRowsPerWarp + rr;
+      A p, ds;
+      flashGradTerms(qs, gs, ks, vs, r, lane, pd, pe, d, e, i0 + r, key, t, b,
+                     mask, maskRows, lses[r], sums[r], scale, divide, p, ds);
+      ps[r * pk + lane] = p;
+      dss[r * pk + lane] = ds;
+    }
+    __syncthreads();
+    // A warp's keys summed over the tile's rows, a lane per dimension.
+#pragma unroll
+    for (int cc = 0; cc < kFlashRowsPerWarp; ++cc) {
+      int c = warp * kFlashRowsPerWarp + cc;
+      for (int r = 0; r < kFlashRows; ++r) {
+        A p = ps[r * pk + c], ds = dss[r * pk + c];
+#pragma unroll
+        for (int j = 0; j < kFlashDimsPerLane; ++j) {
+          int x = lane + 32 * j;
+          if (x < e)
+            dv[cc][j] += p * gs[r * pe + x];
+          if (x < d)
+            dk[cc][j] += ds * qs[r * pd + x];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int cc = 0; cc < kFlashRowsPerWarp; ++cc) {
+    int64_t kk = j0 + warp * kFlashRowsPerWarp + cc;
+    if (kk >= t)
+      continue;
+#pragma unroll
+    for (int j = 0; j < kFlashDimsPerLane; ++j) {
+      int x = lane + 32 * j;
+      if (x < e)
+        gv[(b * t + kk) * e + x] = convertTo<T>(dv[cc][j]);
+      if (x < d)
+        gk[(b * t + kk) * d + x] = convertTo<T>(dk[cc][j]);
+    }
+  }
+}
+
+/// Query gradients: a block per tile of query rows, over every tile of
+/// keys.
+template <typename T, typename M>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashQueryGradKernel(const T *grad, const T *q, const T *k, const T *v,
+                         const M *mask, MaskRows maskRows, const float *lse,
+                         const float *rowSums, T *gq, int64_t n, int64_t t,
+                         int d, int e, Acc<T> scale, bool divide) {
+  using A = Acc<T>;
+  extern __shared__ __align__(16) unsigned char flashShared[];
+  const int pd = int(flashPitch(d)), pe = int(flashPitch(e)),
+            pk = int(flashPitch(kFlashKeys));
+  A *qs = reinterpret_cast<A *>(flashShared);
+  A *gs = qs + kFlashRows * pd;
+  A *ks = gs + kFlashRows * pe;
+  A *vs = ks + kFlashKeys * pd;
+  A *dss = vs + kFlashKeys * pe;
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t i0 = int64_t(blockIdx.x) * kFlashRows;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *qb = q + b * t * d, *kb = k + b * t * d, *vb = v + b * t * e,
+          *gb = grad + b * t * e;
+  loadTile(qs, qb + i0 * d, t - i0, kFlashRows, d, pd);
+  loadTile(gs, gb + i0 * e, t - i0, kFlashRows, e, pe);
+
+  A rowLse[kFlashRowsPerWarp], rowSum[kFlashRowsPerWarp];
+  A dq[kFlashRowsPerWarp][kFlashDimsPerLane];
+#pragma unroll
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+    int64_t i = i0 + warp * kFlashRowsPerWarp + rr;
+    rowLse[rr] = i < t ? A(lse[b * t + i]) : A(0);
+    rowSum[rr] = i < t ? A(rowSums[b * t + i]) : A(0);
+#pragma unroll
+    for (int j = 0; j < kFlashDimsPerLane; ++j)
+      dq[rr][j] = 0;
+  }
+
+  for (int64_t j0 = 0; j0 < t; j0 += kFlashKeys) {
+    __syncthreads(); // the last tile's keys and values are read
+    loadTile(ks, kb + j0 * d, t - j0, kFlashKeys, d, pd);
+    loadTile(vs, vb + j0 * e, t - j0, kFlashKeys, e, pe);
+    __syncthreads();
+    int64_t key = j0 + lane;
+#pragma unroll
+    for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+      int r = warp * kFlashRowsPerWarp + rr;
+      A p, ds;
+      flashGradTerms(qs, gs, ks, vs, r, lane, pd, pe, d, e, i0 + r, key, t, b,
+                     mask, maskRows, rowLse[rr], rowSum[rr], scale, divide, p,
+                     ds);
+      dss[r * pk + lane] = ds;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+      int r = warp * kFlashRowsPerWarp + rr;
+      for (int c = 0; c < kFlashKeys; ++c) {
+        A ds = dss[r * pk + c];
+#pragma unroll
+        for (int j = 0; j < kFlashDimsPerLane; ++j) {
+          int x = lane + 32 * j;
+          if (x < d)
+            dq[rr][j] += ds * ks[c * pd + x];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+    int64_t i = i0 + warp * kFlashRowsPerWarp + rr;
+    if (i >= t)
+      continue;
+#pragma unroll
+    for (int j = 0; j < kFlashDimsPerLane; ++j) {
+      int x = lane + 32 * j;
+      if (x < d)
+        gq[(b * t + i) * d + x] = convertTo<T>(dq[rr][j]);
+    }
+  }
+}
+
+/// Stacks, rows and head dimensions of dense `[n, t, d]` views.
+struct FlashShape {
+  int64_t n = 0, t = 0, d = 0, e = 0;
+};
+
+FlashShape flashShape(const View &q, const View &k, const View &v,
+                      const View &mask, const char *what) {
+  auto fail = [&](const std::string &why) {
+    throw CudaError(std::string(what) + ": " + why);
+  };
+  if (q.rank < 2 || k.rank != q.rank || v.rank != q.rank)
+    fail("query, key and value must be [..., t, d] of one rank");
+  if (!q.isContiguous() || !k.isContiguous() || !v.isContiguous())
+    fail("query, key and value must be dense");
+  if (k.type != q.type || v.type != q.type)
+    fail("query, key and value must have one element type");
+  if (mask.type != ElemType::Bool && mask.type != q.type)
+    fail(std::string("a ") + elemTypeName(mask.type) + " mask on " +
+         elemTypeName(q.type) + " scores");
+  FlashShape s;
+  s.t = q.sizes[q.rank - 2];
+  s.d = q.sizes[q.rank - 1];
+  s.e = v.sizes[v.rank - 1];
+  s.n = s.t > 0 && s.d > 0 ? q.numel() / (s.t * s.d) : 0;
+  if (k.numel() != q.numel() || v.numel() != s.n * s.t * s.e)
+    fail("key or value does not match the query's stacks");
+  if (const char *why = flashUnsupported(s.t, s.d, s.e))
+    fail(why);
+  return s;
+}
+
+/// Launches `kernel` with `l`, raising its shared-memory limit first when
+/// it needs more than the default 48 KiB.
+template <typename Kernel, typename... Args>
+void launchFlash(Kernel kernel, const FlashLaunch &l, cudaStream_t stream,
+                 const char *what, Args... args) {
+  if (l.sharedBytes > 48 * 1024)
+    check(cudaFuncSetAttribute(kernel,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(l.sharedBytes)),
+          what);
+  dim3 grid(l.tiles, l.stacks, l.stacksZ);
+  kernel<<<grid, kFlashThreads, size_t(l.sharedBytes), stream>>>(args...);
+  checkLaunch(what);
+}
+
+} // namespace
+
+void flashAttentionForward(const View &q, const View &k, const View &v,
+                           const View &mask, const View &out, const View &lse,
+                           float scale, bool divide, cudaStream_t stream) {
+  const char *what = "flash attention";
+  FlashShape s = flashShape(q, k, v, mask, what);
+  if (!out.isContiguous() || out.type != q.type ||
+      out.numel() != s.n * s.t * s.e || !lse.isContiguous() ||
+      lse.type != ElemType::F32 || lse.numel() != s.n * s.t)
+    throw CudaError("flash attention: the output must be dense [n, t, e] of "
+                    "the query's type and the log-sum-exp dense f32 [n, t]");
+  if (s.n == 0)
+    return;
+  MaskRows m = maskRowsOf(mask);
+  MERAK_CUDA_DISPATCH_FLOAT(q.type, what, T, {
+    FlashLaunch l = flashLaunch(FlashKernel::Forward, s.n, s.t, s.d, s.e,
+                                int64_t(sizeof(Acc<T>)));
+    if (mask.type == ElemType::Bool)
+      launchFlash(flashForwardKernel<T, bool>, l, stream, what,
+                  q.ptr<const T>(), k.ptr<const T>(), v.ptr<const T>(),
+                  mask.ptr<const bool>(), m, out.ptr<T>(), lse.ptr<float>(),
+                  s.n, s.t, int(s.d), int(s.e), Acc<T>(scale), divide);
+    else
+      launchFlash(flashForwardKernel<T, T>, l, stream, what, q.ptr<const T>(),
+                  k.ptr<const T>(), v.ptr<const T>(), mask.ptr<const T>(), m,
+                  out.ptr<T>(), lse.ptr<float>(), s.n, s.t, int(s.d), int(s.e),
+                  Acc<T>(scale), divide);
+  });
+}
+
+void flashAttentionBackward(const View &grad, const View &q, const View &k,
+                            const View &v, const View &mask, const View &out,
+                            const View &lse, const View &gq, const View &gk,
+                            const View &gv, float *rowSums, float scale,
+                            bool divide, cudaStream_t stream) {
+  const char *what = "flash attention backward";
+  FlashShape s = flashShape(q, k, v, mask, what);
+  auto dense = [&](const View &x, int64_t numel) {
+    return x.isContiguous() && x.type == q.type && x.numel() == numel;
+  };
+  if (!dense(grad, s.n * s.t * s.e) || !dense(out, s.n * s.t * s.e) ||
+      !dense(gq, s.n * s.t * s.d) || !dense(gk, s.n * s.t * s.d) ||
+      !dense(gv, s.n * s.t * s.e) || !lse.isContiguous() ||
+      lse.type != ElemType::F32 || lse.numel() != s.n * s.t)
+    throw CudaError("flash attention backward: the gradients, output and "
+                    "log-sum-exp must be dense, of the query's stacks");
+  if (s.n == 0)
+    return;
+  MaskRows m = maskRowsOf(mask);
+  MERAK_CUDA_DISPATCH_FLOAT(q.type, what, T, {
+    int64_t rows = s.n * s.t;
+    Launch sums = linearLaunch(rows * 32, 256);
+    flashRowSumsKernel<T><<<sums.grid, sums.block, 0, stream>>>(
+        grad.ptr<const T>(), out.ptr<const T>(), rowSums, rows, int(s.e));
+    checkLaunch(what);
+    int64_t acc = int64_t(sizeof(Acc<T>));
+    FlashLaunch kv =
+        flashLaunch(FlashKernel::KeyValueGrad, s.n, s.t, s.d, s.e, acc);
+    FlashLaunch qg =
+        flashLaunch(FlashKernel::QueryGrad, s.n, s.t, s.d, s.e, acc);
+    if (mask.type == ElemType::Bool) {
+      launchFlash(flashKeyValueGradKernel<T, bool>, kv, stream, what,
+                  grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+                  v.ptr<const T>(), mask.ptr<const bool>(), m,
+                  lse.ptr<const float>(), (const float *)rowSums, gk.ptr<T>(),
+                  gv.ptr<T>(), s.n, s.t, int(s.d), int(s.e), Acc<T>(scale),
+                  divide);
+      launchFlash(flashQueryGradKernel<T, bool>, qg, stream, what,
+                  grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+                  v.ptr<const T>(), mask.ptr<const bool>(), m,
+                  lse.ptr<const float>(), (const float *)rowSums, gq.ptr<T>(),
+                  s.n, s.t, int(s.d), int(s.e), Acc<T>(scale), divide);
+    } else {
+      launchFlash(flashKeyValueGradKernel<T, T>, kv, stream, what,
+                  grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+                  v.ptr<const T>(), mask.ptr<const T>(), m,
+                  lse.ptr<const float>(), (const float *)rowSums, gk.ptr<T>(),
+                  gv.ptr<T>(), s.n, s.t, int(s.d), int(s.e), Acc<T>(scale),
+                  divide);
+      launchFlash(flashQueryGradKernel<T, T>, qg, stream, what,
+                  grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+                  v.ptr<const T>(), mask.ptr<const T>(), m,
+                  lse.ptr<const float>(), (const float *)rowSums, gq.ptr<T>(),
+                  s.n, s.t, int(s.d), int(s.e), Acc<T>(scale), divide);
+    }
+  });
+}
+
+} // namespace merak::runtime::cuda

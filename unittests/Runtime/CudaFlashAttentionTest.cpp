@@ -1,0 +1,148 @@
+//===- CudaFlashAttentionTest.cpp - tiled attention arithmetic ------------===//
+//
+// The host-callable parts of the FlashAttention-form kernels
+// (FlashAttention.h): the launch covers every row and stack, the shared
+// memory fits the devices built for, unsupported shapes are named, and the
+// online softmax the forward kernel runs, tile by tile, gives the
+// log-sum-exp and the softmax-weighted sum of a direct computation
+// (masked keys, fully masked rows and a growing maximum included). On a
+// machine without a GPU, `--device=cuda` on the FlashAttention form is the
+// backend's usual error (cuda-backend.test).
+//
+//===----------------------------------------------------------------------===//
+
+#include "../../lib/Runtime/CUDA/FlashAttention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace merak::runtime::cuda;
+
+namespace {
+
+TEST(CudaFlashAttention, LaunchCoversEveryRowAndStack) {
+  for (FlashKernel kernel : {FlashKernel::Forward, FlashKernel::KeyValueGrad,
+                             FlashKernel::QueryGrad})
+    for (int64_t t : {1, 31, 32, 33, 64, 1000, 1024, 8192})
+      for (int64_t n : {1, 96, 65535, 65536, 200000}) {
+        FlashLaunch l = flashLaunch(kernel, n, t, 64, 64, 4);
+        int64_t per =
+            kernel == FlashKernel::KeyValueGrad ? kFlashKeys : kFlashRows;
+        EXPECT_GE(int64_t(l.tiles) * per, t);
+        EXPECT_LT(int64_t(l.tiles - 1) * per, t);
+        EXPECT_LE(l.stacks, 65535u);
+        EXPECT_GE(int64_t(l.stacks) * l.stacksZ, n);
+        // No grid z-slice beyond the last stack is whole.
+        EXPECT_LT(int64_t(l.stacks) * (l.stacksZ - 1), n);
+      }
+}
+
+TEST(CudaFlashAttention, WarpsOwnTheTile) {
+  EXPECT_EQ(kFlashKeys, 32); // a lane per key of a tile
+  EXPECT_EQ(kFlashRowsPerWarp * (kFlashThreads / 32), kFlashRows);
+  EXPECT_EQ(kFlashRowsPerWarp * (kFlashThreads / 32), kFlashKeys);
+  EXPECT_EQ(kFlashDimsPerLane * 32, kFlashMaxDim);
+}
+
+TEST(CudaFlashAttention, SharedMemoryFits) {
+  // GPT-2's heads (64) in f32 and bf16 (float accumulation) need no more
+  // than the default 48 KiB in the forward and the query-gradient kernel.
+  EXPECT_LE(flashSharedBytes(FlashKernel::Forward, 64, 64, 4), 48 * 1024);
+  EXPECT_LE(flashSharedBytes(FlashKernel::QueryGrad, 64, 64, 4), 48 * 1024);
+  // Every kernel at the largest heads, even in f64, within sm_80's 163 KiB
+  // (sm_90: 227 KiB).
+  for (FlashKernel kernel : {FlashKernel::Forward, FlashKernel::KeyValueGrad,
+                             FlashKernel::QueryGrad})
+    for (int64_t acc : {4, 8})
+      EXPECT_LE(flashSharedBytes(kernel, kFlashMaxDim, kFlashMaxDim, acc),
+                163 * 1024);
+  // The key and value gradients: K, V, Q and the output gradient tiles
+  // (padded), probabilities and score gradients, two row vectors.
+  EXPECT_EQ(flashSharedBytes(FlashKernel::KeyValueGrad, 64, 32, 4),
+            4 * (32 * 65 + 32 * 33 + 32 * 65 + 32 * 33 + 2 * 32 * 33 + 64));
+}
+
+TEST(CudaFlashAttention, UnsupportedShapesAreNamed) {
+  EXPECT_EQ(flashUnsupported(1024, 64, 64), nullptr);
+  EXPECT_EQ(flashUnsupported(1, 128, 1), nullptr);
+  EXPECT_STREQ(flashUnsupported(16, 129, 64),
+               "head dimensions must be 1 to 128");
+  EXPECT_STREQ(flashUnsupported(16, 64, 256),
+               "head dimensions must be 1 to 128");
+  EXPECT_STREQ(flashUnsupported(0, 64, 64), "the sequence is empty");
+}
+
+/// The forward kernel's per-row arithmetic over tiles of `kFlashKeys`
+/// scores: the log-sum-exp and the weighted sum of `values`.
+void onlineRow(const std::vector<float> &scores,
+               const std::vector<float> &values, float &lse, float &weighted) {
+  OnlineSoftmax<float> row;
+  float acc = 0;
+  for (size_t j0 = 0; j0 < scores.size(); j0 += kFlashKeys) {
+    size_t j1 = std::min(scores.size(), j0 + kFlashKeys);
+    float tileMax = -INFINITY;
+    for (size_t j = j0; j < j1; ++j)
+      tileMax = std::max(tileMax, scores[j]);
+    acc *= row.absorb(tileMax);
+    float tileSum = 0;
+    for (size_t j = j0; j < j1; ++j) {
+      float p = row.weight(scores[j]);
+      tileSum += p;
+      acc += p * values[j];
+    }
+    row.add(tileSum);
+  }
+  lse = row.logSumExp();
+  weighted = acc / row.l;
+}
+
+TEST(CudaFlashAttention, OnlineSoftmaxMatchesTheDirectOne) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::bernoulli_distribution masked(0.3);
+  for (int trial = 0; trial < 200; ++trial) {
+    size_t t = 1 + trial * 7 % 300;
+    std::vector<float> scores(t), values(t);
+    for (size_t j = 0; j < t; ++j) {
+      // Later tiles hold larger scores now and then: the maximum grows.
+      scores[j] = normal(rng) + (trial % 3 == 0 ? float(j) * 0.1f : 0.0f);
+      if (masked(rng) && j > 0)
+        scores[j] = -INFINITY;
+      values[j] = normal(rng);
+    }
+    double mx = -INFINITY;
+    for (float s : scores)
+      mx = std::max(mx, double(s));
+    double sum = 0, weighted = 0;
+    for (size_t j = 0; j < t; ++j) {
+      double p = std::exp(double(scores[j]) - mx);
+      sum += p;
+      weighted += p * values[j];
+    }
+    float lse, out;
+    onlineRow(scores, values, lse, out);
+    EXPECT_NEAR(lse, mx + std::log(sum), 1e-5 * (1 + std::fabs(mx)))
+        << "t = " << t;
+    EXPECT_NEAR(out, weighted / sum, 1e-5 * (1 + std::fabs(weighted / sum)))
+        << "t = " << t;
+  }
+}
+
+TEST(CudaFlashAttention, FullyMaskedRowIsNaNWithMinusInfinityLogSumExp) {
+  // Masked throughout, and masked only in its first tile.
+  std::vector<float> scores(70, -INFINITY), values(70, 1.0f);
+  float lse, out;
+  onlineRow(scores, values, lse, out);
+  EXPECT_TRUE(std::isinf(lse) && lse < 0);
+  EXPECT_TRUE(std::isnan(out));
+  scores[40] = 2.0f;
+  values[40] = 5.0f;
+  onlineRow(scores, values, lse, out);
+  EXPECT_FLOAT_EQ(lse, 2.0f);
+  EXPECT_FLOAT_EQ(out, 5.0f);
+}
+
+} // namespace
