@@ -12,6 +12,7 @@
 #include "merak/Runtime/Checkpoint.h"
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
+#include "merak/Runtime/Comm/Staged.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/FlagNames.h"
 #include "merak/Runtime/Fusion.h"
@@ -35,6 +36,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
@@ -166,6 +168,13 @@ ABSL_FLAG(bool, tf32, false,
           "float32, as PyTorch's default)");
 ABSL_FLAG(std::string, comm, "gloo",
           "Communicator for collectives and pipeline transfers");
+ABSL_FLAG(std::string, comm_staging, "auto",
+          "Collectives and pipeline transfers of a device's tensors (several "
+          "ranks with --device=cuda): host copies them to the CPU, runs them "
+          "on --comm and copies the results back (what runs several ranks "
+          "on one GPU); off refuses such runs; auto is host for a device "
+          "other than the CPU and off for the CPU (host on the CPU runs the "
+          "same copies between two CPU backends, a test of the path)");
 ABSL_FLAG(std::string, p2p, "gloo",
           "Pipeline transfers: gloo (TCP, between any ranks) or shm (POSIX "
           "shared memory between ranks on one machine, Gloo between "
@@ -486,16 +495,30 @@ static int kernelThreadsFor(const LaunchEnvironment &env) {
   return 0;
 }
 
+/// Whether collectives and transfers of `device`'s tensors are staged
+/// through the host (--comm-staging), or why the flag is wrong.
+static absl::StatusOr<bool> stagesThroughHost(const BackendEntry &device) {
+  std::string mode = absl::GetFlag(FLAGS_comm_staging);
+  if (mode == "auto")
+    return device.name != "cpu";
+  if (mode == "host" || mode == "off")
+    return mode == "host";
+  return absl::InvalidArgumentError(
+      "--comm-staging must be auto, host or off, got '" + mode + "'");
+}
+
 /// Several ranks on a backend other than the CPU's: the communicators move
-/// host tensors (the CPU backend's), so GPU tensors wait for NCCL.
-static absl::Status checkDeviceRanks(const BackendEntry &device,
-                                     int64_t ranks) {
-  if (device.name == "cpu" || ranks <= 1)
+/// host tensors (the CPU backend's), so a device's tensors go through the
+/// host (`staged`, training runs) until NCCL moves them.
+static absl::Status checkDeviceRanks(const BackendEntry &device, int64_t ranks,
+                                     bool staged = false) {
+  if (device.name == "cpu" || ranks <= 1 || staged)
     return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "--device=", device.name, " runs one rank for now: ", ranks,
-      " ranks need collectives and pipeline transfers on GPU memory "
-      "(NCCL), which this build does not have; run them with --device=cpu"));
+      "--device=", device.name, " runs one rank here: ", ranks,
+      " ranks need collectives and pipeline transfers on its memory, which "
+      "this build runs only by staging them through the host in training "
+      "(--comm-staging=host, not off); or run them with --device=cpu"));
 }
 
 /// The backend of --device, with the CPU flags.
@@ -1155,7 +1178,11 @@ int main(int argc, char **argv) {
   if (!device.ok())
     return fail(device.status());
   const BackendEntry *deviceEntry = *device;
-  if (absl::Status s = checkDeviceRanks(*deviceEntry, meshSize); !s.ok())
+  absl::StatusOr<bool> staged = stagesThroughHost(*deviceEntry);
+  if (!staged.ok())
+    return fail(staged.status());
+  if (absl::Status s = checkDeviceRanks(*deviceEntry, meshSize, *staged);
+      !s.ok())
     return fail(s);
   absl::StatusOr<const CommunicatorEntry *> comm = communicatorIf(meshSize > 1);
   if (!comm.ok())
@@ -1170,6 +1197,10 @@ int main(int argc, char **argv) {
   const int kernelThreads = kernelThreadsFor(env);
 
   std::unique_ptr<DistributedJob> joined;
+  // With --comm-staging: the host backend the collectives run on, and the
+  // copies (declared first: the communicator and link refer to them).
+  std::unique_ptr<Backend> hostBackend;
+  std::unique_ptr<Staging> staging;
   std::unique_ptr<Communicator> communicator;
   std::unique_ptr<PeerLink> link;
   if (env.worldSize > 1) {
@@ -1198,6 +1229,23 @@ int main(int argc, char **argv) {
   if (!created.ok())
     return fail(created.status());
   std::unique_ptr<Backend> backend = *std::move(created);
+  if (*staged && env.worldSize > 1) {
+    absl::StatusOr<const BackendEntry *> cpu = findBackend("cpu");
+    if (!cpu.ok())
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          "--comm-staging=host needs the CPU backend, which this build "
+          "does not have: ",
+          cpu.status().message())));
+    absl::StatusOr<std::unique_ptr<Backend>> host =
+        createBackend(**cpu, kernelThreads);
+    if (!host.ok())
+      return fail(host.status());
+    hostBackend = *std::move(host);
+    staging = std::make_unique<Staging>(Staging{*backend, *hostBackend});
+    communicator = makeStagedCommunicator(std::move(communicator), *staging);
+    if (link)
+      link = makeStagedPeerLink(std::move(link), *staging);
+  }
   // Every op of every program this rank runs has a kernel, or the run
   // stops here, before the first step.
   if (plan) {
@@ -1383,6 +1431,13 @@ int main(int argc, char **argv) {
            " (open it in ui.perfetto.dev or chrome://tracing)");
   }
 
+  if (staging && reporter)
+    note(absl::StrFormat(
+        "collectives and transfers staged through the host (--comm-staging): "
+        "rank 0 copied %d tensors (%.1f MB) to the CPU and %d (%.1f MB) "
+        "back to --device=%s",
+        staging->toHost, staging->bytesToHost / 1e6, staging->toDevice,
+        staging->bytesToDevice / 1e6, deviceEntry->name));
   if (!saveDir.empty() && options.firstStep <= steps)
     if (absl::Status s = saveToDirectory(steps, trained->doneUpdates); !s.ok())
       return fail(s);
