@@ -75,6 +75,29 @@ TEST(CudaFlashAttention, UnsupportedShapesAreNamed) {
   EXPECT_STREQ(flashUnsupported(0, 64, 64), "the sequence is empty");
 }
 
+TEST(CudaFlashAttention, MaskedOutElements) {
+  // A tile is skipped when every element of its mask removes its score.
+  EXPECT_TRUE(flashMaskedOut(false));
+  EXPECT_FALSE(flashMaskedOut(true));
+  EXPECT_TRUE(flashMaskedOut(-INFINITY));
+  EXPECT_FALSE(flashMaskedOut(0.0f));
+  EXPECT_FALSE(flashMaskedOut(-1e30f)); // a large negative still counts
+  EXPECT_FALSE(flashMaskedOut(-1e300));
+  EXPECT_TRUE(flashMaskedOut(double(-INFINITY)));
+  // Under a causal mask of 1,024 rows the tiles on and below the diagonal
+  // have a key to attend: 528 of 1,024.
+  int64_t t = 1024, visible = 0;
+  for (int64_t i0 = 0; i0 < t; i0 += kFlashRows)
+    for (int64_t j0 = 0; j0 < t; j0 += kFlashKeys) {
+      bool any = false;
+      for (int64_t i = i0; i < i0 + kFlashRows && !any; ++i)
+        for (int64_t j = j0; j < j0 + kFlashKeys && !any; ++j)
+          any = !flashMaskedOut(j <= i);
+      visible += any;
+    }
+  EXPECT_EQ(visible, 528);
+}
+
 /// The forward kernel's per-row arithmetic over tiles of `kFlashKeys`
 /// scores: the log-sum-exp and the weighted sum of `values`.
 void onlineRow(const std::vector<float> &scores,

@@ -37,6 +37,36 @@ template <typename A, typename T> MERAK_DEVICE A flashMask(A s, T m) {
   return s + A(toAcc(m));
 }
 
+/// Whether a tile of query rows [i0, i0 + kFlashRows) and keys
+/// [j0, j0 + kFlashKeys) of stack `b` has a score the mask lets through
+/// (inside the sequence): the block's threads share the tile's mask
+/// entries and vote. A tile with none (above a causal mask's diagonal, a
+/// padded stretch) contributes nothing and is skipped. Every thread of the
+/// block must call it (a barrier).
+template <typename M>
+__device__ bool tileVisible(const M *mask, const int64_t *maskRow,
+                            int64_t colStride, int64_t t, int64_t i0,
+                            int64_t j0) {
+  int visible = 0;
+  for (int idx = threadIdx.x; idx < kFlashRows * kFlashKeys && !visible;
+       idx += blockDim.x) {
+    int r = idx / kFlashKeys;
+    int64_t key = j0 + idx % kFlashKeys;
+    if (i0 + r < t && key < t)
+      visible = !flashMaskedOut(mask[maskRow[r] + key * colStride]);
+  }
+  return __syncthreads_or(visible) != 0;
+}
+
+/// Where the mask's rows of query rows [i0, i0 + kFlashRows) of stack `b`
+/// start, into shared `maskRow` (computed once per tile: a row's offset
+/// takes a division per dimension). Visible after the next barrier.
+MERAK_DEVICE void loadMaskRows(int64_t *maskRow, const MaskRows &maskRows,
+                               int64_t b, int64_t t, int64_t i0) {
+  for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x)
+    maskRow[r] = i0 + r < t ? maskRows.rows.offsetOf(b * t + i0 + r) : 0;
+}
+
 /// Rows [0, rows) of a `cols`-wide dense tile starting at `src` into
 /// shared `dst` (row pitch `pitch`), converted to the accumulation type;
 /// rows at or beyond `available` are zero.
@@ -63,15 +93,14 @@ MERAK_DEVICE int64_t flashStack() {
   return int64_t(blockIdx.y) + int64_t(blockIdx.z) * gridDim.y;
 }
 
-/// The scaled, masked score of query row `i` and key `key` of stack `b`
-/// from their dot product.
+/// The scaled, masked score of a query row whose mask row starts at
+/// `maskRow` and key `key`, from their dot product.
 template <typename A, typename M>
-MERAK_DEVICE A flashScore(A dot, const M *mask, const MaskRows &maskRows,
-                          int64_t b, int64_t t, int64_t i, int64_t key, A scale,
+MERAK_DEVICE A flashScore(A dot, const M *mask, int64_t maskRow,
+                          int64_t colStride, int64_t key, A scale,
                           bool divide) {
   A s = divide ? dot / scale : dot * scale;
-  return flashMask(
-      s, mask[maskRows.rows.offsetOf(b * t + i) + key * maskRows.colStride]);
+  return flashMask(s, mask[maskRow + key * colStride]);
 }
 
 template <typename T, typename M>
@@ -94,6 +123,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T *qb = q + b * t * d, *kb = k + b * t * d, *vb = v + b * t * e;
   loadTile(qs, qb + i0 * d, t - i0, kFlashRows, d, pd);
+  __shared__ int64_t maskRow[kFlashRows];
+  loadMaskRows(maskRow, maskRows, b, t, i0);
+  const int64_t colStride = maskRows.colStride;
+  __syncthreads();
 
   OnlineSoftmax<A> row[kFlashRowsPerWarp];
   A acc[kFlashRowsPerWarp][kFlashDimsPerLane];
@@ -104,7 +137,9 @@ __global__ void __launch_bounds__(kFlashThreads)
       acc[rr][j] = 0;
 
   for (int64_t j0 = 0; j0 < t; j0 += kFlashKeys) {
-    __syncthreads(); // the last tile's keys and values are read
+    // (A barrier: the last tile's keys and values are read.)
+    if (!tileVisible(mask, maskRow, colStride, t, i0, j0))
+      continue;
     loadTile(ks, kb + j0 * d, t - j0, kFlashKeys, d, pd);
     loadTile(vs, vb + j0 * e, t - j0, kFlashKeys, e, pe);
     __syncthreads();
@@ -115,8 +150,8 @@ __global__ void __launch_bounds__(kFlashThreads)
       int64_t i = i0 + r;
       A s = A(-INFINITY);
       if (key < t && i < t)
-        s = flashScore(dotRow(qs + r * pd, ks + lane * pd, d), mask, maskRows,
-                       b, t, i, key, scale, divide);
+        s = flashScore(dotRow(qs + r * pd, ks + lane * pd, d), mask, maskRow[r],
+                       colStride, key, scale, divide);
       A factor = row[rr].absorb(warpMax(s));
       A p = row[rr].weight(s);
       row[rr].add(warpSum(p));
@@ -183,14 +218,14 @@ template <typename A, typename M>
 MERAK_DEVICE void
 flashGradTerms(const A *qs, const A *gs, const A *ks, const A *vs, int r, int c,
                int pd, int pe, int d, int e, int64_t i, int64_t key, int64_t t,
-               int64_t b, const M *mask, const MaskRows &maskRows, A rowLse,
+               const M *mask, int64_t maskRow, int64_t colStride, A rowLse,
                A rowSum, A scale, bool divide, A &p, A &ds) {
   p = 0;
   ds = 0;
   if (i >= t || key >= t)
     return;
-  A s = flashScore(dotRow(qs + r * pd, ks + c * pd, d), mask, maskRows, b, t, i,
-                   key, scale, divide);
+  A s = flashScore(dotRow(qs + r * pd, ks + c * pd, d), mask, maskRow,
+                   colStride, key, scale, divide);
   p = mathExp(s - rowLse);
   A dp = dotRow(gs + r * pe, vs + c * pe, e);
   A g = p * (dp - rowSum);
@@ -236,9 +271,17 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int j = 0; j < kFlashDimsPerLane; ++j)
       dk[cc][j] = dv[cc][j] = 0;
 
+  __shared__ int64_t maskRow[kFlashRows];
+  const int64_t colStride = maskRows.colStride;
   int64_t key = j0 + lane;
   for (int64_t i0 = 0; i0 < t; i0 += kFlashRows) {
-    __syncthreads(); // the last tile's rows are read
+    // The last tile's scores are computed (a barrier followed them), and
+    // its mask rows no longer read.
+    loadMaskRows(maskRow, maskRows, b, t, i0);
+    __syncthreads();
+    // (A barrier: the last tile's rows are read.)
+    if (!tileVisible(mask, maskRow, colStride, t, i0, j0))
+      continue;
     loadTile(qs, qb + i0 * d, t - i0, kFlashRows, d, pd);
     loadTile(gs, gb + i0 * e, t - i0, kFlashRows, e, pe);
     for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x) {
@@ -252,8 +295,9 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
       int r = warp * kFlashRowsPerWarp + rr;
       A p, ds;
-      flashGradTerms(qs, gs, ks, vs, r, lane, pd, pe, d, e, i0 + r, key, t, b,
-                     mask, maskRows, lses[r], sums[r], scale, divide, p, ds);
+      flashGradTerms(qs, gs, ks, vs, r, lane, pd, pe, d, e, i0 + r, key, t,
+                     mask, maskRow[r], colStride, lses[r], sums[r], scale,
+                     divide, p, ds);
       ps[r * pk + lane] = p;
       dss[r * pk + lane] = ds;
     }
@@ -317,6 +361,10 @@ __global__ void __launch_bounds__(kFlashThreads)
           *gb = grad + b * t * e;
   loadTile(qs, qb + i0 * d, t - i0, kFlashRows, d, pd);
   loadTile(gs, gb + i0 * e, t - i0, kFlashRows, e, pe);
+  __shared__ int64_t maskRow[kFlashRows];
+  loadMaskRows(maskRow, maskRows, b, t, i0);
+  const int64_t colStride = maskRows.colStride;
+  __syncthreads();
 
   A rowLse[kFlashRowsPerWarp], rowSum[kFlashRowsPerWarp];
   A dq[kFlashRowsPerWarp][kFlashDimsPerLane];
@@ -331,7 +379,9 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
 
   for (int64_t j0 = 0; j0 < t; j0 += kFlashKeys) {
-    __syncthreads(); // the last tile's keys and values are read
+    // (A barrier: the last tile's keys and values are read.)
+    if (!tileVisible(mask, maskRow, colStride, t, i0, j0))
+      continue;
     loadTile(ks, kb + j0 * d, t - j0, kFlashKeys, d, pd);
     loadTile(vs, vb + j0 * e, t - j0, kFlashKeys, e, pe);
     __syncthreads();
@@ -340,9 +390,9 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
       int r = warp * kFlashRowsPerWarp + rr;
       A p, ds;
-      flashGradTerms(qs, gs, ks, vs, r, lane, pd, pe, d, e, i0 + r, key, t, b,
-                     mask, maskRows, rowLse[rr], rowSum[rr], scale, divide, p,
-                     ds);
+      flashGradTerms(qs, gs, ks, vs, r, lane, pd, pe, d, e, i0 + r, key, t,
+                     mask, maskRow[r], colStride, rowLse[rr], rowSum[rr], scale,
+                     divide, p, ds);
       dss[r * pk + lane] = ds;
     }
     __syncwarp();

@@ -103,6 +103,17 @@ MERAK_HD FlashLaunch flashLaunch(FlashKernel kernel, int64_t n, int64_t t,
   return l;
 }
 
+/// Whether a mask element removes its score: a false boolean, or an
+/// additive `-inf` (any other value leaves a finite score finite). A tile
+/// all of whose elements do is skipped by every kernel.
+MERAK_HD bool flashMaskedOut(bool m) { return !m; }
+MERAK_HD bool flashMaskedOut(float m) { return m == -INFINITY; }
+MERAK_HD bool flashMaskedOut(double m) { return m == -INFINITY; }
+/// bf16 and f16: exactly representable in float.
+template <typename T> MERAK_HD bool flashMaskedOut(T m) {
+  return float(m) == -INFINITY;
+}
+
 /// One row's online softmax: the running maximum `m` of its scores so
 /// far and the sum `l` of their exponentials relative to it. `absorb`
 /// takes a tile's maximum and returns the factor the row's earlier sums
