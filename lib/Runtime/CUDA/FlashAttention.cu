@@ -88,6 +88,54 @@ template <typename A> MERAK_DEVICE A dotRow(const A *a, const A *b, int n) {
   return sum;
 }
 
+/// Per-lane sums of a warp's rows (or keys): element j of row rr is head
+/// dimension `lane + 32 j` (below `n`).
+template <typename A> using WarpRows = A[kFlashRowsPerWarp][kFlashDimsPerLane];
+
+/// `acc[rr] += sum_c w(r, c) * tile[c]` for the warp's rows (or keys) r
+/// of a tile, `w(r, c)` at `w[r * wr + c * wc]` (a transposed read with
+/// `wr = 1`), `tile` `count` rows of pitch `pitch`, over dimensions below
+/// `n`; c in order.
+template <typename A>
+MERAK_DEVICE void accumulateRows(WarpRows<A> &acc, const A *w, int wr, int wc,
+                                 const A *tile, int pitch, int count, int n,
+                                 int warp, int lane) {
+#pragma unroll
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+    int r = warp * kFlashRowsPerWarp + rr;
+    for (int c = 0; c < count; ++c) {
+      A weight = w[r * wr + c * wc];
+#pragma unroll
+      for (int j = 0; j < kFlashDimsPerLane; ++j) {
+        int x = lane + 32 * j;
+        if (x < n)
+          acc[rr][j] += weight * tile[c * pitch + x];
+      }
+    }
+  }
+}
+
+/// Writes the warp's rows of `acc`, each divided by `divisor[rr]`, to rows
+/// `first + warp * kFlashRowsPerWarp + rr` (those below `t`) of the dense
+/// `[t, n]` matrix at `dst`.
+template <typename T, typename A>
+MERAK_DEVICE void storeRows(T *dst, const WarpRows<A> &acc, const A *divisor,
+                            int64_t first, int64_t t, int n, int warp,
+                            int lane) {
+#pragma unroll
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
+    int64_t row = first + warp * kFlashRowsPerWarp + rr;
+    if (row >= t)
+      continue;
+#pragma unroll
+    for (int j = 0; j < kFlashDimsPerLane; ++j) {
+      int x = lane + 32 * j;
+      if (x < n)
+        dst[row * n + x] = convertTo<T>(acc[rr][j] / divisor[rr]);
+    }
+  }
+}
+
 /// The stack a block works on (grid y, then z beyond 65535).
 MERAK_DEVICE int64_t flashStack() {
   return int64_t(blockIdx.y) + int64_t(blockIdx.z) * gridDim.y;
@@ -161,33 +209,18 @@ __global__ void __launch_bounds__(kFlashThreads)
         acc[rr][j] *= factor;
     }
     __syncwarp();
-#pragma unroll
-    for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
-      int r = warp * kFlashRowsPerWarp + rr;
-      for (int c = 0; c < kFlashKeys; ++c) {
-        A p = ps[r * pk + c];
-#pragma unroll
-        for (int j = 0; j < kFlashDimsPerLane; ++j) {
-          int x = lane + 32 * j;
-          if (x < e)
-            acc[rr][j] += p * vs[c * pe + x];
-        }
-      }
-    }
+    accumulateRows(acc, ps, pk, 1, vs, pe, kFlashKeys, e, warp, lane);
   }
+  // A fully masked row: 0 / 0, NaN, as PyTorch's softmax gives.
+  A sums[kFlashRowsPerWarp];
+#pragma unroll
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr)
+    sums[rr] = row[rr].l;
+  storeRows(out + b * t * e, acc, sums, i0, t, e, warp, lane);
 #pragma unroll
   for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
     int64_t i = i0 + warp * kFlashRowsPerWarp + rr;
-    if (i >= t)
-      continue;
-      // A fully masked row: 0 / 0, NaN, as PyTorch's softmax gives.
-#pragma unroll
-    for (int j = 0; j < kFlashDimsPerLane; ++j) {
-      int x = lane + 32 * j;
-      if (x < e)
-        out[(b * t + i) * e + x] = convertTo<T>(acc[rr][j] / row[rr].l);
-    }
-    if (lane == 0)
+    if (i < t && lane == 0)
       lse[b * t + i] = float(row[rr].logSumExp());
   }
 }
@@ -302,7 +335,10 @@ __global__ void __launch_bounds__(kFlashThreads)
       dss[r * pk + lane] = ds;
     }
     __syncthreads();
-    // A warp's keys summed over the tile's rows, a lane per dimension.
+    // A warp's keys summed over the tile's rows (the probabilities and
+    // score gradients read transposed), a lane per dimension.
+    // (One pass for both: the probability and the score gradient of a
+    // (row, key) are read once, and the two sums share the loop.)
 #pragma unroll
     for (int cc = 0; cc < kFlashRowsPerWarp; ++cc) {
       int c = warp * kFlashRowsPerWarp + cc;
@@ -319,20 +355,12 @@ __global__ void __launch_bounds__(kFlashThreads)
       }
     }
   }
+  A ones[kFlashRowsPerWarp];
 #pragma unroll
-  for (int cc = 0; cc < kFlashRowsPerWarp; ++cc) {
-    int64_t kk = j0 + warp * kFlashRowsPerWarp + cc;
-    if (kk >= t)
-      continue;
-#pragma unroll
-    for (int j = 0; j < kFlashDimsPerLane; ++j) {
-      int x = lane + 32 * j;
-      if (x < e)
-        gv[(b * t + kk) * e + x] = convertTo<T>(dv[cc][j]);
-      if (x < d)
-        gk[(b * t + kk) * d + x] = convertTo<T>(dk[cc][j]);
-    }
-  }
+  for (int cc = 0; cc < kFlashRowsPerWarp; ++cc)
+    ones[cc] = 1;
+  storeRows(gv + b * t * e, dv, ones, j0, t, e, warp, lane);
+  storeRows(gk + b * t * d, dk, ones, j0, t, d, warp, lane);
 }
 
 /// Query gradients: a block per tile of query rows, over every tile of
@@ -396,32 +424,13 @@ __global__ void __launch_bounds__(kFlashThreads)
       dss[r * pk + lane] = ds;
     }
     __syncwarp();
-#pragma unroll
-    for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
-      int r = warp * kFlashRowsPerWarp + rr;
-      for (int c = 0; c < kFlashKeys; ++c) {
-        A ds = dss[r * pk + c];
-#pragma unroll
-        for (int j = 0; j < kFlashDimsPerLane; ++j) {
-          int x = lane + 32 * j;
-          if (x < d)
-            dq[rr][j] += ds * ks[c * pd + x];
-        }
-      }
-    }
+    accumulateRows(dq, dss, pk, 1, ks, pd, kFlashKeys, d, warp, lane);
   }
+  A ones[kFlashRowsPerWarp];
 #pragma unroll
-  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr) {
-    int64_t i = i0 + warp * kFlashRowsPerWarp + rr;
-    if (i >= t)
-      continue;
-#pragma unroll
-    for (int j = 0; j < kFlashDimsPerLane; ++j) {
-      int x = lane + 32 * j;
-      if (x < d)
-        gq[(b * t + i) * d + x] = convertTo<T>(dq[rr][j]);
-    }
-  }
+  for (int rr = 0; rr < kFlashRowsPerWarp; ++rr)
+    ones[rr] = 1;
+  storeRows(gq + b * t * d, dq, ones, i0, t, d, warp, lane);
 }
 
 /// Stacks, rows and head dimensions of dense `[n, t, d]` views.
