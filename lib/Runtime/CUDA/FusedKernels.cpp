@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "FusedKernels.h"
-#include "FusedLaunch.h"
 #include "CudaKernels.h"
+#include "FusedLaunch.h"
 #include "Optimizers.h"
 #include "merak/Runtime/Fusion.h"
 
