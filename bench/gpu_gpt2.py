@@ -22,10 +22,11 @@ Two halves, because the GPU machine has no compiler:
       FLOPs utilisation (6 N + 12 L T d FLOPs per token, as PaLM counts
       them, over the GPU's dense bfloat16 peak, --peak-tflops, 989 for an
       H100 SXM), and the ratio of each to merak-exec's bfloat16 run; then
-      each kernel family's share of merak-exec's bfloat16 step, and the
-      20 ops (by result types) that take the most of it, from a
-      `--profile-json` run (each op waited for, so the shares are the
-      kernels' own times).
+      each kernel family's share of merak-exec's bfloat16 steps (with
+      attention in either form), and the 20 ops (by result types) that
+      take the most of each, from a `--profile-json` run (each op waited
+      for, so the shares are the kernels' own times). A merak-exec run
+      that fails is reported and left out of the table.
 """
 import argparse
 import json
@@ -182,12 +183,17 @@ def run(args):
         log = os.path.join(args.dir, "merak-%s-%s.jsonl" % (precision, fuse))
         if os.path.exists(log):
             os.remove(log)
-        subprocess.run([args.merak_exec,
-                        os.path.join(args.dir, "gpt2-small-%s.mrp" % precision),
-                        "--device=cuda", "--init", weights, "--data", data,
-                        "--steps", str(count), "--log-jsonl", log,
-                        "--fuse-elementwise=" + fuse],
-                       check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run(
+            [args.merak_exec,
+             os.path.join(args.dir, "gpt2-small-%s.mrp" % precision),
+             "--device=cuda", "--init", weights, "--data", data,
+             "--steps", str(count), "--log-jsonl", log,
+             "--fuse-elementwise=" + fuse],
+            stdout=subprocess.DEVNULL)
+        if done.returncode != 0:
+            print("merak-exec %s (fuse %s) failed with status %d"
+                  % (precision, fuse, done.returncode), file=sys.stderr)
+            continue
         with open(log) as f:
             ms = [json.loads(line)["ms"] for line in f if '"ms"' in line]
         add("merak-exec %s%s" % (precision,
@@ -204,18 +210,7 @@ def run(args):
         add("torch.compile bf16 autocast",
             time_pytorch(model, batches, args.steps, args.warmup, True, True))
 
-    profile_path = os.path.join(args.dir, "merak-bf16-profile.json")
-    subprocess.run([args.merak_exec,
-                    os.path.join(args.dir, "gpt2-small-bf16.mrp"),
-                    "--device=cuda", "--init", weights, "--data", data,
-                    "--steps", str(min(count, args.warmup + 3)),
-                    "--profile-json", profile_path],
-                   check=True, stdout=subprocess.DEVNULL)
-    with open(profile_path) as f:
-        profile = json.load(f)
-    shares = family_shares(profile)
-
-    base = dict((r[0], r[1]) for r in rows)["merak-exec bf16"]
+    base = dict((r[0], r[1]) for r in rows).get("merak-exec bf16", rows[0][1])
     print("GPT-2 small, %d parameters, batch %d x %d tokens, %s, torch %s"
           % (params, args.batch, args.seq, torch.cuda.get_device_name(),
              torch.__version__))
@@ -225,17 +220,42 @@ def run(args):
     for name, seconds, tps, mfu in rows:
         print("| %s | %.1f | %.0f | %.1f | %.2f |"
               % (name, seconds * 1000, tps, mfu, seconds / base))
-    print()
-    print("| kernel family (merak-exec bf16, --profile) | ms per step | share |")
-    print("| --- | --- | --- |")
-    for family, ms, share in shares:
-        print("| %s | %.1f | %.0f %% |" % (family, ms, 100 * share))
-    print()
-    print("| op and result types (merak-exec bf16, --profile) | calls per step | ms per step |")
-    print("| --- | --- | --- |")
-    for entry in profile.get("top_shapes", [])[:20]:
-        print("| %s | %g | %.2f |" % (entry["op"], entry["calls_per_step"],
-                                      entry["ms_per_step"]))
+    sys.stdout.flush()
+
+    # Where each bf16 step's time goes: --profile-json waits for each op,
+    # so the shares are the kernels' own times.
+    profiles = {}
+    for precision in ("bf16", "bf16-flash"):
+        profile_path = os.path.join(args.dir,
+                                    "merak-%s-profile.json" % precision)
+        done = subprocess.run(
+            [args.merak_exec,
+             os.path.join(args.dir, "gpt2-small-%s.mrp" % precision),
+             "--device=cuda", "--init", weights, "--data", data,
+             "--steps", str(min(count, args.warmup + 3)),
+             "--profile-json", profile_path],
+            stdout=subprocess.DEVNULL)
+        if done.returncode != 0:
+            print("merak-exec %s --profile-json failed" % precision,
+                  file=sys.stderr)
+            continue
+        with open(profile_path) as f:
+            profiles[precision] = json.load(f)
+
+    for precision, profile in profiles.items():
+        print()
+        print("| kernel family (merak-exec %s, --profile) | ms per step | share |"
+              % precision)
+        print("| --- | --- | --- |")
+        for family, ms, share in family_shares(profile):
+            print("| %s | %.1f | %.0f %% |" % (family, ms, 100 * share))
+        print()
+        print("| op and result types (merak-exec %s, --profile) | calls per step | ms per step |"
+              % precision)
+        print("| --- | --- | --- |")
+        for entry in profile.get("top_shapes", [])[:20]:
+            print("| %s | %g | %.2f |" % (entry["op"], entry["calls_per_step"],
+                                          entry["ms_per_step"]))
 
 
 def main():

@@ -18,7 +18,8 @@
 #     LLaMA with its fused kernels (the default) within 1e-6 of it unfused;
 #     GPT-2 and LLaMA with FlashAttention-form attention (tiled kernels)
 #     against PyTorch within 1e-4;
-#  3. compute-sanitizer memcheck and racecheck on one step of GPT-2;
+#  3. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
+#     attention in either form;
 #  4. with BENCH=1, after the table, the GPT-2 small benchmark
 #     (bench/gpu_gpt2.py run).
 #
@@ -27,6 +28,9 @@
 #   first from SOURCE_DIR (this repository) with the bundle's abseil and
 #   nlohmann-json, for this GPU's architecture (nvidia-smi's compute
 #   capability), and runs instead of the bundle's binaries.
+#   SECTIONS (default "kernels models generation sanitizer") and MODELS
+#   choose what runs, so that two instances with different OUT_DIRs can
+#   share a GPU (the rows after the models need GPT-2's and LLaMA's).
 set -uo pipefail
 SOURCE=
 if [[ ${1:-} == --build ]]; then
@@ -40,6 +44,8 @@ BIN=$B/bin
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}
 MODELS=${MODELS:-"gpt2 llama bert t5 resnet18 vit_b_16"}
+SECTIONS=${SECTIONS:-"kernels models generation sanitizer"}
+wanted() { [[ " $SECTIONS " == *" $1 "* ]]; }
 # DEVICE=cpu runs the same rows on the CPU (a dry run of this script).
 DEVICE=${DEVICE:-cuda}
 
@@ -93,17 +99,20 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$O/gpu.txt"
 "$BIN/merak-exec" --help 2>&1 | grep -i "backends in this build" | tee -a "$O/gpu.txt"
 
-echo "== kernels"
-"$BIN/merak-kernel-check" --cases "$(ls "$B"/cases/*.json | paste -sd,)" \
-  --device "$DEVICE" --expected "$B/cases/expected.safetensors" > "$O/kernels.txt" 2>&1
-status=$?
-grep -v "^ok " "$O/kernels.txt" | head -60
-summary=$(tail -1 "$O/kernels.txt")
-row "kernel cases" "$([[ $status == 0 ]] && echo ok || echo FAIL)" "$summary"
+if wanted kernels; then
+  echo "== kernels"
+  "$BIN/merak-kernel-check" --cases "$(ls "$B"/cases/*.json | paste -sd,)" \
+    --device "$DEVICE" --expected "$B/cases/expected.safetensors" > "$O/kernels.txt" 2>&1
+  status=$?
+  grep -v "^ok " "$O/kernels.txt" | head -60
+  summary=$(tail -1 "$O/kernels.txt")
+  row "kernel cases" "$([[ $status == 0 ]] && echo ok || echo FAIL)" "$summary"
+fi
 
 echo "== models"
 FIX=$O/fixtures
 mkdir -p "$FIX"
+wanted models || MODELS=
 for m in $MODELS; do
   dir=$O/$m
   mkdir -p "$dir"
@@ -278,6 +287,7 @@ fi
 # test/e2e/generate/greedy.test on the CPU.
 GEN=$B/src/test/e2e/generate/Inputs/generate_reference.py
 for m in gpt2 llama; do
+  wanted generation || break
   [[ -f $B/models/$m-gen.mrp && -f $B/models/$m.pt ]] || continue
   dir=$O/$m-gen
   mkdir -p "$dir"
@@ -298,14 +308,22 @@ for m in gpt2 llama; do
 done
 
 echo "== compute-sanitizer"
-if [[ $DEVICE == cuda ]] && command -v compute-sanitizer > /dev/null && [[ -f $O/gpt2/weights.safetensors ]]; then
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/merak-exec" "$B/models/gpt2.mrp" \
-      --device "$DEVICE" --init "$O/gpt2/weights.safetensors" --data "$O/gpt2/batches.safetensors" \
-      --steps 1 > "$O/sanitizer-$tool.log" 2>&1
-    s=$?
-    row "compute-sanitizer $tool" "$([[ $s == 0 ]] && echo ok || echo FAIL)" \
-      "one GPT-2 step: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/sanitizer-$tool.log" || tail -1 "$O/sanitizer-$tool.log")"
+# One GPT-2 step with each attention form (the tiled FlashAttention kernels
+# share tiles between warps through shared memory: racecheck's concern).
+if ! wanted sanitizer; then
+  :
+elif [[ $DEVICE == cuda ]] && command -v compute-sanitizer > /dev/null && [[ -f $O/gpt2/weights.safetensors ]]; then
+  for program in gpt2-flash gpt2; do
+    [[ -f $B/models/$program.mrp ]] || continue
+    for tool in memcheck racecheck; do
+      timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        "$BIN/merak-exec" "$B/models/$program.mrp" \
+        --device "$DEVICE" --init "$O/gpt2/weights.safetensors" --data "$O/gpt2/batches.safetensors" \
+        --steps 1 > "$O/sanitizer-$program-$tool.log" 2>&1
+      s=$?
+      row "compute-sanitizer $tool ($program)" "$([[ $s == 0 ]] && echo ok || echo FAIL)" \
+        "one step: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/sanitizer-$program-$tool.log" || { [[ $s == 124 ]] && echo "timed out"; } || tail -1 "$O/sanitizer-$program-$tool.log")"
+    done
   done
 else
   row "compute-sanitizer" skip "compute-sanitizer not found or GPT-2 not run"
