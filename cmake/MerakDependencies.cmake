@@ -107,9 +107,12 @@ if(MERAK_CUDA AND NOT MERAK_FUZZ AND NOT MERAK_SANITIZE)
   endif()
 endif()
 find_path(MERAK_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/include)
-if(MERAK_NCCL_INCLUDE)
+find_library(MERAK_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64
+  /usr/lib/x86_64-linux-gnu)
+if(MERAK_NCCL_INCLUDE AND MERAK_NCCL_LIBRARY)
   message(STATUS "NCCL: headers in ${MERAK_NCCL_INCLUDE}")
 else()
+  set(MERAK_NCCL_LIBRARY "")
   message(STATUS "NCCL: not found; NCCL collectives are skipped")
 endif()
 

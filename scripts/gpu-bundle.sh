@@ -31,7 +31,7 @@ cp "$RUNTIME/bin/merak-exec" "$RUNTIME/bin/merak-kernel-check" "$OUT/bin/"
 # everything but the C and C++ runtimes and the CUDA libraries.
 ldd "$RUNTIME/bin/merak-exec" "$RUNTIME/bin/merak-kernel-check" |
   awk '/=> \//{print $3}' | sort -u |
-  grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*)\.so|libcublas|libcudnn|libcuda' |
+  grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*)\.so|libcublas|libcudnn|libcuda|libnccl' |
   while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
 
 # What building the runtime there needs beyond CUDA, CMake and a C++

@@ -49,6 +49,9 @@ if runtime_only_dir and os.path.exists(
 # scripts/gpu-check.sh).
 if getattr(config, "cuda_backend", "") == "ON":
     config.available_features.add("cuda-backend")
+    # --comm=nccl: NCCL found beside the CUDA toolkit.
+    if getattr(config, "nccl_library", ""):
+        config.available_features.add("nccl")
     import subprocess
     try:
         if subprocess.run(["nvidia-smi", "-L"], capture_output=True,

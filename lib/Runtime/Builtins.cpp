@@ -2,7 +2,7 @@
 //
 // Compiled with one definition per optional component the build has
 // (MERAK_HAVE_CPU_BACKEND, MERAK_HAVE_GLOO,
-// MERAK_HAVE_CUDA_BACKEND), so the registry holds exactly
+// MERAK_HAVE_CUDA_BACKEND, MERAK_HAVE_NCCL), so the registry holds exactly
 // what was built.
 //
 //===----------------------------------------------------------------------===//
@@ -20,6 +20,9 @@ void registerGlooCommunicator();
 #if MERAK_HAVE_CUDA_BACKEND
 void registerCudaBackend();
 #endif
+#if MERAK_HAVE_NCCL
+void registerNcclCommunicator();
+#endif
 
 void registerBuiltinComponents() {
   static const bool registered = [] {
@@ -31,6 +34,9 @@ void registerBuiltinComponents() {
 #endif
 #if MERAK_HAVE_CUDA_BACKEND
     registerCudaBackend();
+#endif
+#if MERAK_HAVE_NCCL
+    registerNcclCommunicator();
 #endif
     return true;
   }();

@@ -166,8 +166,10 @@ ABSL_FLAG(std::vector<std::string>, compile_fused_kernels, {},
 ABSL_FLAG(bool, tf32, false,
           "--device=cuda: float32 GEMMs on TF32 tensor cores (off: full "
           "float32, as PyTorch's default)");
-ABSL_FLAG(std::string, comm, "gloo",
-          "Communicator for collectives and pipeline transfers");
+ABSL_FLAG(std::string, comm, "auto",
+          "Communicator for collectives: gloo, nccl, or auto (nccl for "
+          "--device=cuda where the build has it and every local rank has a "
+          "GPU, else gloo)");
 ABSL_FLAG(std::string, comm_staging, "auto",
           "Collectives and pipeline transfers of a device's tensors (several "
           "ranks with --device=cuda): host copies them to the CPU, runs them "
@@ -553,11 +555,42 @@ joinRun(const LaunchEnvironment &env, const CommunicatorEntry &comm,
 }
 
 /// The communicator `--comm` names when ranks talk to each other, null
-/// when they do not.
-static absl::StatusOr<const CommunicatorEntry *> communicatorIf(bool needed) {
+/// when they do not. `auto` is a communicator of `device`'s own memory
+/// (NCCL for CUDA) where the build has one that can run `localRanks` ranks
+/// here and collectives are not staged through the host, else Gloo; a
+/// device communicator named for another device, or one that cannot run
+/// here, is an error saying why.
+static absl::StatusOr<const CommunicatorEntry *>
+communicatorIf(bool needed, const BackendEntry *device = nullptr,
+               int64_t localRanks = 1) {
   if (!needed)
     return nullptr;
-  return findCommunicator(absl::GetFlag(FLAGS_comm));
+  std::string name = absl::GetFlag(FLAGS_comm);
+  localRanks = std::max<int64_t>(localRanks, 1);
+  if (name == "auto") {
+    name = "gloo";
+    for (const std::string &candidate : communicatorNames()) {
+      absl::StatusOr<const CommunicatorEntry *> entry =
+          findCommunicator(candidate);
+      if (device && entry.ok() && (*entry)->device == device->name &&
+          absl::GetFlag(FLAGS_comm_staging) != "host" &&
+          (!(*entry)->available || (*entry)->available(localRanks, nullptr)))
+        return *entry;
+    }
+  }
+  absl::StatusOr<const CommunicatorEntry *> entry = findCommunicator(name);
+  if (!entry.ok() || (*entry)->device.empty())
+    return entry;
+  if (!device || device->name != (*entry)->device)
+    return absl::FailedPreconditionError(
+        absl::StrCat("--comm=", name, " moves the ", (*entry)->device,
+                     " backend's tensors: run with --device=", (*entry)->device,
+                     device ? "" : " (training runs only)"));
+  std::string why;
+  if ((*entry)->available && !(*entry)->available(localRanks, &why))
+    return absl::FailedPreconditionError(
+        absl::StrCat("--comm=", name, " cannot run here: ", why));
+  return entry;
 }
 
 /// Runs this command again as `nproc` local ranks (each a child that knows
@@ -1181,13 +1214,18 @@ int main(int argc, char **argv) {
   absl::StatusOr<bool> staged = stagesThroughHost(*deviceEntry);
   if (!staged.ok())
     return fail(staged.status());
-  if (absl::Status s = checkDeviceRanks(*deviceEntry, meshSize, *staged);
-      !s.ok())
-    return fail(s);
-  absl::StatusOr<const CommunicatorEntry *> comm = communicatorIf(meshSize > 1);
+  absl::StatusOr<const CommunicatorEntry *> comm = communicatorIf(
+      meshSize > 1, deviceEntry, launching ? nproc : env.localWorldSize);
   if (!comm.ok())
     return fail(comm.status());
   const CommunicatorEntry *commEntry = *comm;
+  // A communicator of the device's memory (NCCL) runs the collectives; only
+  // pipeline transfers are staged through the host then.
+  const bool deviceComm = commEntry && commEntry->create;
+  if (absl::Status s = checkDeviceRanks(*deviceEntry, meshSize,
+                                        *staged || (deviceComm && !pipelined));
+      !s.ok())
+    return fail(s);
 
   if (launching) {
     return launchLocalRanks(nproc, argc, argv, timeout);
@@ -1217,11 +1255,13 @@ int main(int argc, char **argv) {
         return fail(made.status());
       link = *std::move(made);
     }
-    absl::StatusOr<std::unique_ptr<Communicator>> comm =
-        job->createGlooCommunicator(pipelined ? pipelineGroups : program);
-    if (!comm.ok())
-      return fail(comm.status());
-    communicator = *std::move(comm);
+    if (!deviceComm) {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          job->createGlooCommunicator(pipelined ? pipelineGroups : program);
+      if (!comm.ok())
+        return fail(comm.status());
+      communicator = *std::move(comm);
+    }
   }
 
   absl::StatusOr<std::unique_ptr<Backend>> created =
@@ -1229,7 +1269,14 @@ int main(int argc, char **argv) {
   if (!created.ok())
     return fail(created.status());
   std::unique_ptr<Backend> backend = *std::move(created);
-  if (*staged && env.worldSize > 1) {
+  if (deviceComm && env.worldSize > 1) {
+    absl::StatusOr<std::unique_ptr<Communicator>> made = commEntry->create(
+        *job, pipelined ? pipelineGroups : program, *backend, timeout);
+    if (!made.ok())
+      return fail(made.status());
+    communicator = *std::move(made);
+  }
+  if (*staged && env.worldSize > 1 && (!deviceComm || link)) {
     absl::StatusOr<const BackendEntry *> cpu = findBackend("cpu");
     if (!cpu.ok())
       return fail(absl::FailedPreconditionError(absl::StrCat(
@@ -1242,7 +1289,8 @@ int main(int argc, char **argv) {
       return fail(host.status());
     hostBackend = *std::move(host);
     staging = std::make_unique<Staging>(Staging{*backend, *hostBackend});
-    communicator = makeStagedCommunicator(std::move(communicator), *staging);
+    if (!deviceComm)
+      communicator = makeStagedCommunicator(std::move(communicator), *staging);
     if (link)
       link = makeStagedPeerLink(std::move(link), *staging);
   }
@@ -1433,9 +1481,10 @@ int main(int argc, char **argv) {
 
   if (staging && reporter)
     note(absl::StrFormat(
-        "collectives and transfers staged through the host (--comm-staging): "
+        "%s staged through the host (--comm-staging): "
         "rank 0 copied %d tensors (%.1f MB) to the CPU and %d (%.1f MB) "
         "back to --device=%s",
+        deviceComm ? "pipeline transfers" : "collectives and transfers",
         staging->toHost, staging->bytesToHost / 1e6, staging->toDevice,
         staging->bytesToDevice / 1e6, deviceEntry->name));
   if (!saveDir.empty() && options.firstStep <= steps)

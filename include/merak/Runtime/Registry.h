@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,6 +71,20 @@ struct CommunicatorEntry {
   std::function<absl::StatusOr<std::unique_ptr<DistributedJob>>(
       const RendezvousOptions &, DistributedJob::FailureHandler)>
       join;
+  /// Creates the communicator of `program`'s groups (bound to this rank)
+  /// for `backend`'s tensors once the job has joined; every rank calls it
+  /// with the same program. Unset: the job's Gloo communicator, for the
+  /// CPU backend's tensors.
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+      DistributedJob &, const Program &, Backend &,
+      std::chrono::milliseconds timeout)>
+      create;
+  /// The backend whose tensors `create`'s communicator moves ("cuda");
+  /// empty for the CPU backend's.
+  std::string device;
+  /// Whether it can run `localRanks` ranks on this machine (NCCL: one GPU
+  /// each); `why` says why not. Unset: always.
+  std::function<bool(int64_t localRanks, std::string *why)> available;
 };
 
 /// Adds an entry; a second entry of the same name replaces the first.

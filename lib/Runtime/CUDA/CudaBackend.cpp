@@ -255,6 +255,7 @@ public:
   }
 
   std::string name() const override { return "cuda"; }
+  DeviceState &deviceState() { return state; }
   bool supports(OpKind kind) const override {
     return kernelTable().find(kind) != nullptr;
   }
@@ -477,6 +478,13 @@ private:
 };
 
 } // namespace
+
+DeviceState *deviceStateOf(Backend &backend) {
+  if (backend.name() != "cuda")
+    return nullptr;
+  return &static_cast<CudaBackend &>(backend).deviceState();
+}
+
 } // namespace merak::runtime::cuda
 
 namespace merak::runtime {

@@ -107,6 +107,10 @@ struct DeviceState {
   int64_t attentionCalls = 0;
 };
 
+/// The state of `backend` when it is the CUDA backend, else null (the
+/// NCCL communicator queues on its stream and allocates from its pool).
+DeviceState *deviceStateOf(Backend &backend);
+
 /// One instruction's call as a host kernel sees it.
 struct Ctx {
   KernelCall &call;

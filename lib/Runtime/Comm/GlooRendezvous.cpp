@@ -388,6 +388,25 @@ public:
     }
   }
 
+  absl::StatusOr<std::string> shareInGroup(const std::string &key,
+                                           const std::vector<int64_t> &ranks,
+                                           const std::string &value) override {
+    if (ranks.empty())
+      return absl::InvalidArgumentError("a group without ranks");
+    std::string full = absl::StrCat("merak/group-share/", key);
+    try {
+      if (options.rank == ranks.front())
+        store->set(full, toBytes(value));
+      return toText(store->get(full));
+    } catch (const std::exception &e) {
+      std::string why = diagnose(ranks);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", ranks.front(), " did not share '", key, "' with ranks ",
+          absl::StrJoin(ranks, ", "), " within ", seconds(options.timeout),
+          why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+    }
+  }
+
   void abort(const std::string &message) override {
     // This rank's own heartbeat must not report the message back to it.
     failing.store(true);

@@ -96,6 +96,14 @@ public:
   virtual absl::StatusOr<std::string>
   shareFromRank0(const std::string &key, const std::string &value) = 0;
 
+  /// The value `ranks.front()` gives (this rank among `ranks`) on every
+  /// rank of `ranks`, under `key`, which names one group and use: what a
+  /// process group's members share (an NCCL unique id). Only the members
+  /// call it; an error after the time-out.
+  virtual absl::StatusOr<std::string>
+  shareInGroup(const std::string &key, const std::vector<int64_t> &ranks,
+               const std::string &value) = 0;
+
   /// Tells the other ranks that this rank stops with `message` (the first
   /// failure reported wins), so they exit at once naming it. Rank 0, which
   /// hosts the store, waits briefly for the others to read it.
