@@ -75,6 +75,27 @@ double HardwareProfile::collectiveTime(const std::string &op, int group,
   return collectiveLatency + (bandwidth > 0 ? bytesPerRank / bandwidth : 0);
 }
 
+double HardwareProfile::allReduceTime(CollectiveAlgorithm algorithm, int group,
+                                      bool crossNode, double bytes) const {
+  if (group <= 1)
+    return 0;
+  double bandwidth = collectiveBandwidth;
+  double distance = std::numeric_limits<double>::infinity();
+  for (const CollectivePoint &p : collectives)
+    if (p.op == "allreduce" && p.interNode == crossNode && p.busBandwidth > 0 &&
+        std::fabs(std::log(double(p.group) / double(group))) < distance) {
+      distance = std::fabs(std::log(double(p.group) / double(group)));
+      bandwidth = p.busBandwidth;
+    }
+  if (crossNode && interNode.bandwidth > 0 && distance == INFINITY)
+    bandwidth = std::min(bandwidth, interNode.bandwidth);
+  const LinkFigures &link = crossNode ? interNode : intraNode;
+  double latency = link.bandwidth > 0 ? link.latency : linkLatency;
+  return double(allReduceSteps(algorithm, group)) * latency +
+         (bandwidth > 0 ? allReduceBytes(algorithm, group, bytes) / bandwidth
+                        : 0);
+}
+
 double HardwareProfile::transferTime(double bytes, bool crossNode) const {
   if (bytes <= 0)
     return 0;

@@ -222,10 +222,13 @@ json programToJson(const Program &p) {
   j["grad_norm_result"] = p.gradNormResult;
   if (p.nonFiniteGradsResult >= 0)
     j["nonfinite_grads_result"] = p.nonFiniteGradsResult;
-  if (p.mesh)
+  if (p.mesh) {
     j["mesh"] = {{"name", p.mesh->name},
                  {"shape", p.mesh->shape},
                  {"axis_names", p.mesh->axisNames}};
+    if (!p.mesh->allReduceAlgorithm.empty())
+      j["mesh"]["all_reduce_algorithm"] = p.mesh->allReduceAlgorithm;
+  }
   j["rank"] = p.rank;
   json groups = json::array();
   for (const ProcessGroupSpec &g : p.groups)
@@ -713,6 +716,13 @@ Program readProgram(const json &j, const std::string &path) {
     readField(j["mesh"], where, "name", mesh.name);
     readField(j["mesh"], where, "shape", mesh.shape);
     readField(j["mesh"], where, "axis_names", mesh.axisNames);
+    readOptional(j["mesh"], where, "all_reduce_algorithm",
+                 mesh.allReduceAlgorithm);
+    if (!mesh.allReduceAlgorithm.empty() && mesh.allReduceAlgorithm != "ring" &&
+        mesh.allReduceAlgorithm != "tree")
+      formatError(member(where, "all_reduce_algorithm"),
+                  "must be \"ring\" or \"tree\", not \"" +
+                      mesh.allReduceAlgorithm + "\"");
     p.mesh = std::move(mesh);
   }
   readField(j, path, "rank", p.rank);

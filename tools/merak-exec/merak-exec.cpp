@@ -1276,6 +1276,21 @@ int main(int argc, char **argv) {
       return fail(made.status());
     communicator = *std::move(made);
   }
+  // The plan's all-reduce algorithm (--merak-comm-algorithm), as the
+  // communicator runs it.
+  const std::optional<MeshLayout> &mesh =
+      (pipelined ? pipelineGroups : program).mesh;
+  if (reporter && communicator && mesh && !mesh->allReduceAlgorithm.empty()) {
+    bool tree = mesh->allReduceAlgorithm == "tree";
+    const char *ncclAlgo = std::getenv("NCCL_ALGO");
+    note(absl::StrCat(
+        "all-reduces as ", tree ? "trees" : "rings",
+        " (--merak-comm-algorithm): ",
+        deviceComm ? absl::StrCat(commEntry->name,
+                                  " with NCCL_ALGO=", ncclAlgo ? ncclAlgo : "")
+        : tree     ? std::string("Gloo's halving-doubling")
+                   : std::string("Gloo's ring")));
+  }
   if (*staged && env.worldSize > 1 && (!deviceComm || link)) {
     absl::StatusOr<const BackendEntry *> cpu = findBackend("cpu");
     if (!cpu.ok())

@@ -29,4 +29,22 @@ TEST(CollectiveCostTest, GroupOfOneSendsNothing) {
     EXPECT_EQ(collectiveBytes(kind, 1, 1024, 1024), 0);
 }
 
+TEST(CollectiveCostTest, RingAndTreeAllReduces) {
+  using A = CollectiveAlgorithm;
+  // Steps: 2 (n - 1) around a ring, 2 ceil(log2 n) down and up a tree.
+  EXPECT_EQ(allReduceSteps(A::Ring, 8), 14);
+  EXPECT_EQ(allReduceSteps(A::Tree, 8), 6);
+  EXPECT_EQ(allReduceSteps(A::Tree, 5), 6);
+  EXPECT_EQ(allReduceSteps(A::Ring, 2), allReduceSteps(A::Tree, 2));
+  EXPECT_EQ(allReduceSteps(A::Tree, 1), 0);
+  // Bytes: the ring's 2 (n - 1) / n for both where n is a power of two;
+  // twice the tensor for a tree over any other n.
+  EXPECT_DOUBLE_EQ(allReduceBytes(A::Ring, 4, 1024), 1536);
+  EXPECT_DOUBLE_EQ(allReduceBytes(A::Tree, 4, 1024), 1536);
+  EXPECT_DOUBLE_EQ(allReduceBytes(A::Ring, 3, 3072), 4096);
+  EXPECT_DOUBLE_EQ(allReduceBytes(A::Tree, 3, 3072), 6144);
+  EXPECT_EQ(allReduceBytes(A::Tree, 1, 1024), 0);
+  EXPECT_STREQ(collectiveAlgorithmName(A::Tree), "tree");
+}
+
 } // namespace

@@ -298,6 +298,26 @@ TEST(HardwareProfileTest, TransferTimeUsesTheLinkOfTheSpan) {
   EXPECT_DOUBLE_EQ(p.transferTime(1e6, true), 8e-6 + 1e6 / 10e9);
 }
 
+TEST(HardwareProfileTest, AllReduceTimeBySteps) {
+  HardwareProfile p;
+  p.linkLatency = 1e-6;
+  p.collectiveBandwidth = 1e9;
+  using A = CollectiveAlgorithm;
+  // 8 ranks, 8 MB: 14 steps and 14 MB as a ring, 6 steps and 14 MB as a
+  // tree.
+  EXPECT_DOUBLE_EQ(p.allReduceTime(A::Ring, 8, false, 8e6),
+                   14e-6 + 2 * 7.0 / 8 * 8e6 / 1e9);
+  EXPECT_DOUBLE_EQ(p.allReduceTime(A::Tree, 8, false, 8e6),
+                   6e-6 + 2 * 7.0 / 8 * 8e6 / 1e9);
+  // A measured all-reduce of the span gives the bandwidth; the link its
+  // latency per step.
+  p.intraNode = {100e9, 2e-6};
+  p.collectives.push_back({"allreduce", 8, false, 50e9, 30e-6});
+  EXPECT_DOUBLE_EQ(p.allReduceTime(A::Ring, 8, false, 8e6),
+                   14 * 2e-6 + 2 * 7.0 / 8 * 8e6 / 50e9);
+  EXPECT_EQ(p.allReduceTime(A::Tree, 1, false, 8e6), 0);
+}
+
 /// A temporary directory, removed with its files.
 class TempDir {
 public:

@@ -353,6 +353,23 @@ TEST(RankProgramFileTest, InconsistentContentIsRefusedWithItsPath) {
             std::string::npos)
       << errorOf(reseal(bytes, bad));
 
+  // The plan's all-reduce algorithm is ring or tree.
+  json tree = payload;
+  tree["step"]["mesh"]["all_reduce_algorithm"] = "tree";
+  absl::StatusOr<RankPrograms> withTree =
+      parseRankPrograms(reseal(bytes, tree), "plan.mrp");
+  ASSERT_TRUE(withTree.ok()) << withTree.status();
+  EXPECT_EQ(withTree->step.mesh->allReduceAlgorithm, "tree");
+  EXPECT_EQ(parseRankPrograms(bytes, "plan.mrp")->step.mesh->allReduceAlgorithm,
+            "");
+  bad = payload;
+  bad["step"]["mesh"]["all_reduce_algorithm"] = "star";
+  EXPECT_NE(errorOf(reseal(bytes, bad))
+                .find("step.mesh.all_reduce_algorithm: must be \"ring\" or "
+                      "\"tree\", not \"star\""),
+            std::string::npos)
+      << errorOf(reseal(bytes, bad));
+
   bad = payload;
   bad["step"]["instructions"][0]["op"] = "merak.frobnicate";
   EXPECT_NE(errorOf(reseal(bytes, bad))

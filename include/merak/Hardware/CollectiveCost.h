@@ -43,6 +43,40 @@ inline double collectiveBytes(CollectiveKind kind, int64_t n, double inputBytes,
   return 0;
 }
 
+/// How an all-reduce moves its data. Ring: each rank sends 2 (n - 1) / n
+/// of the tensor in 2 (n - 1) steps (NCCL's and Gloo's default). Tree: a
+/// logarithmic number of steps, 2 ceil(log2 n): NCCL's double binary tree,
+/// Gloo's halving-doubling; the same bytes as the ring where n is a power
+/// of two (recursive halving, then doubling), twice the tensor otherwise
+/// (the blocks of an uneven split travel whole).
+enum class CollectiveAlgorithm { Ring, Tree };
+
+inline const char *collectiveAlgorithmName(CollectiveAlgorithm a) {
+  return a == CollectiveAlgorithm::Ring ? "ring" : "tree";
+}
+
+/// Messages one rank sends, one after the other, in an all-reduce over `n`.
+inline int64_t allReduceSteps(CollectiveAlgorithm a, int64_t n) {
+  if (n <= 1)
+    return 0;
+  if (a == CollectiveAlgorithm::Ring)
+    return 2 * (n - 1);
+  int64_t depth = 0;
+  while ((int64_t(1) << depth) < n)
+    ++depth;
+  return 2 * depth;
+}
+
+/// Bytes one rank sends in an all-reduce of a `bytes` tensor over `n`.
+inline double allReduceBytes(CollectiveAlgorithm a, int64_t n, double bytes) {
+  if (n <= 1)
+    return 0;
+  bool powerOfTwo = (n & (n - 1)) == 0;
+  if (a == CollectiveAlgorithm::Tree && !powerOfTwo)
+    return 2 * bytes;
+  return collectiveBytes(CollectiveKind::AllReduce, n, bytes, bytes);
+}
+
 } // namespace merak
 
 #endif // MERAK_ANALYSIS_COLLECTIVECOST_H

@@ -13,6 +13,8 @@
 #ifndef MERAK_HARDWARE_HARDWAREPROFILE_H
 #define MERAK_HARDWARE_HARDWAREPROFILE_H
 
+#include "merak/Hardware/CollectiveCost.h"
+
 #include <map>
 #include <string>
 #include <vector>
@@ -101,6 +103,12 @@ struct HardwareProfile {
                         double bytesPerRank) const;
   /// Time to send `bytes` to another device of the same or another node.
   double transferTime(double bytes, bool interNode) const;
+  /// Time of an all-reduce of a `bytes` tensor over `group` ranks by
+  /// `algorithm`: its steps (CollectiveCost.h) at the link's latency each,
+  /// plus the bytes each rank sends at the all-reduce's bandwidth (the
+  /// nearest measured all-reduce of the span, else collectiveBandwidth).
+  double allReduceTime(CollectiveAlgorithm algorithm, int group, bool interNode,
+                       double bytes) const;
 };
 
 /// Parses a profile from JSON text. Returns an empty string, or an error

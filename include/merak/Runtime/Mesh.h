@@ -29,6 +29,10 @@ struct MeshLayout {
   std::vector<int64_t> shape;
   /// From `merak.axes`; empty names where absent.
   std::vector<std::string> axisNames;
+  /// How the all-reduces run (`merak.all_reduce_algorithm`): "ring",
+  /// "tree" (NCCL's tree, Gloo's halving-doubling) or empty (the
+  /// libraries' own choice: NCCL's tuner, Gloo's ring).
+  std::string allReduceAlgorithm;
 
   int64_t size() const;
   /// `2x2`, or `2x2 (dp, tp)` with names.

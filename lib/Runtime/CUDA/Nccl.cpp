@@ -20,6 +20,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -368,6 +369,13 @@ createNcclCommunicator(DistributedJob &job, const Program &program,
   if (absl::Status s = cudaStatus(cudaSetDevice(dev->device), "cudaSetDevice");
       !s.ok())
     return s;
+  // The plan's all-reduce algorithm (--merak-comm-algorithm), unless
+  // NCCL_ALGO says otherwise; NCCL reads it as its first communicator
+  // starts.
+  if (program.mesh && !program.mesh->allReduceAlgorithm.empty() &&
+      !std::getenv("NCCL_ALGO"))
+    setenv("NCCL_ALGO",
+           ("allreduce:" + program.mesh->allReduceAlgorithm).c_str(), 0);
   absl::StatusOr<std::vector<std::string>> ids =
       shareNcclIds(job, program, generations++);
   if (!ids.ok())

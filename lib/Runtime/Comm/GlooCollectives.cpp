@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include <gloo/allreduce_halving_doubling.h>
+
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
@@ -39,7 +41,10 @@ public:
     if (transfer)
       return *transfer;
     try {
-      work->wait();
+      if (future.valid())
+        future.get();
+      else
+        work->wait();
       transfer = absl::OkStatus();
     } catch (const std::exception &e) {
       transfer = failed(e);
@@ -69,6 +74,8 @@ public:
   }
 
   c10::intrusive_ptr<c10d::Work> work;
+  /// Instead of `work`: a halving-doubling all-reduce on the group's worker.
+  std::future<void> future;
   /// Runs under InferenceMode after the transfer; returns the result.
   std::function<at::Tensor()> complete;
 
@@ -176,6 +183,56 @@ private:
     return t.div_(n, "trunc");
   }
 
+  /// Queues the all-reduce of `t` (in place) as Gloo's halving-doubling on
+  /// `group`'s context; false (nothing queued) for an element type it does
+  /// not reduce here, which c10d's ring then takes.
+  static bool halvingDoubling(const at::Tensor &t, const OpAttrs &a,
+                              Group &group, GlooPending &pending) {
+    switch (t.scalar_type()) {
+    case at::kFloat:
+      return queueHalvingDoubling<float>(t, a, group, pending);
+    case at::kDouble:
+      return queueHalvingDoubling<double>(t, a, group, pending);
+    case at::kInt:
+      return queueHalvingDoubling<int32_t>(t, a, group, pending);
+    case at::kLong:
+      return queueHalvingDoubling<int64_t>(t, a, group, pending);
+    default:
+      return false;
+    }
+  }
+
+  template <typename T>
+  static bool queueHalvingDoubling(const at::Tensor &t, const OpAttrs &a,
+                                   Group &group, GlooPending &pending) {
+    const ::gloo::ReductionFunction<T> *fn = ::gloo::ReductionFunction<T>::sum;
+    switch (a.collectiveReduction) {
+    case CollectiveReduction::Sum:
+    case CollectiveReduction::Average:
+      break;
+    case CollectiveReduction::Max:
+      fn = ::gloo::ReductionFunction<T>::max;
+      break;
+    case CollectiveReduction::Min:
+      fn = ::gloo::ReductionFunction<T>::min;
+      break;
+    case CollectiveReduction::Product:
+      fn = ::gloo::ReductionFunction<T>::product;
+      break;
+    }
+    // The algorithm takes its slot where it is made: on the worker, in the
+    // order the collectives started, the same on every member.
+    pending.future =
+        group.worker->post([t, fn, context = group.halvingDoubling] {
+          if (t.numel() == 0)
+            return;
+          ::gloo::AllreduceHalvingDoubling<T> algorithm(
+              context, {t.data_ptr<T>()}, int(t.numel()), fn);
+          algorithm.run();
+        });
+    return true;
+  }
+
   /// Starts the c10d operation of `inst` and says in `pending` what is
   /// left to do after it. The tensors the lambdas hold keep the buffers
   /// Gloo reads and writes alive until then.
@@ -207,7 +264,9 @@ private:
         options.reduceOp = c10d::ReduceOp::PRODUCT;
         break;
       }
-      pending.work = pg.allreduce(tensors, options);
+      if (!group.halvingDoubling ||
+          !halvingDoubling(tensors[0], a, group, pending))
+        pending.work = pg.allreduce(tensors, options);
       bool average = a.collectiveReduction == CollectiveReduction::Average;
       pending.complete = [t = tensors[0], average, n, type] {
         at::Tensor reduced = average ? divide(t, n) : t;
@@ -291,6 +350,41 @@ private:
 };
 
 } // namespace
+
+SerialWorker::SerialWorker()
+    : thread([this] {
+        std::unique_lock<std::mutex> lock(mutex);
+        while (true) {
+          changed.wait(lock, [&] { return stopping || !tasks.empty(); });
+          if (tasks.empty())
+            return;
+          std::packaged_task<void()> task = std::move(tasks.front());
+          tasks.pop_front();
+          lock.unlock();
+          task();
+          lock.lock();
+        }
+      }) {}
+
+SerialWorker::~SerialWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stopping = true;
+  }
+  changed.notify_all();
+  thread.join();
+}
+
+std::future<void> SerialWorker::post(std::function<void()> task) {
+  std::packaged_task<void()> packaged(std::move(task));
+  std::future<void> done = packaged.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    tasks.push_back(std::move(packaged));
+  }
+  changed.notify_all();
+  return done;
+}
 
 std::unique_ptr<Communicator> makeCommunicator(Job &job,
                                                std::vector<Group> groups) {

@@ -16,11 +16,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,10 +42,33 @@ public:
                                int64_t instruction) = 0;
 };
 
-/// A process group of the program and the Gloo group that runs it.
+/// Runs tasks one after the other on a thread of its own: the
+/// halving-doubling all-reduces of one group, in the order they start
+/// (the same on every member), each on a fresh slot of the group's
+/// context.
+class SerialWorker {
+public:
+  SerialWorker();
+  ~SerialWorker();
+  /// Queues `task`; the future holds its exception, if it throws.
+  std::future<void> post(std::function<void()> task);
+
+private:
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::packaged_task<void()>> tasks;
+  bool stopping = false;
+  std::thread thread;
+};
+
+/// A process group of the program and the Gloo group that runs it; with
+/// `halvingDoubling` (the plan's tree all-reduce), a Gloo context of the
+/// same members that Gloo's halving-doubling all-reduce runs on.
 struct Group {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   ProcessGroupSpec spec;
+  std::shared_ptr<::gloo::Context> halvingDoubling;
+  std::shared_ptr<SerialWorker> worker;
 };
 
 /// The communicator of a program's `groups` (GlooCollectives.cpp).

@@ -23,6 +23,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <gloo/rendezvous/context.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -863,7 +865,20 @@ RendezvousJob::createGlooCommunicator(const Program &program) {
       auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
           c10::make_intrusive<c10d::PrefixStore>(prefix, store),
           int(spec.members.index), int(spec.members.ranks.size()), options);
-      groups.push_back({std::move(pg), spec});
+      gloo::Group group{std::move(pg), spec, nullptr, nullptr};
+      // The plan's all-reduces as trees: Gloo's halving-doubling, on a
+      // context of the group's own (c10d runs its ring).
+      if (program.mesh && program.mesh->allReduceAlgorithm == "tree") {
+        auto context = std::make_shared<::gloo::rendezvous::Context>(
+            int(spec.members.index), int(spec.members.ranks.size()));
+        context->setTimeout(this->options.timeout);
+        c10d::ProcessGroupGloo::GlooStore glooStore(
+            c10::make_intrusive<c10d::PrefixStore>(prefix + "/tree", store));
+        context->connectFullMesh(glooStore, device);
+        group.halvingDoubling = std::move(context);
+        group.worker = std::make_shared<gloo::SerialWorker>();
+      }
+      groups.push_back(std::move(group));
     } catch (const std::exception &e) {
       std::string why = diagnose(spec.members.ranks);
       return absl::UnavailableError(absl::StrCat(

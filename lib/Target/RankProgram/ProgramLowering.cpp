@@ -462,6 +462,13 @@ LogicalResult readMesh(func::FuncOp func, std::optional<MeshLayout> &layout) {
     for (Attribute name : names)
       if (auto text = dyn_cast<StringAttr>(name))
         mesh.axisNames.push_back(text.str());
+  if (auto algorithm =
+          found->getAttrOfType<StringAttr>(kAllReduceAlgorithmAttr)) {
+    if (algorithm.getValue() != "ring" && algorithm.getValue() != "tree")
+      return found.emitError()
+             << kAllReduceAlgorithmAttr << " must be \"ring\" or \"tree\"";
+    mesh.allReduceAlgorithm = algorithm.getValue().str();
+  }
   layout = std::move(mesh);
   return success();
 }

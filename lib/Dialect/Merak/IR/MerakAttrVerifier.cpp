@@ -92,6 +92,8 @@ constexpr Rule kRules[] = {
     {kMicrobatchAttr, OnOp, Holds::Index},
     {kShardingAttr, OnArgument | OnResult, Holds::Sharding},
     {kMeshAxesAttr, OnMeshOp, Holds::AxisNames},
+    {kAllReduceAlgorithmAttr, OnMeshOp, Holds::String},
+    {kAllReduceAlgorithmReasonAttr, OnMeshOp, Holds::String},
     // Pipelines.
     {kStageAttr, OnOp | OnFunction, Holds::Index},
     {kRecomputeOfAttr, OnOp, Holds::Index},

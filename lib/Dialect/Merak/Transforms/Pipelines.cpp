@@ -254,7 +254,8 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
       llvm::cl::init(0.0)};
   Option<std::string> hardware{
       *this, "hardware",
-      llvm::cl::desc("with auto: hardware profile (JSON or Galvatron dir)"),
+      llvm::cl::desc("with auto or comm-algorithm: hardware profile (JSON "
+                     "or Galvatron dir)"),
       llvm::cl::init("")};
   Option<std::string> report{
       *this, "report",
@@ -275,6 +276,12 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
   Option<bool> quiet{*this, "quiet",
                      llvm::cl::desc("with auto: no plan summary on stderr"),
                      llvm::cl::init(false)};
+  Option<std::string> commAlgorithm{
+      *this, "comm-algorithm",
+      llvm::cl::desc("the all-reduce algorithm: ring, tree or auto (priced "
+                     "with the hardware profile; --merak-comm-algorithm); "
+                     "unset: the libraries' default, the ring"),
+      llvm::cl::init("")};
 
   /// Whether any pipeline option is set: then the step is also cut into
   /// stages, outlined and scheduled.
@@ -285,6 +292,18 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
   }
 };
 
+/// With comm-algorithm: the all-reduce algorithm, priced with the plan's
+/// hardware profile.
+void addCommAlgorithm(OpPassManager &pm, const ParallelizeOptions &o) {
+  if (o.commAlgorithm.empty())
+    return;
+  merak::CommAlgorithmOptions comm;
+  comm.algorithm = o.commAlgorithm;
+  comm.hardware = o.hardware;
+  comm.report = o.autoPlan ? std::string(o.report) : std::string();
+  pm.addPass(merak::createCommAlgorithm(comm));
+}
+
 LogicalResult buildParallelizePipeline(OpPassManager &pm,
                                        const ParallelizeOptions &o) {
   if (o.autoPlan) {
@@ -294,7 +313,7 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
                       "schedule and recomputation itself (and plans no ep); "
                       "give only devices, "
                       "batch, memory, hardware, report, calibration, max-tp, "
-                      "compare and quiet "
+                      "compare, comm-algorithm and quiet "
                       "with it");
     if (o.devices < 1)
       return fail(pm, "devices must be at least 1");
@@ -311,6 +330,7 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
     a.compare = o.compare;
     a.calibration = o.calibration;
     pm.addPass(merak::createAutoParallel(a));
+    addCommAlgorithm(pm, o);
     return success();
   }
   if (o.sp != "none" && o.sp != "megatron" && o.sp != "ulysses")
@@ -396,6 +416,7 @@ LogicalResult buildParallelizePipeline(OpPassManager &pm,
   // No CSE here: it would merge ZeRO-3's per-use parameter gathers into one
   // that stays alive for the whole step.
   pm.addPass(createCanonicalizerPass());
+  addCommAlgorithm(pm, o);
   return success();
 }
 
@@ -414,7 +435,8 @@ void merak::registerMerakPipelines() {
       "--merak-hoist-batch-collectives; "
       "with pipeline options also --merak-defer-grad-reductions, "
       "--merak-pipeline-partition, --merak-recompute, "
-      "--merak-pipeline-outline and --merak-pipeline-schedule",
+      "--merak-pipeline-outline and --merak-pipeline-schedule; with "
+      "comm-algorithm, --merak-comm-algorithm last",
       [](OpPassManager &pm, const ParallelizeOptions &o) {
         return buildParallelizePipeline(pm, o);
       });

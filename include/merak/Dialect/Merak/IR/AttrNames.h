@@ -73,6 +73,12 @@ inline constexpr llvm::StringLiteral kMicrobatchAttr = "merak.microbatch";
 inline constexpr llvm::StringLiteral kShardingAttr = "merak.sharding";
 /// Names of the mesh axes, on `mesh.mesh`.
 inline constexpr llvm::StringLiteral kMeshAxesAttr = "merak.axes";
+/// How the runtime runs the mesh's all-reduces ("ring" or "tree"), on
+/// `mesh.mesh`, and why (`--merak-comm-algorithm`).
+inline constexpr llvm::StringLiteral kAllReduceAlgorithmAttr =
+    "merak.all_reduce_algorithm";
+inline constexpr llvm::StringLiteral kAllReduceAlgorithmReasonAttr =
+    "merak.all_reduce_algorithm_reason";
 
 } // namespace merak
 

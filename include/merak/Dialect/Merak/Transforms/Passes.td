@@ -486,6 +486,33 @@ def GradBuckets : Pass<"merak-grad-buckets", "mlir::ModuleOp"> {
   ];
 }
 
+def CommAlgorithm : Pass<"merak-comm-algorithm", "mlir::ModuleOp"> {
+  let summary = "The plan's all-reduce algorithm: ring or tree";
+  let description = [{
+    Runs on a partitioned module. Records on each `mesh.mesh` how the
+    runtime runs the plan's all-reduces (`merak.all_reduce_algorithm`):
+    `ring` (each rank sends 2 (n - 1) / n of the tensor in 2 (n - 1)
+    steps) or `tree` (2 ceil(log2 n) steps: NCCL's double binary tree,
+    Gloo's halving-doubling; the ring's bytes where n is a power of two,
+    twice the tensor otherwise). `auto` prices every `mesh.all_reduce` of
+    the module both ways with the hardware profile (each step at the
+    link's latency, the bytes at the all-reduce's bandwidth:
+    `HardwareProfile::allReduceTime`) and takes the cheaper, the ring on a
+    tie; `merak.all_reduce_algorithm_reason` says what it compared. The
+    other collectives have one algorithm in both libraries (the ring).
+  }];
+  let options = [
+    Option<"algorithm", "algorithm", "std::string", /*default=*/"\"auto\"",
+           "ring, tree or auto">,
+    Option<"hardware", "hardware", "std::string", /*default=*/"\"\"",
+           "Hardware profile (JSON or a Galvatron directory); default: the "
+           "documented generic one">,
+    Option<"report", "report", "std::string", /*default=*/"\"\"",
+           "A plan report (JSON, from the auto search) that gains a "
+           "comm_algorithm member with the choice and the comparison">
+  ];
+}
+
 def SparseEmbeddingGrads : Pass<"merak-sparse-embedding-grads",
                                 "mlir::ModuleOp"> {
   let summary = "Reduce embedding gradients by gathering the rows";
