@@ -435,6 +435,34 @@ private:
   std::thread worker;
 };
 
+/// The call of `program`'s one collective on `operand`, in place when
+/// asked.
+KernelCall callOf(const Program &program, HostBlock &operand,
+                  bool inPlace = false) {
+  KernelCall call;
+  call.instruction = &program.instructions[0];
+  call.program = &program;
+  call.operands = {&operand};
+  call.inPlace = {inPlace ? &operand : nullptr};
+  return call;
+}
+
+/// The device communicator of `program`'s groups on `stream`, for `rank`
+/// of the mesh.
+std::unique_ptr<Communicator> communicatorOf(
+    const Program &program, std::unique_ptr<FakeStream> stream, int64_t rank,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000),
+    std::function<std::string(const std::vector<int64_t> &)> diagnose =
+        nullptr) {
+  DeviceCommunicatorOptions options;
+  options.rank = rank;
+  options.worldSize = kWorld;
+  options.groups = program.groups;
+  options.timeout = timeout;
+  options.diagnose = std::move(diagnose);
+  return makeDeviceCommunicator(std::move(stream), options);
+}
+
 enum class Layout { Dense, Strided, InPlace };
 
 /// Runs `c` on every rank of the mesh with operands in `layout`; returns
@@ -450,23 +478,14 @@ absl::StatusOr<std::vector<at::Tensor>> runCase(const Case &c, Layout layout,
       for (ValueInfo &v : program.values)
         v.type.dtype = DType::I64;
     auto stream = std::make_unique<FakeStream>(library, rank, program.groups);
-    DeviceCommunicatorOptions options;
-    options.rank = rank;
-    options.worldSize = kWorld;
-    options.groups = program.groups;
-    options.timeout = std::chrono::milliseconds(20000);
     std::unique_ptr<Communicator> comm =
-        makeDeviceCommunicator(std::move(stream), options);
+        communicatorOf(program, std::move(stream), rank);
     at::Tensor x = input(c.in, rank);
     // Integers: 100 (rank + 1) + k + rank, so that averages have remainders.
     if (dtype == DType::I64)
       x = (x + double(rank)).to(at::kLong);
     std::shared_ptr<HostBlock> operand = blockOf(x, layout == Layout::Strided);
-    KernelCall call;
-    call.instruction = &program.instructions[0];
-    call.program = &program;
-    call.operands = {operand.get()};
-    call.inPlace = {layout == Layout::InPlace ? operand.get() : nullptr};
+    KernelCall call = callOf(program, *operand, layout == Layout::InPlace);
     absl::StatusOr<std::unique_ptr<PendingCollective>> pending =
         comm->start(call);
     if (!pending.ok()) {
@@ -610,18 +629,10 @@ std::vector<std::string> queuedFor(const Case &c) {
     Program program = collectiveProgram(c, rank);
     auto owned = std::make_unique<FakeStream>(library, rank, program.groups);
     FakeStream *stream = owned.get();
-    DeviceCommunicatorOptions options;
-    options.rank = rank;
-    options.worldSize = kWorld;
-    options.groups = program.groups;
     std::unique_ptr<Communicator> comm =
-        makeDeviceCommunicator(std::move(owned), options);
+        communicatorOf(program, std::move(owned), rank);
     std::shared_ptr<HostBlock> operand = blockOf(input(c.in, rank), false);
-    KernelCall call;
-    call.instruction = &program.instructions[0];
-    call.program = &program;
-    call.operands = {operand.get()};
-    call.inPlace = {nullptr};
+    KernelCall call = callOf(program, *operand);
     EXPECT_TRUE(comm->execute(call).ok());
     EXPECT_EQ(stream->joins, 1);
     logs[rank] = stream->log;
@@ -687,23 +698,14 @@ FailureRun runFailing(bool freeze, absl::Status inject) {
       stream->frozen = freeze;
     if (rank == 0)
       stream->injected = inject;
-    DeviceCommunicatorOptions options;
-    options.rank = rank;
-    options.worldSize = kWorld;
-    options.groups = program.groups;
-    options.timeout = std::chrono::milliseconds(300);
-    options.diagnose = [rank](const std::vector<int64_t> &ranks) {
-      return rank == 0 ? std::string("rank 1 stopped answering")
-                       : std::string();
-    };
-    std::unique_ptr<Communicator> comm =
-        makeDeviceCommunicator(std::move(owned), options);
+    std::unique_ptr<Communicator> comm = communicatorOf(
+        program, std::move(owned), rank, std::chrono::milliseconds(300),
+        [rank](const std::vector<int64_t> &) {
+          return rank == 0 ? std::string("rank 1 stopped answering")
+                           : std::string();
+        });
     std::shared_ptr<HostBlock> operand = blockOf(input(c.in, rank), false);
-    KernelCall call;
-    call.instruction = &program.instructions[0];
-    call.program = &program;
-    call.operands = {operand.get()};
-    call.inPlace = {nullptr};
+    KernelCall call = callOf(program, *operand);
     absl::Status first = comm->execute(call);
     if (rank == 0) {
       run.first = first;

@@ -237,12 +237,8 @@ private:
         MERAK_TRY(stream->enqueueCopy(in, *send));
       MERAK_TRY(stream->enqueueAllGather(g, send->data, gathered->data,
                                          in.type.numElements(), dtype));
-      if (gathered->data != out->data) {
-        DeviceBuffer from = *gathered;
-        from.type = placed.type;
-        from.strides.clear();
-        MERAK_TRY(stream->enqueueCopy(from, placed));
-      }
+      if (gathered->data != out->data)
+        MERAK_TRY(enqueuePlace(*gathered, placed));
       return absl::OkStatus();
     }
     case OpKind::ReduceScatter: {
@@ -256,11 +252,8 @@ private:
       if (!send.ok())
         return send.status();
       MERAK_TRY(stream->enqueueWaitForCompute());
-      if (send->data != in.data) {
-        DeviceBuffer to = *send;
-        to.strides.clear();
-        MERAK_TRY(stream->enqueueCopy(blocks, to));
-      }
+      if (send->data != in.data)
+        MERAK_TRY(enqueuePack(blocks, *send));
       MERAK_TRY(stream->enqueueReduceScatter(g, send->data, out->data,
                                              resultType.numElements(), dtype,
                                              reduction));
@@ -287,11 +280,8 @@ private:
       if (!received.ok())
         return received.status();
       MERAK_TRY(stream->enqueueWaitForCompute());
-      if (send->data != in.data) {
-        DeviceBuffer to = *send;
-        to.strides.clear();
-        MERAK_TRY(stream->enqueueCopy(blocks, to));
-      }
+      if (send->data != in.data)
+        MERAK_TRY(enqueuePack(blocks, *send));
       const int64_t count = blockType.numElements();
       const int64_t bytes = count * int64_t(dtypeSize(dtype));
       std::vector<DeviceTransfer> sends, receives;
@@ -302,12 +292,8 @@ private:
             {static_cast<char *>(received->data) + j * bytes, count, j});
       }
       MERAK_TRY(stream->enqueueExchange(g, dtype, sends, receives));
-      if (received->data != out->data) {
-        DeviceBuffer from = *received;
-        from.type = placed.type;
-        from.strides.clear();
-        MERAK_TRY(stream->enqueueCopy(from, placed));
-      }
+      if (received->data != out->data)
+        MERAK_TRY(enqueuePlace(*received, placed));
       return absl::OkStatus();
     }
     case OpKind::Broadcast: {
@@ -333,6 +319,26 @@ private:
       return absl::InvalidArgumentError(
           absl::StrCat("'", opFullName(inst.kind), "' is not a collective"));
     }
+  }
+
+  /// Copies the dense buffer `packed` (blocks side by side) into
+  /// `placed`, the blocks' view of the result.
+  absl::Status enqueuePlace(const DeviceBuffer &packed,
+                            const DeviceBuffer &placed) {
+    DeviceBuffer from = packed;
+    from.type = placed.type;
+    from.strides.clear();
+    return stream->enqueueCopy(from, placed);
+  }
+
+  /// Copies `blocks`, a view of the operand, into the dense buffer
+  /// `packed`.
+  absl::Status enqueuePack(const DeviceBuffer &blocks,
+                           const DeviceBuffer &packed) {
+    DeviceBuffer to = packed;
+    to.type = blocks.type;
+    to.strides.clear();
+    return stream->enqueueCopy(blocks, to);
   }
 
   /// A fresh dense tensor of `type`, kept by `p`; the first is its result.
