@@ -98,23 +98,23 @@ public:
     Meeting &m = meetings[{members, sequence}];
     m.parts.resize(members.size());
     m.parts[index] = std::move(part);
-    ++m.arrived;
-    changed.notify_all();
-    changed.wait(lock, [&] {
-      return m.arrived == int64_t(members.size()) || aborted.count(rank);
-    });
-    if (aborted.count(rank))
-      return absl::AbortedError("communicator aborted");
+    // Counts this member into `count` and waits for the others.
+    auto together = [&](int64_t &count) {
+      ++count;
+      changed.notify_all();
+      changed.wait(lock, [&] {
+        return count == int64_t(members.size()) || aborted.count(rank);
+      });
+      return aborted.count(rank) ? absl::AbortedError("communicator aborted")
+                                 : absl::OkStatus();
+    };
+    if (absl::Status s = together(m.arrived); !s.ok())
+      return s;
     lock.unlock();
     compute(m.parts);
     lock.lock();
-    ++m.computed;
-    changed.notify_all();
-    changed.wait(lock, [&] {
-      return m.computed == int64_t(members.size()) || aborted.count(rank);
-    });
-    if (aborted.count(rank))
-      return absl::AbortedError("communicator aborted");
+    if (absl::Status s = together(m.computed); !s.ok())
+      return s;
     write();
     if (++m.left == int64_t(members.size()))
       meetings.erase({members, sequence});

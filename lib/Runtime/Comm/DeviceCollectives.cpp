@@ -207,14 +207,11 @@ private:
       absl::StatusOr<DeviceBuffer> out = target(call, resultType, p);
       if (!out.ok())
         return out.status();
-      MERAK_TRY(stream->enqueueWaitForCompute());
-      const void *send = in.data;
-      if (!in.isDense()) {
-        MERAK_TRY(stream->enqueueCopy(in, *out));
-        send = out->data;
-      }
+      absl::StatusOr<const void *> send = beginInPlace(in, *out);
+      if (!send.ok())
+        return send.status();
       MERAK_TRY(stream->enqueueAllReduce(
-          g, send, out->data, in.type.numElements(), dtype, reduction));
+          g, *send, out->data, in.type.numElements(), dtype, reduction));
       if (integerAverage)
         MERAK_TRY(stream->enqueueDivide(*out, n));
       return absl::OkStatus();
@@ -305,13 +302,10 @@ private:
       absl::StatusOr<DeviceBuffer> out = target(call, resultType, p);
       if (!out.ok())
         return out.status();
-      MERAK_TRY(stream->enqueueWaitForCompute());
-      const void *send = in.data;
-      if (!in.isDense()) {
-        MERAK_TRY(stream->enqueueCopy(in, *out));
-        send = out->data;
-      }
-      MERAK_TRY(stream->enqueueBroadcast(g, send, out->data,
+      absl::StatusOr<const void *> send = beginInPlace(in, *out);
+      if (!send.ok())
+        return send.status();
+      MERAK_TRY(stream->enqueueBroadcast(g, *send, out->data,
                                          in.type.numElements(), dtype, root));
       return absl::OkStatus();
     }
@@ -319,6 +313,18 @@ private:
       return absl::InvalidArgumentError(
           absl::StrCat("'", opFullName(inst.kind), "' is not a collective"));
     }
+  }
+
+  /// For a collective that can work in place on `out`: queues the wait for
+  /// the compute queue and, for a strided operand `in`, its copy into
+  /// `out`; returns what the library sends from.
+  absl::StatusOr<const void *> beginInPlace(const DeviceBuffer &in,
+                                            const DeviceBuffer &out) {
+    MERAK_TRY(stream->enqueueWaitForCompute());
+    if (in.isDense())
+      return static_cast<const void *>(in.data);
+    MERAK_TRY(stream->enqueueCopy(in, out));
+    return static_cast<const void *>(out.data);
   }
 
   /// Copies the dense buffer `packed` (blocks side by side) into
