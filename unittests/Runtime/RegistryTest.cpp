@@ -31,7 +31,10 @@ TEST(RegistryTest, BuiltinComponentsAreThoseOfTheBuild) {
     backends.push_back("cuda");
   EXPECT_EQ(backendNames(), backends);
   if (haveTorchIO()) {
-    EXPECT_EQ(communicatorNames(), std::vector<std::string>{"gloo"});
+    std::vector<std::string> comms{"gloo"};
+    if (MERAK_TEST_HAVE_NCCL)
+      comms.push_back("nccl");
+    EXPECT_EQ(communicatorNames(), comms);
     ASSERT_TRUE(findBackend("cpu").ok());
     EXPECT_EQ((*findBackend("cpu"))->name, "cpu");
   } else {
@@ -44,11 +47,19 @@ TEST(RegistryTest, BuiltinComponentsAreThoseOfTheBuild) {
     has += ", " + backends[1];
   EXPECT_EQ(missing.status().message(),
             "no backend 'tpu' in this build; it has: " + has);
-  absl::StatusOr<const CommunicatorEntry *> comm = findCommunicator("nccl");
+  absl::StatusOr<const CommunicatorEntry *> comm = findCommunicator("mpi");
   ASSERT_FALSE(comm.ok());
-  EXPECT_NE(comm.status().message().find("no communicator 'nccl' in this "
+  EXPECT_NE(comm.status().message().find("no communicator 'mpi' in this "
                                          "build; it has: "),
             std::string::npos);
+  // NCCL moves the CUDA backend's tensors, where the build has it.
+  if (MERAK_TEST_HAVE_NCCL) {
+    absl::StatusOr<const CommunicatorEntry *> nccl = findCommunicator("nccl");
+    ASSERT_TRUE(nccl.ok());
+    EXPECT_EQ((*nccl)->device, "cuda");
+    EXPECT_TRUE((*nccl)->create && (*nccl)->available);
+    EXPECT_EQ((*findCommunicator("gloo"))->device, "");
+  }
 }
 
 TEST(RegistryTest, RegisteredBackendIsFoundAndCreated) {
