@@ -19,8 +19,8 @@ void divideIntegers(const View &v, int64_t n, cudaStream_t stream) {
   if (count == 0)
     return;
   const int threads = 256;
-  const int blocks = int(std::min<int64_t>((count + threads - 1) / threads,
-                                           int64_t(1) << 16));
+  const int blocks =
+      int(std::min<int64_t>((count + threads - 1) / threads, int64_t(1) << 16));
   if (v.type == ElemType::I64)
     divideKernel<<<blocks, threads, 0, stream>>>(v.ptr<int64_t>(), count, n);
   else if (v.type == ElemType::I32)
