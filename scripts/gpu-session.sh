@@ -39,6 +39,8 @@ elapsed "check b done"
 cat "$OUT/check-a.log" "$OUT/check-b.log" | grep '^| ' | sort -u > "$OUT/table.md"
 cat "$OUT/table.md"
 grep -v '^ok ' "$B/oa/kernels.txt" > "$OUT/kernels-notok.txt" 2> /dev/null
+# The benchmarks run the bundle's binaries directly: its libraries first.
+export LD_LIBRARY_PATH=$B/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 timeout "${ATT_T:-70}" python3 bench/gpu_attention.py --kernel-check "$B/bin/merak-kernel-check" \
   --out "$B/attention-cases.json" > "$OUT/attention.md" 2>&1
 elapsed "attention benchmark: status $?"
