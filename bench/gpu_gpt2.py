@@ -127,7 +127,7 @@ def time_pytorch(model, batches, steps, warmup, autocast, compiled):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1,
                             fused=True)
     run = torch.compile(model) if compiled else model
-    times = []
+    times, losses = [], []
     for step in range(warmup + steps):
         idx, targets = batches[step % len(batches)]
         torch.cuda.synchronize()
@@ -137,11 +137,11 @@ def time_pytorch(model, batches, steps, warmup, autocast, compiled):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        loss.item()
+        losses.append(loss.item())
         torch.cuda.synchronize()
         if step >= warmup:
             times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), losses[-1]
 
 
 def run(args):
@@ -170,10 +170,10 @@ def run(args):
     per_token = flops_per_token(cfg, params)
     rows = []
 
-    def add(name, seconds):
+    def add(name, seconds, last_loss):
         tflops = per_token * tokens / seconds / 1e12
         rows.append((name, seconds, tokens / seconds,
-                     100 * tflops / args.peak_tflops))
+                     100 * tflops / args.peak_tflops, last_loss))
 
     # The bf16 step also without fused kernels (--fuse-elementwise=off):
     # what the fused elementwise chains and AdamW groups are worth; and
@@ -195,31 +195,39 @@ def run(args):
                   % (precision, fuse, done.returncode), file=sys.stderr)
             continue
         with open(log) as f:
-            ms = [json.loads(line)["ms"] for line in f if '"ms"' in line]
+            records = [json.loads(line) for line in f if '"ms"' in line]
+        ms = [r["ms"] for r in records]
         add("merak-exec %s%s" % (precision,
                                  ", unfused" if fuse == "off" else ""),
-            statistics.median(ms[args.warmup:]) / 1000)
+            statistics.median(ms[args.warmup:]) / 1000,
+            records[-1].get("loss", float("nan")))
 
     model = model.cuda()
     batches = [(idx[i].cuda(), targets[i].cuda()) for i in range(count)]
-    add("PyTorch eager fp32",
-        time_pytorch(model, batches, args.steps, args.warmup, False, False))
-    add("PyTorch eager bf16 autocast",
-        time_pytorch(model, batches, args.steps, args.warmup, True, False))
+    # Each PyTorch run trains a fresh copy of the same weights, so that the
+    # last losses are comparable.
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def pytorch(autocast, compiled):
+        model.load_state_dict(initial)
+        return time_pytorch(model, batches, args.steps, args.warmup,
+                            autocast, compiled)
+
+    add("PyTorch eager fp32", *pytorch(False, False))
+    add("PyTorch eager bf16 autocast", *pytorch(True, False))
     if not args.no_compile:
-        add("torch.compile bf16 autocast",
-            time_pytorch(model, batches, args.steps, args.warmup, True, True))
+        add("torch.compile bf16 autocast", *pytorch(True, True))
 
     base = dict((r[0], r[1]) for r in rows).get("merak-exec bf16", rows[0][1])
     print("GPT-2 small, %d parameters, batch %d x %d tokens, %s, torch %s"
           % (params, args.batch, args.seq, torch.cuda.get_device_name(),
              torch.__version__))
-    print("| run | step (ms) | tokens/s | MFU (%% of %g TFLOP/s) | step time / merak-exec bf16 |"
-          % args.peak_tflops)
-    print("| --- | --- | --- | --- | --- |")
-    for name, seconds, tps, mfu in rows:
-        print("| %s | %.1f | %.0f | %.1f | %.2f |"
-              % (name, seconds * 1000, tps, mfu, seconds / base))
+    print("| run | step (ms) | tokens/s | MFU (%% of %g TFLOP/s) | step time / merak-exec bf16 | loss at step %d |"
+          % (args.peak_tflops, count))
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, seconds, tps, mfu, last_loss in rows:
+        print("| %s | %.1f | %.0f | %.1f | %.2f | %.5f |"
+              % (name, seconds * 1000, tps, mfu, seconds / base, last_loss))
     sys.stdout.flush()
 
     # Where each bf16 step's time goes: --profile-json waits for each op,

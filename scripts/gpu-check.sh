@@ -328,6 +328,19 @@ elif [[ $DEVICE == cuda ]] && command -v compute-sanitizer > /dev/null && [[ -f 
 else
   row "compute-sanitizer" skip "compute-sanitizer not found or GPT-2 not run"
 fi
+# The attention kernel cases alone (the tensor-core kernels take the bf16
+# and f16 ones whose heads are multiples of 16, which the fixtures' heads
+# are not).
+if wanted sanitizer && [[ $DEVICE == cuda ]] && command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$BIN/merak-kernel-check" --cases "$B/cases/flash_attention.json" --device cuda \
+      --expected "$B/cases/expected.safetensors" > "$O/sanitizer-flash-cases-$tool.log" 2>&1
+    s=$?
+    row "compute-sanitizer $tool (flash attention cases)" "$([[ $s == 0 ]] && echo ok || echo FAIL)" \
+      "$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/sanitizer-flash-cases-$tool.log" || { [[ $s == 124 ]] && echo "timed out"; } || tail -1 "$O/sanitizer-flash-cases-$tool.log"); $(grep -E '^[0-9]+ passed' "$O/sanitizer-flash-cases-$tool.log" | tail -1)"
+  done
+fi
 
 {
   echo

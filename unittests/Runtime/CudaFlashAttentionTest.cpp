@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -166,6 +167,92 @@ TEST(CudaFlashAttention, FullyMaskedRowIsNaNWithMinusInfinityLogSumExp) {
   onlineRow(scores, values, lse, out);
   EXPECT_FLOAT_EQ(lse, 2.0f);
   EXPECT_FLOAT_EQ(out, 5.0f);
+}
+
+TEST(CudaFlashAttention, TensorCoreShapes) {
+  for (int64_t d : {16, 32, 48, 64, 80, 96, 112, 128})
+    EXPECT_EQ(flashMmaUnsupported(d, 64), nullptr) << d;
+  for (int64_t d : {0, 8, 24, 40, 72, 100, 144, 256}) {
+    EXPECT_NE(flashMmaUnsupported(d, 64), nullptr) << d;
+    EXPECT_NE(flashMmaUnsupported(64, d), nullptr) << d;
+  }
+  // Accumulators sized by the larger dimension.
+  EXPECT_EQ(flashMmaDimBlocks(64, 64), 4);
+  EXPECT_EQ(flashMmaDimBlocks(16, 64), 4);
+  EXPECT_EQ(flashMmaDimBlocks(80, 16), 8);
+  EXPECT_EQ(flashMmaDimBlocks(64, 128), 8);
+  // Four warps of 16 rows make a tile, in rows and in keys.
+  EXPECT_EQ(kMmaWarpRows * (kMmaThreads / 32), kMmaRows);
+  EXPECT_EQ(kMmaWarpRows * (kMmaThreads / 32), kMmaKeys);
+}
+
+TEST(CudaFlashAttention, TensorCoreLayoutAlignsEveryFragment) {
+  // WMMA loads and stores need a 32-byte aligned first element and a pitch
+  // of 16 bytes; a tile's 16-row blocks and 16-column blocks must keep both.
+  for (FlashKernel kernel : {FlashKernel::Forward, FlashKernel::KeyValueGrad,
+                             FlashKernel::QueryGrad})
+    for (int64_t d = 16; d <= 128; d += 16)
+      for (int64_t e = 16; e <= 128; e += 16) {
+        FlashMmaLayout l = flashMmaLayout(kernel, d, e);
+        // Every array 128-byte aligned, in order, without overlap.
+        std::vector<std::pair<int64_t, int64_t>> arrays = {
+            {l.q, kMmaRows * mmaPitch16(d) * 2},
+            {l.k, kMmaKeys * mmaPitch16(d) * 2},
+            {l.v, kMmaKeys * mmaPitch16(e) * 2},
+            {l.g,
+             kernel == FlashKernel::Forward ? 0 : kMmaRows * mmaPitch16(e) * 2},
+            {l.scratch, kMmaThreads / 32 * kMmaWarpRows * l.scratchPitch * 4},
+            {l.p, kernel == FlashKernel::QueryGrad
+                      ? 0
+                      : kMmaRows * mmaPitch16(kMmaKeys) * 2},
+            {l.ds, kernel == FlashKernel::Forward
+                       ? 0
+                       : kMmaRows * mmaPitch16(kMmaKeys) * 2},
+            {l.out,
+             kernel == FlashKernel::Forward ? kMmaRows * mmaPitch32(e) * 4 : 0},
+            {l.lse, kernel == FlashKernel::KeyValueGrad ? kMmaRows * 4 : 0},
+            {l.sums, kernel == FlashKernel::KeyValueGrad ? kMmaRows * 4 : 0},
+            {l.maskRow, kMmaRows * 8}};
+        int64_t end = 0;
+        for (auto [at, bytes] : arrays) {
+          if (bytes == 0)
+            continue;
+          EXPECT_EQ(at % 128, 0);
+          EXPECT_GE(at, end);
+          end = at + bytes;
+        }
+        EXPECT_LE(end, l.bytes);
+        // sm_80's largest block allowance (163 KiB; sm_90: 227 KiB).
+        EXPECT_LE(l.bytes, 163 * 1024) << d << " " << e;
+        // Pitches of 16 bytes; 16-row blocks 32-byte aligned.
+        for (int64_t cols : {d, e, int64_t(kMmaKeys)}) {
+          EXPECT_EQ(mmaPitch16(cols) * 2 % 16, 0);
+          EXPECT_EQ(16 * mmaPitch16(cols) * 2 % 32, 0);
+          EXPECT_EQ(mmaPitch32(cols) * 4 % 16, 0);
+          EXPECT_EQ(16 * mmaPitch32(cols) * 4 % 32, 0);
+        }
+        EXPECT_EQ(l.scratchPitch * 4 % 16, 0);
+        EXPECT_EQ(kMmaWarpRows * l.scratchPitch * 4 % 32, 0);
+        // The second float tile starts 32-byte aligned and fits, as do
+        // the accumulators on their way out.
+        EXPECT_EQ(kMmaSecond * 4 % 32, 0);
+        EXPECT_GE(kMmaSecond, kMmaKeys);
+        EXPECT_GE(l.scratchPitch, kMmaSecond + kMmaKeys);
+        EXPECT_GE(l.scratchPitch, std::max(d, e));
+      }
+}
+
+TEST(CudaFlashAttention, TensorCoreLaunchCoversEveryRow) {
+  for (FlashKernel kernel : {FlashKernel::Forward, FlashKernel::KeyValueGrad,
+                             FlashKernel::QueryGrad})
+    for (int64_t t : {1, 63, 64, 65, 1024, 8191})
+      for (int64_t n : {1, 96, 70000}) {
+        FlashLaunch l = flashMmaLaunch(kernel, n, t, 64, 64);
+        EXPECT_GE(int64_t(l.tiles) * kMmaRows, t);
+        EXPECT_LT(int64_t(l.tiles - 1) * kMmaRows, t);
+        EXPECT_GE(int64_t(l.stacks) * l.stacksZ, n);
+        EXPECT_EQ(l.sharedBytes, flashMmaLayout(kernel, 64, 64).bytes);
+      }
 }
 
 } // namespace

@@ -10,7 +10,10 @@
 
 #include "FlashAttention.h"
 
+#include <mma.h>
+
 #include <string>
+#include <type_traits>
 
 namespace merak::runtime::cuda {
 namespace {
@@ -37,33 +40,34 @@ template <typename A, typename T> MERAK_DEVICE A flashMask(A s, T m) {
   return s + A(toAcc(m));
 }
 
-/// Whether a tile of query rows [i0, i0 + kFlashRows) and keys
-/// [j0, j0 + kFlashKeys) of stack `b` has a score the mask lets through
-/// (inside the sequence): the block's threads share the tile's mask
-/// entries and vote. A tile with none (above a causal mask's diagonal, a
-/// padded stretch) contributes nothing and is skipped. Every thread of the
-/// block must call it (a barrier).
-template <typename M>
+/// Whether a tile of query rows [i0, i0 + Rows) and keys [j0, j0 + Keys)
+/// of stack `b` has a score the mask lets through (inside the sequence):
+/// the block's threads share the tile's mask entries and vote. A tile with
+/// none (above a causal mask's diagonal, a padded stretch) contributes
+/// nothing and is skipped. Every thread of the block must call it (a
+/// barrier).
+template <int Rows = kFlashRows, int Keys = kFlashKeys, typename M>
 __device__ bool tileVisible(const M *mask, const int64_t *maskRow,
                             int64_t colStride, int64_t t, int64_t i0,
                             int64_t j0) {
   int visible = 0;
-  for (int idx = threadIdx.x; idx < kFlashRows * kFlashKeys && !visible;
+  for (int idx = threadIdx.x; idx < Rows * Keys && !visible;
        idx += blockDim.x) {
-    int r = idx / kFlashKeys;
-    int64_t key = j0 + idx % kFlashKeys;
+    int r = idx / Keys;
+    int64_t key = j0 + idx % Keys;
     if (i0 + r < t && key < t)
       visible = !flashMaskedOut(mask[maskRow[r] + key * colStride]);
   }
   return __syncthreads_or(visible) != 0;
 }
 
-/// Where the mask's rows of query rows [i0, i0 + kFlashRows) of stack `b`
-/// start, into shared `maskRow` (computed once per tile: a row's offset
-/// takes a division per dimension). Visible after the next barrier.
+/// Where the mask's rows of query rows [i0, i0 + Rows) of stack `b` start,
+/// into shared `maskRow` (computed once per tile: a row's offset takes a
+/// division per dimension). Visible after the next barrier.
+template <int Rows = kFlashRows>
 MERAK_DEVICE void loadMaskRows(int64_t *maskRow, const MaskRows &maskRows,
                                int64_t b, int64_t t, int64_t i0) {
-  for (int r = threadIdx.x; r < kFlashRows; r += blockDim.x)
+  for (int r = threadIdx.x; r < Rows; r += blockDim.x)
     maskRow[r] = i0 + r < t ? maskRows.rows.offsetOf(b * t + i0 + r) : 0;
 }
 
@@ -433,6 +437,368 @@ __global__ void __launch_bounds__(kFlashThreads)
   storeRows(gq + b * t * d, dq, ones, i0, t, d, warp, lane);
 }
 
+//===----------------------------------------------------------------------===//
+// The tensor-core form
+//===----------------------------------------------------------------------===//
+
+namespace wmma = nvcuda::wmma;
+
+template <typename T>
+using MmaA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T, typename Layout>
+using MmaB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
+using MmaC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// `acc += A B` over `kBlocks` blocks of 16: A is 16 rows at `a` (row
+/// pitch `lda`), B 16 columns at `b` (pitch `ldb`) in `Layout`. In order
+/// over the blocks, so the sum is the same run after run.
+template <typename T, typename Layout>
+MERAK_DEVICE void mmaAccumulate(MmaC &acc, const T *a, int lda, const T *b,
+                                int ldb, int kBlocks) {
+  MmaA<T> fa;
+  MmaB<T, Layout> fb;
+  constexpr bool rowMajor = std::is_same<Layout, wmma::row_major>::value;
+  for (int kb = 0; kb < kBlocks; ++kb) {
+    wmma::load_matrix_sync(fa, a + kb * 16, lda);
+    wmma::load_matrix_sync(fb, rowMajor ? b + kb * 16 * ldb : b + kb * 16, ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+}
+
+/// A warp's 16 x 64 products `A B^T` (B's 64 rows read as columns) into
+/// float rows `dst` of pitch `ldd`: scores from query and key rows, or
+/// output-gradient products from output-gradient and value rows.
+template <typename T>
+MERAK_DEVICE void mmaScores(float *dst, int ldd, const T *a, int lda,
+                            const T *b, int ldb, int kBlocks) {
+#pragma unroll
+  for (int cb = 0; cb < kMmaKeys / 16; ++cb) {
+    MmaC s;
+    wmma::fill_fragment(s, 0.0f);
+    mmaAccumulate<T, wmma::col_major>(s, a, lda, b + cb * 16 * ldb, ldb,
+                                      kBlocks);
+    wmma::store_matrix_sync(dst + cb * 16, s, ldd, wmma::mem_row_major);
+  }
+}
+
+/// Rows [0, rows) of a `cols`-wide dense tile at `src` into shared `dst`
+/// (pitch `pitch`) in 16-byte pieces; rows at or beyond `available` are
+/// zero. `cols` is a multiple of 8, `src` 16-byte aligned.
+template <typename T>
+__device__ void loadTile16(T *dst, const T *src, int64_t available, int rows,
+                           int cols, int pitch) {
+  const int pieces = cols / 8;
+  for (int idx = threadIdx.x; idx < rows * pieces; idx += blockDim.x) {
+    int r = idx / pieces, c = idx % pieces * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (r < available)
+      x = *reinterpret_cast<const uint4 *>(src + int64_t(r) * cols + c);
+    *reinterpret_cast<uint4 *>(dst + r * pitch + c) = x;
+  }
+}
+
+/// A warp's accumulators (16 rows, `blocks` blocks of 16 columns) to rows
+/// `first + r` (below `t`) of the dense `[t, cols]` matrix `dst`, through
+/// the warp's float scratch rows `ws` (pitch `lds`).
+template <typename T, int DB>
+MERAK_DEVICE void storeAccumulators(T *dst, const MmaC (&acc)[DB], int blocks,
+                                    float *ws, int lds, int64_t first,
+                                    int64_t t, int cols, int lane) {
+  __syncwarp();
+#pragma unroll
+  for (int cb = 0; cb < DB; ++cb)
+    if (cb < blocks)
+      wmma::store_matrix_sync(ws + cb * 16, acc[cb], lds, wmma::mem_row_major);
+  __syncwarp();
+  int r = lane / 2, half = lane % 2;
+  int64_t row = first + r;
+  if (row < t)
+    for (int x = half * (cols / 2); x < (half + 1) * (cols / 2); ++x)
+      dst[row * cols + x] = convertTo<T>(ws[r * lds + x]);
+}
+
+template <typename T, typename M>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashMmaForwardKernel(const T *q, const T *k, const T *v, const M *mask,
+                          MaskRows maskRows, T *out, float *lse, int64_t n,
+                          int64_t t, int d, int e, float scale, bool divide) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char mmaShared[];
+  const FlashMmaLayout L = flashMmaLayout(FlashKernel::Forward, d, e);
+  T *qs = reinterpret_cast<T *>(mmaShared + L.q);
+  T *ks = reinterpret_cast<T *>(mmaShared + L.k);
+  T *vs = reinterpret_cast<T *>(mmaShared + L.v);
+  T *ps = reinterpret_cast<T *>(mmaShared + L.p);
+  float *os = reinterpret_cast<float *>(mmaShared + L.out);
+  int64_t *maskRow = reinterpret_cast<int64_t *>(mmaShared + L.maskRow);
+  const int pd = int(mmaPitch16(d)), pe = int(mmaPitch16(e)),
+            pk = int(mmaPitch16(kMmaKeys)), po = int(mmaPitch32(e)),
+            sp = int(L.scratchPitch);
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t i0 = int64_t(blockIdx.x) * kMmaRows;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *qb = q + b * t * d, *kb = k + b * t * d, *vb = v + b * t * e;
+  loadTile16(qs, qb + i0 * d, t - i0, kMmaRows, d, pd);
+  loadMaskRows<kMmaRows>(maskRow, maskRows, b, t, i0);
+  for (int idx = threadIdx.x; idx < kMmaRows * po; idx += blockDim.x)
+    os[idx] = 0;
+  __syncthreads();
+  const int64_t colStride = maskRows.colStride;
+  float *ws = reinterpret_cast<float *>(mmaShared + L.scratch) +
+              warp * kMmaWarpRows * sp;
+  // Two lanes a row: the row's first or second 32 keys of a tile, and half
+  // of its output columns.
+  const int rr = lane / 2, half = lane % 2, r = warp * kMmaWarpRows + rr;
+  const int64_t i = i0 + r;
+  OnlineSoftmax<float> row;
+  for (int64_t j0 = 0; j0 < t; j0 += kMmaKeys) {
+    // (A barrier: the last tile's keys and values are read.)
+    if (!tileVisible<kMmaRows, kMmaKeys>(mask, maskRow, colStride, t, i0, j0))
+      continue;
+    loadTile16(ks, kb + j0 * d, t - j0, kMmaKeys, d, pd);
+    loadTile16(vs, vb + j0 * e, t - j0, kMmaKeys, e, pe);
+    __syncthreads();
+    mmaScores(ws, sp, qs + warp * kMmaWarpRows * pd, pd, ks, pd, d / 16);
+    __syncwarp();
+    float *srow = ws + rr * sp + half * 32;
+    float tileMax = -INFINITY;
+    for (int c = 0; c < 32; ++c) {
+      int64_t key = j0 + half * 32 + c;
+      float s = -INFINITY;
+      if (i < t && key < t)
+        s = flashScore(srow[c], mask, maskRow[r], colStride, key, scale,
+                       divide);
+      srow[c] = s;
+      tileMax = s > tileMax ? s : tileMax;
+    }
+    float other = __shfl_xor_sync(0xffffffffu, tileMax, 1);
+    tileMax = other > tileMax ? other : tileMax;
+    float factor = row.absorb(tileMax);
+    float sum = 0;
+    T *prow = ps + r * pk + half * 32;
+    for (int c = 0; c < 32; ++c) {
+      float p = row.weight(srow[c]);
+      sum += p;
+      prow[c] = convertTo<T>(p);
+    }
+    // (a + b == b + a: both lanes of the row hold one sum.)
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    row.add(sum);
+    float *orow = os + r * po;
+    for (int x = half * (e / 2); x < (half + 1) * (e / 2); ++x)
+      orow[x] *= factor;
+    __syncwarp();
+    for (int cb = 0; cb < e / 16; ++cb) {
+      MmaC o;
+      float *at = os + warp * kMmaWarpRows * po + cb * 16;
+      wmma::load_matrix_sync(o, at, po, wmma::mem_row_major);
+      mmaAccumulate<T, wmma::row_major>(o, ps + warp * kMmaWarpRows * pk, pk,
+                                        vs + cb * 16, pe, kMmaKeys / 16);
+      wmma::store_matrix_sync(at, o, po, wmma::mem_row_major);
+    }
+  }
+  __syncwarp();
+  if (i < t) {
+    // A fully masked row: 0 / 0, NaN, as PyTorch's softmax gives.
+    const float *orow = os + r * po;
+    for (int x = half * (e / 2); x < (half + 1) * (e / 2); ++x)
+      out[(b * t + i) * e + x] = convertTo<T>(orow[x] / row.l);
+    if (half == 0)
+      lse[b * t + i] = row.logSumExp();
+  }
+#else
+  __trap();
+#endif
+}
+
+/// Key and value gradients: a block per 64 keys, a warp per 16 of them,
+/// over every tile of query rows; `DB` blocks of 16 columns hold the
+/// larger head dimension.
+template <typename T, typename M, int DB>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashMmaKeyValueGradKernel(const T *grad, const T *q, const T *k,
+                               const T *v, const M *mask, MaskRows maskRows,
+                               const float *lse, const float *rowSums, T *gk,
+                               T *gv, int64_t n, int64_t t, int d, int e,
+                               float scale, bool divide) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char mmaShared[];
+  const FlashMmaLayout L = flashMmaLayout(FlashKernel::KeyValueGrad, d, e);
+  T *qs = reinterpret_cast<T *>(mmaShared + L.q);
+  T *ks = reinterpret_cast<T *>(mmaShared + L.k);
+  T *vs = reinterpret_cast<T *>(mmaShared + L.v);
+  T *gs = reinterpret_cast<T *>(mmaShared + L.g);
+  T *ps = reinterpret_cast<T *>(mmaShared + L.p);
+  T *dss = reinterpret_cast<T *>(mmaShared + L.ds);
+  float *lses = reinterpret_cast<float *>(mmaShared + L.lse);
+  float *sums = reinterpret_cast<float *>(mmaShared + L.sums);
+  int64_t *maskRow = reinterpret_cast<int64_t *>(mmaShared + L.maskRow);
+  const int pd = int(mmaPitch16(d)), pe = int(mmaPitch16(e)),
+            pk = int(mmaPitch16(kMmaKeys)), sp = int(L.scratchPitch);
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t j0 = int64_t(blockIdx.x) * kMmaKeys;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *qb = q + b * t * d, *kb = k + b * t * d, *vb = v + b * t * e,
+          *gb = grad + b * t * e;
+  loadTile16(ks, kb + j0 * d, t - j0, kMmaKeys, d, pd);
+  loadTile16(vs, vb + j0 * e, t - j0, kMmaKeys, e, pe);
+  float *ws = reinterpret_cast<float *>(mmaShared + L.scratch) +
+              warp * kMmaWarpRows * sp;
+  MmaC dk[DB], dv[DB];
+#pragma unroll
+  for (int cb = 0; cb < DB; ++cb) {
+    wmma::fill_fragment(dk[cb], 0.0f);
+    wmma::fill_fragment(dv[cb], 0.0f);
+  }
+  const int64_t colStride = maskRows.colStride;
+  // Two lanes a key: the tile's first or second 32 query rows.
+  const int kk = lane / 2, half = lane % 2, c = warp * kMmaWarpRows + kk;
+  const int64_t key = j0 + c;
+  const T *warpKeys = ks + warp * kMmaWarpRows * pd;
+  const T *warpValues = vs + warp * kMmaWarpRows * pe;
+  for (int64_t i0 = 0; i0 < t; i0 += kMmaRows) {
+    // The last tile's rows, mask rows and products are read.
+    __syncthreads();
+    loadMaskRows<kMmaRows>(maskRow, maskRows, b, t, i0);
+    __syncthreads();
+    if (!tileVisible<kMmaRows, kMmaKeys>(mask, maskRow, colStride, t, i0, j0))
+      continue;
+    loadTile16(qs, qb + i0 * d, t - i0, kMmaRows, d, pd);
+    loadTile16(gs, gb + i0 * e, t - i0, kMmaRows, e, pe);
+    for (int r = threadIdx.x; r < kMmaRows; r += blockDim.x) {
+      bool inside = i0 + r < t;
+      lses[r] = inside ? lse[b * t + i0 + r] : 0.0f;
+      sums[r] = inside ? rowSums[b * t + i0 + r] : 0.0f;
+    }
+    __syncthreads();
+    // The warp's keys against the tile's rows: scores and output-gradient
+    // products, transposed (a row per key).
+    mmaScores(ws, sp, warpKeys, pd, qs, pd, d / 16);
+    mmaScores(ws + kMmaSecond, sp, warpValues, pe, gs, pe, e / 16);
+    __syncwarp();
+    T *prow = ps + c * pk, *dsrow = dss + c * pk;
+    for (int x = 0; x < 32; ++x) {
+      int r = half * 32 + x;
+      int64_t i = i0 + r;
+      float p = 0, ds = 0;
+      if (i < t && key < t) {
+        float s = flashScore(ws[kk * sp + r], mask, maskRow[r], colStride, key,
+                             scale, divide);
+        p = mathExp(s - lses[r]);
+        float g = p * (ws[kk * sp + kMmaSecond + r] - sums[r]);
+        ds = divide ? g / scale : g * scale;
+      }
+      prow[r] = convertTo<T>(p);
+      dsrow[r] = convertTo<T>(ds);
+    }
+    __syncwarp();
+    const T *warpP = ps + warp * kMmaWarpRows * pk;
+    const T *warpDs = dss + warp * kMmaWarpRows * pk;
+#pragma unroll
+    for (int cb = 0; cb < DB; ++cb) {
+      if (cb < e / 16)
+        mmaAccumulate<T, wmma::row_major>(dv[cb], warpP, pk, gs + cb * 16, pe,
+                                          kMmaRows / 16);
+      if (cb < d / 16)
+        mmaAccumulate<T, wmma::row_major>(dk[cb], warpDs, pk, qs + cb * 16, pd,
+                                          kMmaRows / 16);
+    }
+  }
+  int64_t first = j0 + warp * kMmaWarpRows;
+  storeAccumulators(gv + b * t * e, dv, e / 16, ws, sp, first, t, e, lane);
+  storeAccumulators(gk + b * t * d, dk, d / 16, ws, sp, first, t, d, lane);
+#else
+  __trap();
+#endif
+}
+
+/// Query gradients: a block per 64 query rows, a warp per 16 of them, over
+/// every tile of keys.
+template <typename T, typename M, int DB>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashMmaQueryGradKernel(const T *grad, const T *q, const T *k, const T *v,
+                            const M *mask, MaskRows maskRows, const float *lse,
+                            const float *rowSums, T *gq, int64_t n, int64_t t,
+                            int d, int e, float scale, bool divide) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char mmaShared[];
+  const FlashMmaLayout L = flashMmaLayout(FlashKernel::QueryGrad, d, e);
+  T *qs = reinterpret_cast<T *>(mmaShared + L.q);
+  T *ks = reinterpret_cast<T *>(mmaShared + L.k);
+  T *vs = reinterpret_cast<T *>(mmaShared + L.v);
+  T *gs = reinterpret_cast<T *>(mmaShared + L.g);
+  T *dss = reinterpret_cast<T *>(mmaShared + L.ds);
+  int64_t *maskRow = reinterpret_cast<int64_t *>(mmaShared + L.maskRow);
+  const int pd = int(mmaPitch16(d)), pe = int(mmaPitch16(e)),
+            pk = int(mmaPitch16(kMmaKeys)), sp = int(L.scratchPitch);
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t i0 = int64_t(blockIdx.x) * kMmaRows;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *qb = q + b * t * d, *kb = k + b * t * d, *vb = v + b * t * e,
+          *gb = grad + b * t * e;
+  loadTile16(qs, qb + i0 * d, t - i0, kMmaRows, d, pd);
+  loadTile16(gs, gb + i0 * e, t - i0, kMmaRows, e, pe);
+  loadMaskRows<kMmaRows>(maskRow, maskRows, b, t, i0);
+  __syncthreads();
+  const int64_t colStride = maskRows.colStride;
+  float *ws = reinterpret_cast<float *>(mmaShared + L.scratch) +
+              warp * kMmaWarpRows * sp;
+  // Two lanes a row: the tile's first or second 32 keys.
+  const int rr = lane / 2, half = lane % 2, r = warp * kMmaWarpRows + rr;
+  const int64_t i = i0 + r;
+  const float rowLse = i < t ? lse[b * t + i] : 0.0f;
+  const float rowSum = i < t ? rowSums[b * t + i] : 0.0f;
+  MmaC dq[DB];
+#pragma unroll
+  for (int cb = 0; cb < DB; ++cb)
+    wmma::fill_fragment(dq[cb], 0.0f);
+  const T *warpQ = qs + warp * kMmaWarpRows * pd;
+  const T *warpG = gs + warp * kMmaWarpRows * pe;
+  for (int64_t j0 = 0; j0 < t; j0 += kMmaKeys) {
+    // (A barrier: the last tile's keys and values are read.)
+    if (!tileVisible<kMmaRows, kMmaKeys>(mask, maskRow, colStride, t, i0, j0))
+      continue;
+    loadTile16(ks, kb + j0 * d, t - j0, kMmaKeys, d, pd);
+    loadTile16(vs, vb + j0 * e, t - j0, kMmaKeys, e, pe);
+    __syncthreads();
+    mmaScores(ws, sp, warpQ, pd, ks, pd, d / 16);
+    mmaScores(ws + kMmaSecond, sp, warpG, pe, vs, pe, e / 16);
+    __syncwarp();
+    T *dsrow = dss + r * pk;
+    for (int x = 0; x < 32; ++x) {
+      int cc = half * 32 + x;
+      int64_t key = j0 + cc;
+      float ds = 0;
+      if (i < t && key < t) {
+        float s = flashScore(ws[rr * sp + cc], mask, maskRow[r], colStride, key,
+                             scale, divide);
+        float p = mathExp(s - rowLse);
+        float g = p * (ws[rr * sp + kMmaSecond + cc] - rowSum);
+        ds = divide ? g / scale : g * scale;
+      }
+      dsrow[cc] = convertTo<T>(ds);
+    }
+    __syncwarp();
+    const T *warpDs = dss + warp * kMmaWarpRows * pk;
+#pragma unroll
+    for (int cb = 0; cb < DB; ++cb)
+      if (cb < d / 16)
+        mmaAccumulate<T, wmma::row_major>(dq[cb], warpDs, pk, ks + cb * 16, pd,
+                                          kMmaKeys / 16);
+  }
+  storeAccumulators(gq + b * t * d, dq, d / 16, ws, sp,
+                    i0 + warp * kMmaWarpRows, t, d, lane);
+#else
+  __trap();
+#endif
+}
+
 /// Stacks, rows and head dimensions of dense `[n, t, d]` views.
 struct FlashShape {
   int64_t n = 0, t = 0, d = 0, e = 0;
@@ -479,6 +845,29 @@ void launchFlash(Kernel kernel, const FlashLaunch &l, cudaStream_t stream,
   checkLaunch(what);
 }
 
+/// Whether the tensor-core kernels take these operands: bf16 or f16, head
+/// dimensions they support, every operand 16-byte aligned.
+bool mmaTakes(const FlashShape &s, std::initializer_list<const View *> views) {
+  ElemType type = (*views.begin())->type;
+  if (type != ElemType::BF16 && type != ElemType::F16)
+    return false;
+  if (flashMmaUnsupported(s.d, s.e))
+    return false;
+  for (const View *x : views)
+    if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0)
+      return false;
+  return true;
+}
+
+/// Calls `body` with the tensor-core element type of `type` (bf16 or f16)
+/// as a value of that type.
+template <typename Body> void dispatchMmaType(ElemType type, Body body) {
+  if (type == ElemType::BF16)
+    body(__nv_bfloat16());
+  else
+    body(__half());
+}
+
 } // namespace
 
 void flashAttentionForward(const View &q, const View &k, const View &v,
@@ -493,6 +882,11 @@ void flashAttentionForward(const View &q, const View &k, const View &v,
                     "the query's type and the log-sum-exp dense f32 [n, t]");
   if (s.n == 0)
     return;
+  if (mmaTakes(s, {&q, &k, &v, &out})) {
+    flashMmaForward(q, k, v, mask, out, lse, s.n, s.t, s.d, s.e, scale, divide,
+                    stream);
+    return;
+  }
   MaskRows m = maskRowsOf(mask);
   MERAK_CUDA_DISPATCH_FLOAT(q.type, what, T, {
     FlashLaunch l = flashLaunch(FlashKernel::Forward, s.n, s.t, s.d, s.e,
@@ -535,6 +929,11 @@ void flashAttentionBackward(const View &grad, const View &q, const View &k,
     flashRowSumsKernel<T><<<sums.grid, sums.block, 0, stream>>>(
         grad.ptr<const T>(), out.ptr<const T>(), rowSums, rows, int(s.e));
     checkLaunch(what);
+    if (mmaTakes(s, {&grad, &q, &k, &v, &gq, &gk, &gv})) {
+      flashMmaBackward(grad, q, k, v, mask, lse, rowSums, gq, gk, gv, s.n, s.t,
+                       s.d, s.e, scale, divide, stream);
+      return;
+    }
     int64_t acc = int64_t(sizeof(Acc<T>));
     FlashLaunch kv =
         flashLaunch(FlashKernel::KeyValueGrad, s.n, s.t, s.d, s.e, acc);
@@ -565,6 +964,75 @@ void flashAttentionBackward(const View &grad, const View &q, const View &k,
                   lse.ptr<const float>(), (const float *)rowSums, gq.ptr<T>(),
                   s.n, s.t, int(s.d), int(s.e), Acc<T>(scale), divide);
     }
+  });
+}
+
+void flashMmaForward(const View &q, const View &k, const View &v,
+                     const View &mask, const View &out, const View &lse,
+                     int64_t n, int64_t t, int64_t d, int64_t e, float scale,
+                     bool divide, cudaStream_t stream) {
+  const char *what = "flash attention (tensor cores)";
+  MaskRows m = maskRowsOf(mask);
+  FlashLaunch l = flashMmaLaunch(FlashKernel::Forward, n, t, d, e);
+  dispatchMmaType(q.type, [&](auto zero) {
+    using T = decltype(zero);
+    if (mask.type == ElemType::Bool)
+      launchFlash(flashMmaForwardKernel<T, bool>, l, stream, what,
+                  q.ptr<const T>(), k.ptr<const T>(), v.ptr<const T>(),
+                  mask.ptr<const bool>(), m, out.ptr<T>(), lse.ptr<float>(), n,
+                  t, int(d), int(e), scale, divide);
+    else
+      launchFlash(flashMmaForwardKernel<T, T>, l, stream, what,
+                  q.ptr<const T>(), k.ptr<const T>(), v.ptr<const T>(),
+                  mask.ptr<const T>(), m, out.ptr<T>(), lse.ptr<float>(), n, t,
+                  int(d), int(e), scale, divide);
+  });
+}
+
+namespace {
+
+template <typename T, typename M, int DB>
+void launchMmaBackward(const View &grad, const View &q, const View &k,
+                       const View &v, const View &mask, const View &lse,
+                       const float *rowSums, const View &gq, const View &gk,
+                       const View &gv, int64_t n, int64_t t, int64_t d,
+                       int64_t e, float scale, bool divide,
+                       cudaStream_t stream) {
+  const char *what = "flash attention backward (tensor cores)";
+  MaskRows m = maskRowsOf(mask);
+  launchFlash(flashMmaKeyValueGradKernel<T, M, DB>,
+              flashMmaLaunch(FlashKernel::KeyValueGrad, n, t, d, e), stream,
+              what, grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+              v.ptr<const T>(), mask.ptr<const M>(), m, lse.ptr<const float>(),
+              rowSums, gk.ptr<T>(), gv.ptr<T>(), n, t, int(d), int(e), scale,
+              divide);
+  launchFlash(flashMmaQueryGradKernel<T, M, DB>,
+              flashMmaLaunch(FlashKernel::QueryGrad, n, t, d, e), stream, what,
+              grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+              v.ptr<const T>(), mask.ptr<const M>(), m, lse.ptr<const float>(),
+              rowSums, gq.ptr<T>(), n, t, int(d), int(e), scale, divide);
+}
+
+} // namespace
+
+void flashMmaBackward(const View &grad, const View &q, const View &k,
+                      const View &v, const View &mask, const View &lse,
+                      const float *rowSums, const View &gq, const View &gk,
+                      const View &gv, int64_t n, int64_t t, int64_t d,
+                      int64_t e, float scale, bool divide,
+                      cudaStream_t stream) {
+  bool wide = flashMmaDimBlocks(d, e) > 4;
+  dispatchMmaType(q.type, [&](auto zero) {
+    using T = decltype(zero);
+    auto run = [&](auto launch) {
+      launch(grad, q, k, v, mask, lse, rowSums, gq, gk, gv, n, t, d, e, scale,
+             divide, stream);
+    };
+    if (mask.type == ElemType::Bool)
+      wide ? run(launchMmaBackward<T, bool, 8>)
+           : run(launchMmaBackward<T, bool, 4>);
+    else
+      wide ? run(launchMmaBackward<T, T, 8>) : run(launchMmaBackward<T, T, 4>);
   });
 }
 

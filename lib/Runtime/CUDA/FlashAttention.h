@@ -143,6 +143,130 @@ template <typename A> struct OnlineSoftmax {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// The tensor-core form (bf16 and f16)
+//===----------------------------------------------------------------------===//
+//
+// The same three kernels with their products on tensor cores (WMMA 16 x
+// 16 x 16 tiles, float accumulation): 64 query rows by 64 keys a tile, four
+// warps of a block each owning 16 rows (or keys). Scores, score gradients
+// and the output accumulators stay in float; the probabilities and score
+// gradients round to the element type before their products, as
+// FlashAttention's kernels do. Head dimensions must be multiples of 16 up
+// to 128 and the operands 16-byte aligned; other shapes run the kernels
+// above.
+
+/// Query rows and keys of a tile, threads of a block, rows a warp owns.
+constexpr int kMmaRows = 64;
+constexpr int kMmaKeys = 64;
+constexpr int kMmaThreads = 128;
+constexpr int kMmaWarpRows = 16;
+
+/// Shared-memory pitches (elements): 16-bit rows padded by 8 elements, float
+/// rows by 4, so that a fragment's rows start on different banks while
+/// every 16-row block stays 32-byte aligned, as WMMA's loads require.
+MERAK_HD int64_t mmaPitch16(int64_t cols) { return cols + 8; }
+MERAK_HD int64_t mmaPitch32(int64_t cols) { return cols + 4; }
+/// Where a warp's second float tile starts in its scratch rows: 32-byte
+/// aligned, as a fragment's first element must be.
+constexpr int kMmaSecond = kMmaKeys + 8;
+
+/// Why the tensor-core kernels cannot take head dimensions `d` (query,
+/// key) and `e` (value), or null.
+MERAK_HD const char *flashMmaUnsupported(int64_t d, int64_t e) {
+  if (d < 16 || e < 16 || d > 128 || e > 128 || d % 16 != 0 || e % 16 != 0)
+    return "head dimensions must be multiples of 16 up to 128";
+  return nullptr;
+}
+
+/// 16-column blocks the accumulators of the larger head dimension take:
+/// the kernels are instantiated for 4 (dimensions up to 64) and 8.
+MERAK_HD int flashMmaDimBlocks(int64_t d, int64_t e) {
+  return (d > e ? d : e) <= 64 ? 4 : 8;
+}
+
+/// Where each shared array of a tensor-core kernel starts (bytes, every one
+/// 128-byte aligned) and the total. Tiles of 16-bit elements: `q`, `k`,
+/// `v`, `g` (the output gradient), `p` (probabilities), `ds` (score
+/// gradients); float: `scratch` (each warp's 16 rows, `scratchPitch`
+/// apart, of scores and of output-gradient products, or of its
+/// accumulators on the way out), `out` (the forward's accumulators), `lse` and
+/// `sums` (per query row); `maskRow` (64-bit, per query row). Unused arrays
+/// take no space.
+struct FlashMmaLayout {
+  int64_t q = 0, k = 0, v = 0, g = 0, p = 0, ds = 0;
+  int64_t scratch = 0, out = 0, lse = 0, sums = 0, maskRow = 0;
+  int64_t scratchPitch = 0;
+  int64_t bytes = 0;
+};
+
+MERAK_HD FlashMmaLayout flashMmaLayout(FlashKernel kernel, int64_t d,
+                                       int64_t e) {
+  FlashMmaLayout l;
+  int64_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    int64_t here = at;
+    at += (bytes + 127) / 128 * 128;
+    return here;
+  };
+  const int64_t pd = mmaPitch16(d), pe = mmaPitch16(e),
+                pk = mmaPitch16(kMmaKeys);
+  // Two 64-wide float tiles (the second at kMmaSecond), or one row of
+  // accumulators of either dimension, per warp row.
+  int64_t widest = kMmaSecond + mmaPitch32(kMmaKeys);
+  if (mmaPitch32(d) > widest)
+    widest = mmaPitch32(d);
+  if (mmaPitch32(e) > widest)
+    widest = mmaPitch32(e);
+  l.scratchPitch = widest;
+  const int64_t warps = kMmaThreads / 32;
+  l.q = take(kMmaRows * pd * 2);
+  l.k = take(kMmaKeys * pd * 2);
+  l.v = take(kMmaKeys * pe * 2);
+  if (kernel != FlashKernel::Forward)
+    l.g = take(kMmaRows * pe * 2);
+  l.scratch = take(warps * kMmaWarpRows * widest * 4);
+  if (kernel != FlashKernel::QueryGrad)
+    l.p = take(kMmaRows * pk * 2);
+  if (kernel != FlashKernel::Forward)
+    l.ds = take(kMmaRows * pk * 2);
+  if (kernel == FlashKernel::Forward)
+    l.out = take(kMmaRows * mmaPitch32(e) * 4);
+  if (kernel == FlashKernel::KeyValueGrad) {
+    l.lse = take(kMmaRows * 4);
+    l.sums = take(kMmaRows * 4);
+  }
+  l.maskRow = take(kMmaRows * 8);
+  l.bytes = at;
+  return l;
+}
+
+/// The grid of a tensor-core kernel: a block per 64 query rows (or keys)
+/// and stack.
+MERAK_HD FlashLaunch flashMmaLaunch(FlashKernel kernel, int64_t n, int64_t t,
+                                    int64_t d, int64_t e) {
+  FlashLaunch l;
+  l.tiles = unsigned(ceilDiv(t, kMmaRows));
+  int64_t y = n < 65535 ? n : 65535;
+  l.stacks = unsigned(y < 1 ? 1 : y);
+  l.stacksZ = unsigned(ceilDiv(n < 1 ? 1 : n, l.stacks));
+  l.sharedBytes = flashMmaLayout(kernel, d, e).bytes;
+  return l;
+}
+
+/// The tensor-core forms of flashAttentionForward and flashAttentionBackward
+/// below, for bf16 and f16 operands whose shapes flashMmaUnsupported takes
+/// (the caller checks); `rowSums` as there.
+void flashMmaForward(const View &q, const View &k, const View &v,
+                     const View &mask, const View &out, const View &lse,
+                     int64_t n, int64_t t, int64_t d, int64_t e, float scale,
+                     bool divide, cudaStream_t stream);
+void flashMmaBackward(const View &grad, const View &q, const View &k,
+                      const View &v, const View &mask, const View &lse,
+                      const float *rowSums, const View &gq, const View &gk,
+                      const View &gv, int64_t n, int64_t t, int64_t d,
+                      int64_t e, float scale, bool divide, cudaStream_t stream);
+
 /// masked_attention, FlashAttention form: `q`, `k` `[n, t, d]`, `v`
 /// `[n, t, e]`, all dense and of one floating type; `mask` broadcast to
 /// the scores `[..., t, t]` (bool, or additive of that type); `out`
