@@ -136,21 +136,33 @@ def main():
                 steps[m] = os.path.join(tmp, "%s-%d.step.mlir" % (name, m))
                 run([opt, os.path.join(tmp, "%s-%d.pt" % (name, m)),
                      "--merak-train=optimizer=adamw lr=1e-3", "-o", steps[m]])
-            # Calibration: each traced step once on one device.
+            # Calibration: each traced step on one device, profiled twice;
+            # the faster profile is kept (a run that shares the machine
+            # with something else is slower, never faster: one such run
+            # of the 8-sample encoder step measured 72.7 ms a step where
+            # two more measured 55.0 and 55.7).
             calib = {}
             for m, step in steps.items():
                 calib[m] = os.path.join(tmp, "%s-%d.calib.json" % (name, m))
                 if os.path.exists(calib[m]):
                     continue
-                run([exe, step, "--init",
-                     os.path.join(tmp, "%s-%d.pt" % (name, m)), "--data", data,
-                     "--steps", "6", "--threads", "1", "--profile-json",
-                     calib[m]] if m == 1 else
-                    [exe, step, "--init",
-                     os.path.join(tmp, "%s-%d.pt" % (name, m)), "--data",
-                     os.path.join(tmp, "%s-%d.data.safetensors" % (name, m)),
-                     "--steps", "6", "--threads", "1", "--profile-json",
-                     calib[m]])
+                batches = data if m == 1 else os.path.join(
+                    tmp, "%s-%d.data.safetensors" % (name, m))
+                best = None
+                for attempt in range(2):
+                    path = "%s.%d" % (calib[m], attempt)
+                    run([exe, step, "--init",
+                         os.path.join(tmp, "%s-%d.pt" % (name, m)), "--data",
+                         batches, "--steps", "6", "--threads", "1",
+                         "--profile-json", path])
+                    with open(path) as f:
+                        ms = json.load(f)["step_ms"]
+                    if best is None or ms < best[0]:
+                        best = (ms, path)
+                os.replace(best[1], calib[m])
+                for attempt in range(2):
+                    if os.path.exists("%s.%d" % (calib[m], attempt)):
+                        os.remove("%s.%d" % (calib[m], attempt))
             # The search's choice, uncalibrated and calibrated: the best
             # over the micro-batch sizes (each traced step is one size).
             chosen, chosenCalibrated = {}, {}

@@ -517,6 +517,40 @@ MERAK_DEVICE void storeAccumulators(T *dst, const MmaC (&acc)[DB], int blocks,
       dst[row * cols + x] = convertTo<T>(ws[r * lds + x]);
 }
 
+/// A tensor-core kernel's shared arrays (flashMmaLayout) and pitches.
+template <typename T> struct MmaTiles {
+  T *q, *k, *v, *g, *p, *ds;
+  float *scratch, *out, *lse, *sums;
+  int64_t *maskRow;
+  /// Pitches: 16-bit rows of `d` and `e` elements and of a tile's keys;
+  /// float rows of the scratch and of the output accumulators.
+  int pd, pe, pk, sp, po;
+};
+
+template <typename T>
+MERAK_DEVICE MmaTiles<T> mmaTiles(unsigned char *base, FlashKernel kernel,
+                                  int d, int e) {
+  const FlashMmaLayout l = flashMmaLayout(kernel, d, e);
+  MmaTiles<T> m;
+  m.q = reinterpret_cast<T *>(base + l.q);
+  m.k = reinterpret_cast<T *>(base + l.k);
+  m.v = reinterpret_cast<T *>(base + l.v);
+  m.g = reinterpret_cast<T *>(base + l.g);
+  m.p = reinterpret_cast<T *>(base + l.p);
+  m.ds = reinterpret_cast<T *>(base + l.ds);
+  m.scratch = reinterpret_cast<float *>(base + l.scratch);
+  m.out = reinterpret_cast<float *>(base + l.out);
+  m.lse = reinterpret_cast<float *>(base + l.lse);
+  m.sums = reinterpret_cast<float *>(base + l.sums);
+  m.maskRow = reinterpret_cast<int64_t *>(base + l.maskRow);
+  m.pd = int(mmaPitch16(d));
+  m.pe = int(mmaPitch16(e));
+  m.pk = int(mmaPitch16(kMmaKeys));
+  m.sp = int(l.scratchPitch);
+  m.po = int(mmaPitch32(e));
+  return m;
+}
+
 template <typename T, typename M>
 __global__ void __launch_bounds__(kMmaThreads)
     flashMmaForwardKernel(const T *q, const T *k, const T *v, const M *mask,
@@ -524,16 +558,11 @@ __global__ void __launch_bounds__(kMmaThreads)
                           int64_t t, int d, int e, float scale, bool divide) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char mmaShared[];
-  const FlashMmaLayout L = flashMmaLayout(FlashKernel::Forward, d, e);
-  T *qs = reinterpret_cast<T *>(mmaShared + L.q);
-  T *ks = reinterpret_cast<T *>(mmaShared + L.k);
-  T *vs = reinterpret_cast<T *>(mmaShared + L.v);
-  T *ps = reinterpret_cast<T *>(mmaShared + L.p);
-  float *os = reinterpret_cast<float *>(mmaShared + L.out);
-  int64_t *maskRow = reinterpret_cast<int64_t *>(mmaShared + L.maskRow);
-  const int pd = int(mmaPitch16(d)), pe = int(mmaPitch16(e)),
-            pk = int(mmaPitch16(kMmaKeys)), po = int(mmaPitch32(e)),
-            sp = int(L.scratchPitch);
+  const MmaTiles<T> m = mmaTiles<T>(mmaShared, FlashKernel::Forward, d, e);
+  T *qs = m.q, *ks = m.k, *vs = m.v, *ps = m.p;
+  float *os = m.out;
+  int64_t *maskRow = m.maskRow;
+  const int pd = m.pd, pe = m.pe, pk = m.pk, po = m.po, sp = m.sp;
   int64_t b = flashStack();
   if (b >= n)
     return;
@@ -546,8 +575,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     os[idx] = 0;
   __syncthreads();
   const int64_t colStride = maskRows.colStride;
-  float *ws = reinterpret_cast<float *>(mmaShared + L.scratch) +
-              warp * kMmaWarpRows * sp;
+  float *ws = m.scratch + warp * kMmaWarpRows * sp;
   // Two lanes a row: the row's first or second 32 keys of a tile, and half
   // of its output columns.
   const int rr = lane / 2, half = lane % 2, r = warp * kMmaWarpRows + rr;
@@ -625,18 +653,11 @@ __global__ void __launch_bounds__(kMmaThreads)
                                float scale, bool divide) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char mmaShared[];
-  const FlashMmaLayout L = flashMmaLayout(FlashKernel::KeyValueGrad, d, e);
-  T *qs = reinterpret_cast<T *>(mmaShared + L.q);
-  T *ks = reinterpret_cast<T *>(mmaShared + L.k);
-  T *vs = reinterpret_cast<T *>(mmaShared + L.v);
-  T *gs = reinterpret_cast<T *>(mmaShared + L.g);
-  T *ps = reinterpret_cast<T *>(mmaShared + L.p);
-  T *dss = reinterpret_cast<T *>(mmaShared + L.ds);
-  float *lses = reinterpret_cast<float *>(mmaShared + L.lse);
-  float *sums = reinterpret_cast<float *>(mmaShared + L.sums);
-  int64_t *maskRow = reinterpret_cast<int64_t *>(mmaShared + L.maskRow);
-  const int pd = int(mmaPitch16(d)), pe = int(mmaPitch16(e)),
-            pk = int(mmaPitch16(kMmaKeys)), sp = int(L.scratchPitch);
+  const MmaTiles<T> m = mmaTiles<T>(mmaShared, FlashKernel::KeyValueGrad, d, e);
+  T *qs = m.q, *ks = m.k, *vs = m.v, *gs = m.g, *ps = m.p, *dss = m.ds;
+  float *lses = m.lse, *sums = m.sums;
+  int64_t *maskRow = m.maskRow;
+  const int pd = m.pd, pe = m.pe, pk = m.pk, sp = m.sp;
   int64_t b = flashStack();
   if (b >= n)
     return;
@@ -646,8 +667,7 @@ __global__ void __launch_bounds__(kMmaThreads)
           *gb = grad + b * t * e;
   loadTile16(ks, kb + j0 * d, t - j0, kMmaKeys, d, pd);
   loadTile16(vs, vb + j0 * e, t - j0, kMmaKeys, e, pe);
-  float *ws = reinterpret_cast<float *>(mmaShared + L.scratch) +
-              warp * kMmaWarpRows * sp;
+  float *ws = m.scratch + warp * kMmaWarpRows * sp;
   MmaC dk[DB], dv[DB];
 #pragma unroll
   for (int cb = 0; cb < DB; ++cb) {
@@ -726,15 +746,10 @@ __global__ void __launch_bounds__(kMmaThreads)
                             int d, int e, float scale, bool divide) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char mmaShared[];
-  const FlashMmaLayout L = flashMmaLayout(FlashKernel::QueryGrad, d, e);
-  T *qs = reinterpret_cast<T *>(mmaShared + L.q);
-  T *ks = reinterpret_cast<T *>(mmaShared + L.k);
-  T *vs = reinterpret_cast<T *>(mmaShared + L.v);
-  T *gs = reinterpret_cast<T *>(mmaShared + L.g);
-  T *dss = reinterpret_cast<T *>(mmaShared + L.ds);
-  int64_t *maskRow = reinterpret_cast<int64_t *>(mmaShared + L.maskRow);
-  const int pd = int(mmaPitch16(d)), pe = int(mmaPitch16(e)),
-            pk = int(mmaPitch16(kMmaKeys)), sp = int(L.scratchPitch);
+  const MmaTiles<T> m = mmaTiles<T>(mmaShared, FlashKernel::QueryGrad, d, e);
+  T *qs = m.q, *ks = m.k, *vs = m.v, *gs = m.g, *dss = m.ds;
+  int64_t *maskRow = m.maskRow;
+  const int pd = m.pd, pe = m.pe, pk = m.pk, sp = m.sp;
   int64_t b = flashStack();
   if (b >= n)
     return;
@@ -747,8 +762,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   loadMaskRows<kMmaRows>(maskRow, maskRows, b, t, i0);
   __syncthreads();
   const int64_t colStride = maskRows.colStride;
-  float *ws = reinterpret_cast<float *>(mmaShared + L.scratch) +
-              warp * kMmaWarpRows * sp;
+  float *ws = m.scratch + warp * kMmaWarpRows * sp;
   // Two lanes a row: the tile's first or second 32 keys.
   const int rr = lane / 2, half = lane % 2, r = warp * kMmaWarpRows + rr;
   const int64_t i = i0 + r;
