@@ -163,6 +163,37 @@ def main():
                 for attempt in range(2):
                     if os.path.exists("%s.%d" % (calib[m], attempt)):
                         os.remove("%s.%d" % (calib[m], attempt))
+            # The forward share of a micro-batch's compute, from a
+            # pipelined plan of two micro-batches on one rank (each one the
+            # traced batch of step m, so the data of step m / 2): where
+            # the staged functions do their work, which the unpartitioned
+            # step's profile cannot say.
+            for m, step in steps.items():
+                if m == 1:
+                    continue
+                split = os.path.join(tmp, "%s-%d.split.json" % (name, m))
+                if not os.path.exists(split):
+                    plan = os.path.join(tmp, "split.mlir")
+                    run([opt, step, "--merak-parallelize=dp=1 pp=1 "
+                         "microbatches=2 schedule=1f1b", "-o", plan])
+                    half = data if m == 2 else os.path.join(
+                        tmp, "%s-%d.data.safetensors" % (name, m // 2))
+                    best = None
+                    for attempt in range(2):
+                        path = "%s.%d" % (split, attempt)
+                        run([exe, plan, "--init",
+                             os.path.join(tmp, "%s-%d.pt" % (name, m)),
+                             "--data", half, "--steps", "6", "--threads",
+                             "1", "--profile-json", path])
+                        with open(path) as f:
+                            ms = json.load(f)["step_ms"]
+                        if best is None or ms < best[0]:
+                            best = (ms, path)
+                    os.replace(best[1], split)
+                    for attempt in range(2):
+                        if os.path.exists("%s.%d" % (split, attempt)):
+                            os.remove("%s.%d" % (split, attempt))
+                calib[m] += "," + split
             # The search's choice, uncalibrated and calibrated: the best
             # over the micro-batch sizes (each traced step is one size).
             chosen, chosenCalibrated = {}, {}

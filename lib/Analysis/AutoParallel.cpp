@@ -208,9 +208,12 @@ struct Evaluator {
       return count * hw.collectiveTime("allreduce", tp, cross, sent);
     };
     for (const LayerProfile &l : model.layers) {
-      t.forward.push_back(opsTime(model, hw, l.forward, scale, tp));
-      t.backward.push_back(opsTime(model, hw, l.backward, scale, tp));
-      t.weight.push_back(opsTime(model, hw, l.weight, scale, tp));
+      t.forward.push_back(opsTime(model, hw, l.forward, scale, tp) *
+                          model.forwardScale);
+      t.backward.push_back(opsTime(model, hw, l.backward, scale, tp) *
+                           model.backwardScale);
+      t.weight.push_back(opsTime(model, hw, l.weight, scale, tp) *
+                         model.backwardScale);
       t.tpForward.push_back(
           collective(l.tpForwardBytes, l.tpForwardCollectives));
       t.tpBackward.push_back(
@@ -829,18 +832,100 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
   return result;
 }
 
+namespace {
+
+/// The forward share of a pipelined run's task time (`tasks` of a
+/// `--profile-json` file) against the model's for that run: forward and
+/// backward scales that keep the model's total and give its split.
+std::string calibrateSplit(ModelProfile &model, const HardwareProfile &hw,
+                           const std::string &path, const json &tasks) {
+  auto number = [&](const char *key, double &out) -> std::string {
+    if (!tasks.contains(key) || !tasks[key].is_number() ||
+        tasks[key].get<double>() < 0)
+      return path + ": tasks." + key + ": expected a non-negative number";
+    out = tasks[key].get<double>();
+    return "";
+  };
+  double forward = 0, backward = 0, weight = 0;
+  for (auto [key, out] :
+       {std::pair<const char *, double *>{"forward_ms", &forward},
+        {"backward_ms", &backward},
+        {"weight_ms", &weight}})
+    if (std::string error = number(key, *out); !error.empty())
+      return error;
+  if (forward <= 0 || backward + weight <= 0)
+    return path + ": tasks: no forward or backward task time (profile a "
+                  "pipelined plan on one rank)";
+  // The model's figures for that run: each micro-batch is the traced batch
+  // (a pipelined plan runs it `microbatches` times a step).
+  double predictedForward = 0, predictedBackward = 0;
+  for (const LayerProfile &l : model.layers) {
+    predictedForward += opsTime(model, hw, l.forward, 1.0, 1);
+    predictedBackward += opsTime(model, hw, l.backward, 1.0, 1);
+  }
+  if (predictedForward <= 0 || predictedBackward <= 0)
+    return "";
+  double share = forward / (forward + backward + weight);
+  double total = predictedForward + predictedBackward;
+  model.forwardScale = share * total / predictedForward;
+  model.backwardScale = (1 - share) * total / predictedBackward;
+  return "";
+}
+
+json readProfile(const std::string &path, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = path + ": cannot open";
+    return {};
+  }
+  try {
+    return json::parse(in);
+  } catch (const json::exception &e) {
+    error = path + ": not JSON: " + e.what();
+    return {};
+  }
+}
+
+std::string calibrateOne(ModelProfile &model, const HardwareProfile &hw,
+                         const std::string &path, const json &doc);
+
+} // namespace
+
 std::string merak::autoparallel::calibrate(ModelProfile &model,
                                            const HardwareProfile &hw,
-                                           const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return path + ": cannot open";
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::exception &e) {
-    return path + ": not JSON: " + e.what();
+                                           const std::string &paths) {
+  // The unpartitioned step's profiles first (kernel scales, memory), then
+  // the pipelined runs' (the forward share, priced with those scales).
+  std::vector<std::pair<std::string, json>> steps, pipelined;
+  llvm::SmallVector<llvm::StringRef> list;
+  llvm::StringRef(paths).split(list, ',');
+  for (llvm::StringRef path : list) {
+    std::string error;
+    json doc = readProfile(path.str(), error);
+    if (!error.empty())
+      return error;
+    if (doc.is_object() && doc.contains("tasks"))
+      pipelined.emplace_back(path.str(), std::move(doc));
+    else
+      steps.emplace_back(path.str(), std::move(doc));
   }
+  for (const auto &[path, doc] : steps)
+    if (std::string error = calibrateOne(model, hw, path, doc); !error.empty())
+      return error;
+  for (const auto &[path, doc] : pipelined) {
+    if (!doc["tasks"].is_object())
+      return path + ": tasks: expected an object";
+    if (std::string error = calibrateSplit(model, hw, path, doc["tasks"]);
+        !error.empty())
+      return error;
+  }
+  return "";
+}
+
+namespace {
+
+std::string calibrateOne(ModelProfile &model, const HardwareProfile &hw,
+                         const std::string &path, const json &doc) {
   if (!doc.is_object() || !doc.contains("ops") || !doc["ops"].is_object())
     return path + ": no \"ops\" object (write it with merak-exec "
                   "--profile-json)";
@@ -899,6 +984,8 @@ std::string merak::autoparallel::calibrate(ModelProfile &model,
     model.activationScale = std::clamp(rest / saved, 1.0, 4.0);
   return "";
 }
+
+} // namespace
 
 namespace {
 
@@ -964,6 +1051,8 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                      {"devices_per_node", hw.devicesPerNode}};
   doc["model"] = {{"gemm_scale", model.gemmScale},
                   {"other_scale", model.otherScale},
+                  {"forward_scale", model.forwardScale},
+                  {"backward_scale", model.backwardScale},
                   {"activation_scale", model.activationScale},
                   {"layers", model.layers.size()},
                   {"traced_batch", model.batch},

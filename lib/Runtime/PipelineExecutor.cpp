@@ -1039,6 +1039,42 @@ measureBubble(const std::vector<std::vector<PipelineEvent>> &eventsByRank,
   return m;
 }
 
+TaskTimesPerStep taskTimesPerStep(const std::vector<PipelineEvent> &events,
+                                  int64_t fromStep) {
+  TaskTimesPerStep t;
+  std::set<int64_t> steps;
+  // Forward tasks per step of the lowest stage this rank runs.
+  std::map<int64_t, std::map<std::string, int64_t>> forwardsByStage;
+  for (const PipelineEvent &e : events) {
+    if (!e.compute || e.step < fromStep)
+      continue;
+    double ms = (e.end - e.start) * 1e3;
+    if (e.category == "forward") {
+      t.forwardMs += ms;
+      // `F(stage,micro)`: the stage is the text up to the comma.
+      std::string stage = e.name.substr(0, e.name.find(','));
+      ++forwardsByStage[e.step][stage];
+    } else if (e.category == "backward") {
+      t.backwardMs += ms;
+    } else if (e.category == "weight") {
+      t.weightMs += ms;
+    } else if (e.category == "recompute") {
+      t.recomputeMs += ms;
+    } else {
+      continue;
+    }
+    steps.insert(e.step);
+  }
+  t.steps = int64_t(steps.size());
+  if (t.steps == 0)
+    return t;
+  for (double *x : {&t.forwardMs, &t.backwardMs, &t.weightMs, &t.recomputeMs})
+    *x /= double(t.steps);
+  const auto &last = forwardsByStage.rbegin()->second;
+  t.microbatches = last.empty() ? 0 : last.begin()->second;
+  return t;
+}
+
 std::string serializeEvents(const std::vector<PipelineEvent> &events) {
   std::ostringstream out;
   out.precision(17);

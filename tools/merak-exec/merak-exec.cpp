@@ -1472,9 +1472,15 @@ int main(int argc, char **argv) {
             .c_str(),
         stdout);
   if (!profileJsonFile.empty() && reporter) {
-    std::string text = profileJson(
-        trained->profile, trained->profiledMs, trained->profiledSteps,
-        inputFile, backend->memoryStats().peakBytes, stateBytes);
+    // A pipelined plan on one rank: its task times calibrate the plan
+    // model's forward share (this rank's tasks are the whole model's).
+    std::optional<TaskTimesPerStep> tasks;
+    if (pipeline && env.worldSize == 1)
+      tasks = taskTimesPerStep(pipeline->events(), options.firstStep + 1);
+    std::string text = profileJson(trained->profile, trained->profiledMs,
+                                   trained->profiledSteps, inputFile,
+                                   backend->memoryStats().peakBytes, stateBytes,
+                                   tasks ? &*tasks : nullptr);
     if (absl::Status s =
             writeFileAtomically(profileJsonFile, {{text.data(), text.size()}});
         !s.ok())

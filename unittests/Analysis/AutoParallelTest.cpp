@@ -307,6 +307,56 @@ TEST(AutoParallel, CalibrationScalesGemmsAndTheRest) {
             path + ".missing: cannot open");
 }
 
+TEST(AutoParallel, APipelinedProfileSetsTheForwardShare) {
+  // Each layer: 1 s forward, 2 s backward. A pipelined run on one rank
+  // spent as long in forward tasks as in backward ones: forward counts
+  // 1.5 times and backward 0.75 times, the total unchanged; the kernel
+  // scales come from the step's profile listed beside it (here after it).
+  std::string dir = ::testing::TempDir();
+  {
+    std::ofstream out(dir + "/split.json");
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 1}},
+               "tasks": {"microbatches": 2, "steps": 5, "forward_ms": 300,
+                         "backward_ms": 200, "weight_ms": 100,
+                         "recompute_ms": 0}})";
+  }
+  {
+    std::ofstream out(dir + "/step.json");
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 24000}}})";
+  }
+  ModelProfile m = model();
+  ASSERT_EQ(calibrate(m, hardware(), dir + "/split.json," + dir + "/step.json"),
+            "");
+  EXPECT_DOUBLE_EQ(m.gemmScale, 2.0);
+  EXPECT_DOUBLE_EQ(m.forwardScale, 1.5);
+  EXPECT_DOUBLE_EQ(m.backwardScale, 0.75);
+  Plan plan;
+  ASSERT_EQ(parsePlan("dp=1", plan), "");
+  EXPECT_NEAR(evaluatePlan(m, hardware(), plan, 0).pipelineTime, 24.0, 1e-9);
+  // Two stages of two layers, each micro-batch the traced batch: 2 x 2 s
+  // of forward, 1.5 times; 2 x 4 s of backward, 0.75 times.
+  ASSERT_EQ(parsePlan("pp=2 microbatches=2 schedule=1f1b stages=2", plan), "");
+  Estimate e = evaluatePlan(m, hardware(), plan, 0);
+  ASSERT_EQ(e.stages.size(), 2u);
+  EXPECT_NEAR(e.stages[0].forward, 6.0, 1e-9);
+  EXPECT_NEAR(e.stages[1].backward, 6.0, 1e-6);
+
+  {
+    std::ofstream out(dir + "/split.json");
+    out << R"({"tasks": {"forward_ms": 3, "backward_ms": "slow"}})";
+  }
+  EXPECT_EQ(calibrate(m, hardware(), dir + "/split.json"),
+            dir + "/split.json: tasks.backward_ms: expected a non-negative "
+                  "number");
+  {
+    std::ofstream out(dir + "/split.json");
+    out << R"({"tasks": {"forward_ms": 0, "backward_ms": 0, "weight_ms": 0}})";
+  }
+  EXPECT_NE(calibrate(m, hardware(), dir + "/split.json")
+                .find("no forward or backward task time"),
+            std::string::npos);
+}
+
 TEST(AutoParallel, CalibrationScalesActivationsByTheMeasuredPeak) {
   // One device: 16 MB of parameters, as much gradient and twice that of
   // AdamW state, and 4 x 8 MB of activations kept. A run that peaked at

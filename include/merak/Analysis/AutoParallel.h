@@ -81,6 +81,10 @@ struct ModelProfile {
   /// Measured over predicted kernel time of GEMMs and of the other ops
   /// (calibrate()); 1 uncalibrated.
   double gemmScale = 1, otherScale = 1;
+  /// Measured over predicted forward and backward (and weight-gradient)
+  /// task time of a pipelined run, at an unchanged total (calibrate());
+  /// 1 uncalibrated.
+  double forwardScale = 1, backwardScale = 1;
   /// Measured over predicted memory above the kept activations' bytes: the
   /// kernels' temporaries and workspaces (calibrate(), from the run's peak);
   /// 1 uncalibrated. Scales the activations of every plan.
@@ -95,9 +99,16 @@ struct ModelProfile {
 /// that run sets gemmScale and otherScale; where the file has the run's
 /// `peak_bytes`, the peak less the parameters, gradients and optimizer
 /// state over the activations the model keeps sets activationScale.
+/// `paths` may list several files, comma-separated: a profile of a
+/// pipelined plan run on one rank (its `tasks`: forward and backward task
+/// time per step) sets forwardScale and backwardScale instead, so that the
+/// model's forward share of each micro-batch's compute is the measured one
+/// (the staged functions do in their forward tasks some work the
+/// unpartitioned step's profile counts as backward); the kernel scales of
+/// the other files price it.
 /// Returns an error naming the file and the key, or "".
 std::string calibrate(ModelProfile &model, const HardwareProfile &hw,
-                      const std::string &path);
+                      const std::string &paths);
 
 struct Plan {
   int dp = 1, tp = 1, pp = 1;

@@ -232,6 +232,18 @@ BubbleMeasurement
 measureBubble(const std::vector<std::vector<PipelineEvent>> &eventsByRank,
               int64_t fromStep);
 
+/// A rank's compute task time per step, averaged over steps `fromStep`
+/// and later, by kind of task, and the micro-batches of a step (the
+/// forward tasks of its first stage): what a pipelined run's profile
+/// reports (`merak-exec --profile-json`'s `tasks`).
+struct TaskTimesPerStep {
+  int64_t microbatches = 0;
+  int64_t steps = 0;
+  double forwardMs = 0, backwardMs = 0, weightMs = 0, recomputeMs = 0;
+};
+TaskTimesPerStep taskTimesPerStep(const std::vector<PipelineEvent> &events,
+                                  int64_t fromStep);
+
 /// Events as compact text (one per line) and back, for gathering them on
 /// one rank.
 std::string serializeEvents(const std::vector<PipelineEvent> &events);

@@ -2,6 +2,8 @@
 
 #include "merak/Runtime/Train/Trainer.h"
 
+#include "merak/Runtime/Pipeline.h"
+
 #include "absl/strings/str_format.h"
 
 #include <nlohmann/json.hpp>
@@ -382,7 +384,7 @@ std::string profileReport(const OpProfile &profile, double stepMs,
 
 std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
                         const std::string &program, int64_t peakBytes,
-                        int64_t stateBytes) {
+                        int64_t stateBytes, const TaskTimesPerStep *tasks) {
   nlohmann::ordered_json doc;
   doc["program"] = program;
   doc["profiled_steps"] = steps;
@@ -410,6 +412,13 @@ std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
          {"calls_per_step", steps > 0 ? double(e.calls) / double(steps) : 0.0},
          {"ms_per_step", steps > 0 ? e.seconds * 1e3 / double(steps) : 0.0}});
   doc["top_shapes"] = top;
+  if (tasks && tasks->steps > 0)
+    doc["tasks"] = {{"microbatches", tasks->microbatches},
+                    {"steps", tasks->steps},
+                    {"forward_ms", tasks->forwardMs},
+                    {"backward_ms", tasks->backwardMs},
+                    {"weight_ms", tasks->weightMs},
+                    {"recompute_ms", tasks->recomputeMs}};
   return doc.dump(2) + "\n";
 }
 

@@ -30,6 +30,8 @@
 
 namespace merak::runtime {
 
+struct TaskTimesPerStep;
+
 /// The loss scale of a run that scales its loss (merak.loss_scale): this
 /// step's scale and the steps in a row without an overflow since it last
 /// changed. Checkpoints keep it, so a resumed run goes on with it.
@@ -181,9 +183,12 @@ std::string profileReport(const OpProfile &profile, double stepMs,
 /// pairs that take the most, `top_shapes`), and the run's peak memory and the
 /// state it held before the first step (parameters, optimizer state), which
 /// calibrate the plan model (`--merak-auto-parallel calibration=`).
+/// A pipelined run adds `tasks` (TaskTimesPerStep: its compute task time
+/// per step by kind, which calibrates the model's forward share).
 std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
                         const std::string &program, int64_t peakBytes,
-                        int64_t stateBytes);
+                        int64_t stateBytes,
+                        const TaskTimesPerStep *tasks = nullptr);
 
 } // namespace merak::runtime
 

@@ -267,7 +267,8 @@ struct ParallelizeOptions : public PassPipelineOptions<ParallelizeOptions> {
   Option<std::string> calibration{
       *this, "calibration",
       llvm::cl::desc("with auto: a one-device merak-exec --profile-json run "
-                     "of this step that calibrates op times"),
+                     "of this step that calibrates op times (after a comma, "
+                     "a pipelined run's, for the forward share)"),
       llvm::cl::init("")};
   Option<std::string> compare{
       *this, "compare",

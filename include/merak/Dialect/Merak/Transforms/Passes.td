@@ -649,7 +649,8 @@ def AutoParallel : Pass<"merak-auto-parallel", "mlir::ModuleOp"> {
            "Write the plan report as JSON to this file">,
     Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
            "Calibrate op times by a one-device run of this step "
-           "(merak-exec --profile-json)">,
+           "(merak-exec --profile-json); after a comma, a pipelined run's "
+           "profile calibrates the forward share">,
     Option<"maxTp", "max-tp", "int", /*default=*/"0",
            "Largest tensor-parallel degree (0: the devices of one node)">,
     Option<"quiet", "quiet", "bool", /*default=*/"false",
