@@ -203,6 +203,10 @@ def soak(args, cmd):
         # a random step after the newest checkpoint, a random part of a
         # step later (inside a step, a collective or a save).
         done = max(committed(work), default=0)
+        if done >= args.steps:
+            # A kill landed after the last step's checkpoint was committed
+            # but before the launcher exited: nothing is left to interrupt.
+            break
         logged = len(open(log).readlines()) if os.path.exists(log) else 0
         startup = rng.random() < 0.2
         how = rng.choice(["job", "rank"])
