@@ -205,7 +205,9 @@ struct Evaluator {
         return 0.0;
       double each = bytes * scale / count;
       double sent = collectiveBytes(CollectiveKind::AllReduce, tp, each, each);
-      return count * hw.collectiveTime("allreduce", tp, cross, sent);
+      // Each is waited for at once: it pays the stall too.
+      return count * (hw.collectiveTime("allreduce", tp, cross, sent) +
+                      hw.collectiveStall("allreduce", tp, cross));
     };
     for (const LayerProfile &l : model.layers) {
       t.forward.push_back(opsTime(model, hw, l.forward, scale, tp) *
@@ -527,11 +529,16 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   // backward without one.
   bool dpCross = crossesNodes(hw, devices, plan.dp, plan.tp);
   std::vector<double> rankParams(plan.pp, 0), rankTp(plan.pp, 0),
-      rankTransient(plan.pp, 0), rankReaders(plan.pp, 0);
+      rankTransient(plan.pp, 0), rankReaders(plan.pp, 0),
+      rankParamBytes(plan.pp, 0), rankGathered(plan.pp, 0);
   for (int s = 0; s < stages; ++s) {
     rankParams[s % plan.pp] += paramsOf[s];
-    for (int l = firstLayer[s]; l < firstLayer[s + 1]; ++l)
-      rankReaders[s % plan.pp] += model.layers[l].paramReaders;
+    for (int l = firstLayer[s]; l < firstLayer[s + 1]; ++l) {
+      const LayerProfile &lp = model.layers[l];
+      rankReaders[s % plan.pp] += lp.paramReaders;
+      rankParamBytes[s % plan.pp] += lp.paramBytes;
+      rankGathered[s % plan.pp] += std::max(lp.gatheredBytes, lp.paramBytes);
+    }
     rankTp[s % plan.pp] += tpTimeOf[s] * plan.microbatches;
     rankTransient[s % plan.pp] =
         std::max(rankTransient[s % plan.pp], transient[s]);
@@ -554,7 +561,7 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
           plan.zero == 1 || plan.zero == 2
               ? hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2)
               : 0;
-      if (!plan.pipelined()) {
+      if (!plan.pipelined() && plan.zero != 3) {
         // Buckets (25 MB, ZeRO's 2 MB: --merak-grad-buckets' defaults)
         // reduce while backward runs; the last one, or what backward does
         // not hide, is exposed; what it hides slows it by the overlap
@@ -565,18 +572,30 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
         double exposed = std::max(reduce - backward, tail);
         reduce = exposed + (hw.overlapCoefficient - 1) * (reduce - exposed);
       }
-      dpTime = reduce + gatherUpdated;
+      // The step waits for the end of the reduction (and for the gather
+      // after the update) from compute: a stall each.
+      const char *reduction = plan.zero == 0 ? "allreduce" : "reducescatter";
+      dpTime = reduce + hw.collectiveStall(reduction, plan.dp, dpCross);
+      if (gatherUpdated > 0)
+        dpTime +=
+            gatherUpdated + hw.collectiveStall("allgather", plan.dp, dpCross);
       // ZeRO-3 gathers each reader's parameters right before it, in
-      // forward and again in backward, and the reader waits: the whole
-      // parameters twice, and a collective's latency per reader. The ranks
-      // reach a gather at different times, so each gather runs in part
-      // while the other ranks compute: slowed by the overlap coefficient.
+      // forward (a parameter once per reader) and again in backward, and
+      // the reader waits: the bytes, a collective's latency and the stall
+      // per reader. Backward's reduce-scatters run on the same group's
+      // worker as those gathers, in order, so the gathers wait behind
+      // them: the reduction above is exposed whole.
       if (plan.zero == 3) {
         double latency = hw.collectiveTime("allgather", plan.dp, dpCross, 0);
-        double gather =
-            hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2);
-        dpTime += 2 * hw.overlapCoefficient *
-                  (gather + std::max(0.0, rankReaders[r] - 1) * latency);
+        double perByte =
+            hw.collectiveTime("allgather", plan.dp, dpCross, sent / 2) -
+            latency;
+        double repeated =
+            rankParamBytes[r] > 0 ? rankGathered[r] / rankParamBytes[r] : 1.0;
+        dpTime +=
+            perByte * (1 + repeated) +
+            2 * rankReaders[r] *
+                (latency + hw.collectiveStall("allgather", plan.dp, dpCross));
       }
     }
     double sharded = plan.dp > 1 ? 1.0 / plan.dp : 1.0;

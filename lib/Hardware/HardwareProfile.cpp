@@ -46,11 +46,9 @@ double HardwareProfile::gemmRate(const std::string &type, double flops) const {
   return points.back().rate;
 }
 
-double HardwareProfile::collectiveTime(const std::string &op, int group,
-                                       bool crossNode,
-                                       double bytesPerRank) const {
-  if (group <= 1)
-    return 0;
+const CollectivePoint *
+HardwareProfile::nearestCollective(const std::string &op, int group,
+                                   bool crossNode) const {
   // The measured entry of the same collective and span whose group size is
   // nearest (in ratio); any collective of that span when this one is not
   // listed.
@@ -67,12 +65,28 @@ double HardwareProfile::collectiveTime(const std::string &op, int group,
         best = &p;
       }
     }
-  if (best)
+  return best;
+}
+
+double HardwareProfile::collectiveTime(const std::string &op, int group,
+                                       bool crossNode,
+                                       double bytesPerRank) const {
+  if (group <= 1)
+    return 0;
+  if (const CollectivePoint *best = nearestCollective(op, group, crossNode))
     return best->latency + bytesPerRank / best->busBandwidth;
   double bandwidth = collectiveBandwidth;
   if (crossNode && interNode.bandwidth > 0)
     bandwidth = std::min(bandwidth, interNode.bandwidth);
   return collectiveLatency + (bandwidth > 0 ? bytesPerRank / bandwidth : 0);
+}
+
+double HardwareProfile::collectiveStall(const std::string &op, int group,
+                                        bool crossNode) const {
+  if (group <= 1)
+    return 0;
+  const CollectivePoint *best = nearestCollective(op, group, crossNode);
+  return best ? best->stall : 0;
 }
 
 double HardwareProfile::allReduceTime(CollectiveAlgorithm algorithm, int group,
@@ -102,7 +116,7 @@ double HardwareProfile::transferTime(double bytes, bool crossNode) const {
   const LinkFigures &link = crossNode ? interNode : intraNode;
   double bandwidth = link.bandwidth > 0 ? link.bandwidth : linkBandwidth;
   double latency = link.bandwidth > 0 ? link.latency : linkLatency;
-  return latency + (bandwidth > 0 ? bytes / bandwidth : 0);
+  return latency + link.stall + (bandwidth > 0 ? bytes / bandwidth : 0);
 }
 
 namespace {
@@ -205,6 +219,7 @@ void readLink(Reader &parent, const char *key, LinkFigures &link,
   Reader r(*v, parent.at(key), error);
   r.number("bandwidth", link.bandwidth);
   r.number("latency", link.latency, /*positive=*/false);
+  r.number("stall", link.stall, /*positive=*/false);
   r.finish();
 }
 
@@ -305,6 +320,7 @@ std::string merak::parseHardwareProfile(const std::string &text,
         c.boolean("inter_node", point.interNode);
         c.number("bus_bandwidth", point.busBandwidth);
         c.number("latency", point.latency, false);
+        c.number("stall", point.stall, false);
         c.finish();
         if (error.empty() && !kCollectiveOps.count(point.op))
           error = where +
@@ -358,10 +374,12 @@ std::string merak::printHardwareProfile(const HardwareProfile &p) {
   json links = json::object();
   if (p.intraNode.bandwidth > 0)
     links["intra_node"] = {{"bandwidth", p.intraNode.bandwidth},
-                           {"latency", p.intraNode.latency}};
+                           {"latency", p.intraNode.latency},
+                           {"stall", p.intraNode.stall}};
   if (p.interNode.bandwidth > 0)
     links["inter_node"] = {{"bandwidth", p.interNode.bandwidth},
-                           {"latency", p.interNode.latency}};
+                           {"latency", p.interNode.latency},
+                           {"stall", p.interNode.stall}};
   if (!links.empty())
     doc["p2p"] = links;
   if (!p.collectives.empty()) {
@@ -371,7 +389,8 @@ std::string merak::printHardwareProfile(const HardwareProfile &p) {
                       {"group", c.group},
                       {"inter_node", c.interNode},
                       {"bus_bandwidth", c.busBandwidth},
-                      {"latency", c.latency}});
+                      {"latency", c.latency},
+                      {"stall", c.stall}});
     doc["collectives"] = list;
   }
   // A name or device that is not UTF-8 (a --profile-name in another

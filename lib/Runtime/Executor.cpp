@@ -330,7 +330,10 @@ absl::Status Executor::runInstructions(
       if (!inst)
         return;
       // A fused chain by its ops: "fused {silu, mul} -> ...".
+      // A wait by the collective it completes: "wait all_gather -> ...".
       std::string label = std::string(opFullName(kind));
+      if (kind == OpKind::Wait)
+        absl::StrAppend(&label, " ", opFullName(inst->kind));
       if (kind == OpKind::Fused)
         absl::StrAppend(&label, " {",
                         describeFusedKernel(*program, int(inst->attrs.index)),
@@ -381,7 +384,7 @@ absl::Status Executor::runInstructions(
                          inst.completes, " is not in flight"));
       absl::StatusOr<std::vector<TensorHandle>> done;
       {
-        Timed timed{profile, OpKind::Wait};
+        Timed timed{profile, OpKind::Wait, &coll, &program};
         if (absl::Status s = awaitEarlier(coll.attrs.group, inst.completes);
             !s.ok())
           return s;

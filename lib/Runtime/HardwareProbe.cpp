@@ -463,6 +463,79 @@ timeMessages(DistributedJob &job, Backend &backend, const std::string &key,
   return timed;
 }
 
+/// Compute between a step's collectives: 256^3 float32 GEMMs, as many as
+/// take about kStallSegment seconds (a layer's op on a CPU), the count
+/// rank 0 decides.
+constexpr double kStallSegment = 1.5e-3;
+constexpr int64_t kFewestStallRounds = 20, kMostStallRounds = 400;
+
+/// Stall rounds that fit in `seconds` (a round is about the compute).
+int64_t stallRounds(double seconds) {
+  return std::clamp<int64_t>(int64_t(seconds / kStallSegment),
+                             kFewestStallRounds, kMostStallRounds);
+}
+
+struct StallCompute {
+  std::unique_ptr<KernelRun> gemm;
+  int64_t count = 1;
+
+  absl::Status run(Backend &backend) {
+    for (int64_t i = 0; i < count; ++i)
+      if (absl::Status s = gemm->run(); !s.ok())
+        return s;
+    return backend.synchronize();
+  }
+};
+
+absl::StatusOr<StallCompute> stallCompute(Backend &backend, DistributedJob &job,
+                                          const std::string &key) {
+  const int64_t n = 256;
+  TensorType square{DType::F32, {n, n}};
+  StallCompute compute;
+  absl::StatusOr<std::unique_ptr<KernelRun>> gemm =
+      KernelRun::create(backend, OpKind::Matmul, {square, square}, square);
+  if (!gemm.ok())
+    return gemm.status();
+  compute.gemm = *std::move(gemm);
+  absl::StatusOr<double> one = timeKernel(
+      backend, [&] { return compute.gemm->run(); }, 0.05);
+  if (!one.ok())
+    return one.status();
+  absl::StatusOr<Repetitions> count = shareRepetitions(
+      job, key,
+      Repetitions{std::max<int64_t>(1, int64_t(kStallSegment / *one)), 1});
+  if (!count.ok())
+    return count.status();
+  compute.count = count->inner;
+  return compute;
+}
+
+/// What `once` (a blocking collective, every rank calling it) costs above
+/// its lockstep time `lockstep` when the ranks reach it from compute, as a
+/// step reaches a collective it waits for at once: `rounds` rounds of the
+/// compute then the collective, timed from the end of the compute; the
+/// mean wait less `lockstep`. Some rounds wait about the lockstep time,
+/// others several milliseconds (the ranks arrive apart, a communication
+/// thread wakes late), so the mean is what a step pays.
+absl::StatusOr<double> measureStall(Backend &backend, StallCompute &compute,
+                                    int64_t rounds, double lockstep,
+                                    const std::function<absl::Status()> &once) {
+  std::vector<double> waits;
+  for (int64_t round = 0; round < rounds; ++round) {
+    if (absl::Status s = compute.run(backend); !s.ok())
+      return s;
+    Clock::time_point start = Clock::now();
+    if (absl::Status s = once(); !s.ok())
+      return s;
+    if (round >= 2) // the first rounds wake the threads up
+      waits.push_back(secondsSince(start));
+  }
+  double mean = 0;
+  for (double w : waits)
+    mean += w / double(waits.size());
+  return std::max(0.0, mean - lockstep);
+}
+
 /// The collectives over every group size, into `profile.collectives`.
 absl::Status measureCollectives(Backend &backend, DistributedJob &job,
                                 int64_t localRanks, double seconds,
@@ -472,6 +545,10 @@ absl::Status measureCollectives(Backend &backend, DistributedJob &job,
   const double share =
       seconds / double(groups.size() * std::size(kCollectiveOps));
   StepContext step;
+  absl::StatusOr<StallCompute> compute =
+      stallCompute(backend, job, "hardware-probe/collective-stall");
+  if (!compute.ok())
+    return compute.status();
   for (int64_t group : groups) {
     absl::StatusOr<Program> program = collectiveProgram(world, group, rank);
     if (!program.ok())
@@ -518,12 +595,18 @@ absl::Status measureCollectives(Backend &backend, DistributedJob &job,
       if (fit.bandwidth <= 0)
         return absl::InternalError(
             absl::StrCat(what, ": no bandwidth could be measured"));
+      absl::StatusOr<double> stall =
+          measureStall(backend, *compute, stallRounds(share / 3),
+                       timed->front().second, [&] { return once(0); });
+      if (!stall.ok())
+        return named(stall.status(), what + ", reached from compute");
       CollectivePoint point;
       point.op = op.name;
       point.group = int(group);
       point.interNode = group > localRanks;
       point.busBandwidth = fit.bandwidth;
       point.latency = fit.latency;
+      point.stall = *stall;
       profile.collectives.push_back(point);
     }
   }
@@ -673,6 +756,18 @@ absl::StatusOr<LinkFigures> measurePeerLink(Backend &backend,
     for (auto [s, perRoundTrip] : *timed)
       byBytes.push_back({double(kMessageBytes[s]), perRoundTrip / 2});
     figures = fitLatencyBandwidth(byBytes);
+    // The smallest round trip reached from compute: each way a receiver
+    // waits for it, as a pipeline stage waits for its neighbour.
+    absl::StatusOr<StallCompute> compute =
+        stallCompute(backend, job, "hardware-probe/p2p-stall");
+    if (!compute.ok())
+      return compute.status();
+    absl::StatusOr<double> stall =
+        measureStall(backend, *compute, stallRounds(seconds / 3),
+                     timed->front().second, [&] { return roundTrip(0); });
+    if (!stall.ok())
+      return named(stall.status(), "transfers reached from compute");
+    figures.stall = *stall / 2;
   }
   if (absl::Status s = job.barrier("hardware-probe/p2p"); !s.ok())
     return s;
@@ -880,8 +975,9 @@ probeHardware(Backend &backend, DistributedJob *job,
     }
   for (const CollectivePoint &c : profile.collectives)
     progress(absl::StrFormat(
-        "%s over %d ranks: latency %.1f us, bus bandwidth %.2f GB/s", c.op,
-        c.group, c.latency * 1e6, c.busBandwidth / 1e9));
+        "%s over %d ranks: latency %.1f us, bus bandwidth %.2f GB/s, stall "
+        "%.1f us",
+        c.op, c.group, c.latency * 1e6, c.busBandwidth / 1e9, c.stall * 1e6));
   absl::StatusOr<double> overlap = measureOverlap(backend, *job);
   if (!overlap.ok())
     return named(overlap.status(), "overlap of compute and an all-reduce");
@@ -900,8 +996,9 @@ probeHardware(Backend &backend, DistributedJob *job,
     profile.linkBandwidth = link->bandwidth;
     profile.linkLatency = link->latency;
     progress(absl::StrFormat(
-        "send/recv between ranks 0 and 1: latency %.1f us, %.2f GB/s",
-        link->latency * 1e6, link->bandwidth / 1e9));
+        "send/recv between ranks 0 and 1: latency %.1f us, %.2f GB/s, stall "
+        "%.1f us",
+        link->latency * 1e6, link->bandwidth / 1e9, link->stall * 1e6));
   }
   return profile;
 }

@@ -127,6 +127,63 @@ TEST(AutoParallel, ZeroThreeGathersBeforeEveryReaderTwice) {
   EXPECT_DOUBLE_EQ(dpTime(three, "dp=2 zero=2"), dpTime(one, "dp=2 zero=2"));
 }
 
+TEST(AutoParallel, ZeroThreeReductionIsExposedAndTiedParametersGatherTwice) {
+  // 16 MB of parameters over 2 ranks: the reduce-scatter sends 8 MB a
+  // rank, 8 ms at 1 GB/s. Under ZeRO-2 backward (8 s) hides all but the
+  // last 2 MB bucket's share; under ZeRO-3 the gathers wait behind it on
+  // the group's one worker, so all of it is exposed, and the parameters
+  // are gathered twice (8 ms each way).
+  auto dpTime = [&](const ModelProfile &m, const char *options) {
+    Plan plan;
+    EXPECT_EQ(parsePlan(options, plan), "");
+    return evaluatePlan(m, hardware(), plan, 0).dataParallelTime;
+  };
+  ModelProfile m = model();
+  EXPECT_NEAR(dpTime(m, "dp=2 zero=3"), 0.008 + 2 * 0.008, 1e-9);
+  EXPECT_LT(dpTime(m, "dp=2 zero=2"), 0.008 + 0.008);
+  // A layer whose readers read its 4 MB twice (a tied embedding read by
+  // the embedding and the head) gathers them twice in forward: 2 MB more
+  // received a rank, 2 ms.
+  m.layers[0].gatheredBytes = 8e6;
+  EXPECT_NEAR(dpTime(m, "dp=2 zero=3"), 0.008 + 2 * 0.008 + 0.002, 1e-9);
+}
+
+TEST(AutoParallel, EveryBlockingCollectivePaysTheStall) {
+  // A stall of 1 ms per collective the step waits for at once.
+  HardwareProfile hw = hardware();
+  ModelProfile m = model();
+  for (LayerProfile &l : m.layers) {
+    l.paramReaders = 2;
+    l.tpForwardBytes = l.tpBackwardBytes = 1e6;
+    l.tpForwardCollectives = l.tpBackwardCollectives = 1;
+  }
+  auto estimate = [&](const HardwareProfile &h, const char *options) {
+    Plan plan;
+    EXPECT_EQ(parsePlan(options, plan), "");
+    return evaluatePlan(m, h, plan, 0);
+  };
+  for (const char *op : {"allreduce", "reducescatter", "allgather"})
+    hw.collectives.push_back({op, 2, false, 1e9, 0, 0});
+  HardwareProfile stalled = hw;
+  for (CollectivePoint &c : stalled.collectives)
+    c.stall = 1e-3;
+  auto extra = [&](const char *options) {
+    Estimate a = estimate(stalled, options), b = estimate(hw, options);
+    EXPECT_EQ(a.infeasible, "") << options;
+    return a.stepTime - b.stepTime;
+  };
+  // dp: the end of the reduction; ZeRO-1: and the gather after the update.
+  EXPECT_NEAR(extra("dp=2"), 1e-3, 1e-9);
+  EXPECT_NEAR(extra("dp=2 zero=1"), 2e-3, 1e-9);
+  // ZeRO-3: every reader's gather, forward and backward (4 layers x 2
+  // readers x 2), and the reduction's end.
+  EXPECT_NEAR(extra("dp=2 zero=3"), (16 + 1) * 1e-3, 1e-9);
+  // Tensor parallelism: each layer's all-reduce forward and backward.
+  EXPECT_NEAR(extra("dp=1 tp=2"), 8e-3, 1e-9);
+  // One device waits for nothing.
+  EXPECT_NEAR(extra("dp=1"), 0, 1e-12);
+}
+
 TEST(AutoParallel, SplitBackwardDefersWeightsFirstStageAll) {
   // 1 s of each layer's 2 s backward computes weight gradients: the W of
   // a zero-bubble schedule. The first stage sends no input gradient, so

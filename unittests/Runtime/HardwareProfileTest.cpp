@@ -44,9 +44,9 @@ HardwareProfile fullProfile() {
   p.gemm["bf16"] = {{65536, 3.0e9}, {2.68435456e8, 9.1e11}};
   p.intraNode = {1.1e9, 3.3e-5};
   p.interNode = {1.25e8, 1e-4};
-  p.collectives = {{"allreduce", 2, false, 2.2e9, 7.7e-5},
-                   {"alltoall", 4, false, 1.3e9, 9e-5},
-                   {"allgather", 8, true, 1e8, 2e-4}};
+  p.collectives = {{"allreduce", 2, false, 2.2e9, 7.7e-5, 6.1e-4},
+                   {"alltoall", 4, false, 1.3e9, 9e-5, 0},
+                   {"allgather", 8, true, 1e8, 2e-4, 1.5e-3}};
   return p;
 }
 
@@ -87,6 +87,7 @@ void expectSame(const HardwareProfile &a, const HardwareProfile &b) {
     EXPECT_EQ(x.interNode, y.interNode) << i;
     EXPECT_EQ(x.busBandwidth, y.busBandwidth) << i;
     EXPECT_EQ(x.latency, y.latency) << i;
+    EXPECT_EQ(x.stall, y.stall) << i;
   }
 }
 
@@ -161,6 +162,9 @@ TEST(HardwareProfileTest, ErrorsNameTheKey) {
             "hw.json.memory_capacity: expected a positive number");
   EXPECT_EQ(parseError(R"({"link_latency": -1e-6})"),
             "hw.json.link_latency: expected a non-negative number");
+  EXPECT_EQ(parseError(R"({"collectives": [{"op": "allreduce", "group": 2,
+            "bus_bandwidth": 1e9, "stall": -1e-4}]})"),
+            "hw.json.collectives[0].stall: expected a non-negative number");
   EXPECT_EQ(parseError(R"({"gemm": {"f32": [{"flops": 1e6, "rate": -2}]}})"),
             "hw.json.gemm.f32[0].rate: expected a positive number");
   EXPECT_EQ(parseError(R"({"devices_per_node": -8})"),

@@ -49,6 +49,9 @@ struct LayerProfile {
   /// Forward ops reading a parameter: under ZeRO-3 each gathers its
   /// parameters right before it, in forward and again in backward.
   int paramReaders = 0;
+  /// The bytes those readers read, a parameter once per reader (a tied
+  /// embedding's is gathered twice under ZeRO-3's forward).
+  double gatheredBytes = 0;
   /// Bytes kept from forward to backward at the global batch, and the part
   /// tensor parallelism splits.
   double savedBytes = 0, splitSavedBytes = 0;

@@ -37,12 +37,19 @@ struct CollectivePoint {
   bool interNode = false;
   double busBandwidth = 0;
   double latency = 0;
+  /// What the collective costs on average above its lockstep time when the
+  /// ranks reach it from compute and wait for it at once: their arrival
+  /// skew, communication threads that wake late (0: nothing measured).
+  double stall = 0;
 };
 
 /// A link between two devices.
 struct LinkFigures {
   double bandwidth = 0;
   double latency = 0;
+  /// What a receiver that waits for a transfer pays on average above the
+  /// lockstep latency when it comes from compute (0: nothing measured).
+  double stall = 0;
 };
 
 /// The machine the estimates are for. The scalar fields alone describe a
@@ -101,7 +108,16 @@ struct HardwareProfile {
   /// bandwidth when it is lower).
   double collectiveTime(const std::string &op, int group, bool interNode,
                         double bytesPerRank) const;
-  /// Time to send `bytes` to another device of the same or another node.
+  /// The stall of collective `op` over `group` ranks (the same entry as
+  /// collectiveTime's; 0 without one): what a step pays on top of
+  /// collectiveTime for each such collective it waits for at once.
+  double collectiveStall(const std::string &op, int group,
+                         bool interNode) const;
+  /// The entry collectiveTime prices `op` over `group` ranks by, or null.
+  const CollectivePoint *nearestCollective(const std::string &op, int group,
+                                           bool interNode) const;
+  /// Time to send `bytes` to another device of the same or another node,
+  /// as the receiver waiting for them sees it (the link's stall included).
   double transferTime(double bytes, bool interNode) const;
   /// Time of an all-reduce of a `bytes` tensor over `group` ranks by
   /// `algorithm`: its steps (CollectiveCost.h) at the link's latency each,

@@ -57,6 +57,11 @@ def main():
         overlap = doc.get("overlap_coefficient")
         if not isinstance(overlap, (int, float)) or not 1 <= overlap <= 2:
             fail(f"overlap_coefficient is {overlap!r}, expected 1 to 2")
+        stalls = [c.get("stall") for c in doc.get("collectives", [])]
+        stalls.append(intra.get("stall"))
+        for stall in stalls:
+            if not isinstance(stall, (int, float)) or not 0 <= stall < 1:
+                fail(f"a stall is {stall!r}, expected 0 to 1 s")
     print("profile ok:", len(points), "f32 GEMM sizes,",
           len(doc.get("collectives", [])), "collectives")
 

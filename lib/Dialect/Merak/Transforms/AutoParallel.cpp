@@ -383,7 +383,7 @@ struct AutoParallelPass
     llvm::DenseMap<Operation *, const ForwardOpCost *> costOf;
     for (const ForwardOpCost &c : layers.opCosts())
       costOf[c.op] = &c;
-    llvm::DenseSet<unsigned> seenParams;
+    llvm::DenseSet<unsigned> seenParams, sectioned;
     for (const Layer &layer : layers.layers()) {
       LayerProfile lp;
       lp.firstId = layer.firstId;
@@ -427,24 +427,49 @@ struct AutoParallelPass
             ++lp.tpBackwardCollectives;
           }
         }
-        bool readsParam = false;
+        // Readers as ZeRO-3 gathers for them: one gather per op that
+        // reads parameters. A projection taken apart by section reads
+        // selects of its fused parameters, which the program ZeRO-3
+        // partitions reads whole by one op: the sections' first reader
+        // stands for it, the selects themselves read nothing to gather.
+        bool reads = false;
+        bool selects = isa<SelectOp>(op);
         for (Value operand : op->getOperands()) {
-          Value source = stripShards(operand);
-          if (auto cast = source.getDefiningOp<CastOp>())
-            source = stripShards(cast.getInput());
-          auto arg = dyn_cast<BlockArgument>(source);
-          if (!arg || arg.getOwner()->getParentOp() != func ||
-              !func.getArgAttr(arg.getArgNumber(), kParamAttr))
+          auto paramOf = [&](Value v) -> BlockArgument {
+            v = stripShards(v);
+            if (auto cast = v.getDefiningOp<CastOp>())
+              v = stripShards(cast.getInput());
+            auto arg = dyn_cast<BlockArgument>(v);
+            if (!arg || arg.getOwner()->getParentOp() != func ||
+                !func.getArgAttr(arg.getArgNumber(), kParamAttr))
+              return BlockArgument();
+            return arg;
+          };
+          BlockArgument arg = paramOf(operand);
+          if (!arg) {
+            Value v = stripShards(operand);
+            if (auto cast = v.getDefiningOp<CastOp>())
+              v = cast.getInput();
+            if (auto section = v.getDefiningOp<SelectOp>())
+              if (BlockArgument fused = paramOf(section.getInput());
+                  fused && sectioned.insert(fused.getArgNumber()).second) {
+                reads = true;
+                lp.gatheredBytes += double(tensorBytes(fused.getType()));
+              }
             continue;
-          readsParam = true;
+          }
+          double bytes = double(tensorBytes(arg.getType()));
+          if (!selects) {
+            reads = true;
+            lp.gatheredBytes += bytes;
+          }
           if (!seenParams.insert(arg.getArgNumber()).second)
             continue;
-          double bytes = double(tensorBytes(arg.getType()));
           lp.paramBytes += bytes;
           if (probe.splitParams.contains(arg.getArgNumber()))
             lp.splitParamBytes += bytes;
         }
-        lp.paramReaders += readsParam ? 1 : 0;
+        lp.paramReaders += reads ? 1 : 0;
       }
       model.layers.push_back(std::move(lp));
     }
