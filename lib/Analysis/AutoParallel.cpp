@@ -266,6 +266,14 @@ struct Evaluator {
            double pruneAbove = std::numeric_limits<double>::infinity());
 };
 
+/// A pipelined backward's sum of a micro-batch's gradients of `params`
+/// bytes into the step's: both read, one written, one kernel.
+double gradientSumTime(const HardwareProfile &hw, double params) {
+  return hw.memoryBandwidth > 0
+             ? 3 * params / hw.memoryBandwidth + hw.opOverhead
+             : 0;
+}
+
 /// What a plan needs before its activations: parameters, gradients and
 /// optimizer state of `params` bytes under ZeRO stage `zero` over `dp`.
 double staticMemory(double params, int zero, int dp, int states) {
@@ -405,15 +413,28 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   }
 
   // A pipelined step sums each micro-batch's weight gradients into the
-  // step's (the runtime reads both and writes one), after each backward.
-  if (plan.pipelined() && plan.microbatches > 1 && hw.memoryBandwidth > 0)
+  // step's (the runtime reads both and writes one), after each backward;
+  // each of its tasks costs the calibrated overhead of a task besides.
+  if (plan.pipelined() && plan.microbatches > 1)
     for (int s = 0; s < stages; ++s)
-      tt.backward[s] += 3 * paramsOf[s] / hw.memoryBandwidth + hw.opOverhead;
+      tt.backward[s] += gradientSumTime(hw, paramsOf[s]);
+  // A split backward is two tasks (B, then W: the backward less the
+  // weight, and the weight).
+  const bool splitBackward = pipeline::parseScheduleKind(plan.schedule) ==
+                             pipeline::ScheduleKind::ZeroBubbleH1;
+  const double overhead = plan.pipelined() ? model.taskOverhead : 0;
+  for (int s = 0; s < stages && overhead > 0; ++s) {
+    tt.forward[s] += overhead;
+    tt.backward[s] += splitBackward ? 2 * overhead : overhead;
+    tt.weight[s] += splitBackward ? overhead : 0;
+    if (tt.recompute[s] > 0)
+      tt.recompute[s] += overhead;
+  }
 
   // The first stage sends no input gradient back: a split backward runs
-  // all of its work as W.
+  // all of its work as W (one task).
   if (stages > 1)
-    tt.weight[0] = tt.backward[0];
+    tt.weight[0] = tt.backward[0] - (splitBackward ? overhead : 0);
   for (int s = 0; s < stages; ++s)
     e.stages.push_back({tt.forward[s], tt.backward[s], tt.weight[s],
                         tt.recompute[s], tt.transfer[s]});
@@ -875,16 +896,42 @@ std::string calibrateSplit(ModelProfile &model, const HardwareProfile &hw,
   if (forward <= 0 || backward + weight <= 0)
     return path + ": tasks: no forward or backward task time (profile a "
                   "pipelined plan on one rank)";
+  double microbatches = 1;
+  if (tasks.contains("microbatches"))
+    if (std::string error = number("microbatches", microbatches);
+        !error.empty())
+      return error;
+  microbatches = std::max(microbatches, 1.0);
   // The model's figures for that run: each micro-batch is the traced batch
-  // (a pipelined plan runs it `microbatches` times a step).
-  double predictedForward = 0, predictedBackward = 0;
+  // (a pipelined plan runs it `microbatches` times a step), and with
+  // several each backward sums its gradients into the step's.
+  double predictedForward = 0, predictedBackward = 0, params = 0;
   for (const LayerProfile &l : model.layers) {
     predictedForward += opsTime(model, hw, l.forward, 1.0, 1);
     predictedBackward += opsTime(model, hw, l.backward, 1.0, 1);
+    params += l.paramBytes;
   }
   if (predictedForward <= 0 || predictedBackward <= 0)
     return "";
-  double share = forward / (forward + backward + weight);
+  // Per micro-batch, in seconds: one forward and one backward task each.
+  forward /= microbatches * 1e3;
+  backward = (backward + weight) / (microbatches * 1e3);
+  // (A profile's memory bandwidth far from this machine's may price the
+  // sums above the backward they are part of: at most half of it.)
+  double sum = microbatches > 1
+                   ? std::min(gradientSumTime(hw, params), 0.5 * backward)
+                   : 0;
+  // What the two tasks took beyond the model's figures, each; at most half
+  // the shorter task (a larger gap is the kernels' calibration, not a
+  // cost per task).
+  model.taskOverhead = std::clamp(
+      (forward + backward - predictedForward - predictedBackward - sum) / 2,
+      0.0, 0.5 * std::min(forward, backward));
+  double f = std::max(forward - model.taskOverhead, 0.0);
+  double b = std::max(backward - model.taskOverhead - sum, 0.0);
+  if (f <= 0 || b <= 0)
+    return "";
+  double share = f / (f + b);
   double total = predictedForward + predictedBackward;
   model.forwardScale = share * total / predictedForward;
   model.backwardScale = (1 - share) * total / predictedBackward;
@@ -1073,6 +1120,7 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                   {"forward_scale", model.forwardScale},
                   {"backward_scale", model.backwardScale},
                   {"activation_scale", model.activationScale},
+                  {"task_overhead_seconds", model.taskOverhead},
                   {"layers", model.layers.size()},
                   {"traced_batch", model.batch},
                   {"optimizer_states", model.optimizerStates},

@@ -88,6 +88,11 @@ struct ModelProfile {
   /// task time of a pipelined run, at an unchanged total (calibrate());
   /// 1 uncalibrated.
   double forwardScale = 1, backwardScale = 1;
+  /// Seconds each task of a pipelined step costs beyond its ops (calling
+  /// the stage's function, its results allocated outside the arena): what
+  /// a pipelined run's tasks took over the model's figures for them, per
+  /// task (calibrate()); 0 uncalibrated.
+  double taskOverhead = 0;
   /// Measured over predicted memory above the kept activations' bytes: the
   /// kernels' temporaries and workspaces (calibrate(), from the run's peak);
   /// 1 uncalibrated. Scales the activations of every plan.
@@ -107,8 +112,9 @@ struct ModelProfile {
 /// time per step) sets forwardScale and backwardScale instead, so that the
 /// model's forward share of each micro-batch's compute is the measured one
 /// (the staged functions do in their forward tasks some work the
-/// unpartitioned step's profile counts as backward); the kernel scales of
-/// the other files price it.
+/// unpartitioned step's profile counts as backward), and what its tasks
+/// took beyond the model's figures for them (gradient sums included) sets
+/// taskOverhead; the kernel scales of the other files price it.
 /// Returns an error naming the file and the key, or "".
 std::string calibrate(ModelProfile &model, const HardwareProfile &hw,
                       const std::string &paths);
