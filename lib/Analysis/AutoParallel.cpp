@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 using namespace merak;
@@ -532,6 +533,26 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
     pipelineTime = a.makespan;
     busy = a.busy;
     heldPerRank = a.held;
+    // Tied parameters whose readers sit on several ranks: each owner sends
+    // its gradient to the others and sums them all (zeros, then one
+    // accumulation per owner), after the last backward.
+    for (const TiedParam &t : model.tied) {
+      std::set<int> owners;
+      for (int l : t.layers) {
+        int s = int(std::upper_bound(firstLayer.begin(), firstLayer.end(), l) -
+                    firstLayer.begin()) -
+                1;
+        owners.insert(s % plan.pp);
+      }
+      if (owners.size() < 2)
+        continue;
+      double bytes = t.split ? t.bytes / plan.tp : t.bytes;
+      pipelineTime +=
+          hw.transferTime(bytes, ppCross) +
+          (hw.memoryBandwidth > 0
+               ? (3 * double(owners.size()) + 1) * bytes / hw.memoryBandwidth
+               : 0);
+    }
     double total = 0;
     for (double x : busy)
       total += x;

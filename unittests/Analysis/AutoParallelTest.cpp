@@ -184,6 +184,35 @@ TEST(AutoParallel, EveryBlockingCollectivePaysTheStall) {
   EXPECT_NEAR(extra("dp=1"), 0, 1e-12);
 }
 
+TEST(AutoParallel, TiedParametersOnTwoRanksSumTheirGradients) {
+  // A 4 MB parameter read by layers 0 and 3 (an embedding tied to the
+  // head): a pipeline that puts them on two ranks exchanges its gradient
+  // after the last backward (4 ms at 1 GB/s) and sums it (zeros and two
+  // accumulations: 7 x 4 MB at the memory bandwidth).
+  HardwareProfile hw = hardware();
+  hw.linkBandwidth = 1e9;
+  ModelProfile tied = model();
+  tied.tied.push_back({4e6, false, {0, 3}});
+  auto pipeline = [&](const ModelProfile &m, const char *options) {
+    Plan plan;
+    EXPECT_EQ(parsePlan(options, plan), "");
+    Estimate e = evaluatePlan(m, hw, plan, 0);
+    EXPECT_EQ(e.infeasible, "") << options;
+    return e.pipelineTime;
+  };
+  const char *onePerRank = "pp=2 microbatches=2 schedule=1f1b stages=2";
+  EXPECT_NEAR(pipeline(tied, onePerRank) - pipeline(model(), onePerRank),
+              4e-3 + 7 * 4e6 / hw.memoryBandwidth, 1e-9);
+  // Interleaved, one layer a chunk: layers 0 and 2 are both rank 0's.
+  const char *interleaved =
+      "pp=2 microbatches=2 schedule=interleaved-1f1b virtual=2 stages=1,2,3";
+  tied.tied[0].layers = {0, 2};
+  EXPECT_NEAR(pipeline(tied, interleaved), pipeline(model(), interleaved),
+              1e-12);
+  // Without a pipeline nothing is exchanged.
+  EXPECT_NEAR(pipeline(tied, "dp=2"), pipeline(model(), "dp=2"), 1e-12);
+}
+
 TEST(AutoParallel, SplitBackwardDefersWeightsFirstStageAll) {
   // 1 s of each layer's 2 s backward computes weight gradients: the W of
   // a zero-bubble schedule. The first stage sends no input gradient, so

@@ -63,8 +63,20 @@ struct LayerProfile {
   int tpForwardCollectives = 0, tpBackwardCollectives = 0;
 };
 
+/// A parameter that layers share (a tied embedding and head): a pipeline
+/// that puts its readers on several ranks sums its gradient among them
+/// after the last backward.
+struct TiedParam {
+  double bytes = 0;
+  /// Whether tensor parallelism splits it (its bytes over tp a rank).
+  bool split = false;
+  /// The layers that read it, ascending.
+  std::vector<int> layers;
+};
+
 struct ModelProfile {
   std::vector<LayerProfile> layers;
+  std::vector<TiedParam> tied;
   /// Samples of the traced batch (dimension 0 of the inputs): one
   /// micro-batch of a step, split over the data-parallel ranks.
   int64_t batch = 1;

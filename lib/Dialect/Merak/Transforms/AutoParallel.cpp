@@ -25,6 +25,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -384,6 +385,8 @@ struct AutoParallelPass
     for (const ForwardOpCost &c : layers.opCosts())
       costOf[c.op] = &c;
     llvm::DenseSet<unsigned> seenParams, sectioned;
+    // The layers reading each parameter, in order.
+    llvm::MapVector<unsigned, SmallVector<int>> readersOf;
     for (const Layer &layer : layers.layers()) {
       LayerProfile lp;
       lp.firstId = layer.firstId;
@@ -459,6 +462,9 @@ struct AutoParallelPass
             continue;
           }
           double bytes = double(tensorBytes(arg.getType()));
+          SmallVector<int> &readers = readersOf[arg.getArgNumber()];
+          if (readers.empty() || readers.back() != int(model.layers.size()))
+            readers.push_back(int(model.layers.size()));
           if (!selects) {
             reads = true;
             lp.gatheredBytes += bytes;
@@ -473,6 +479,14 @@ struct AutoParallelPass
       }
       model.layers.push_back(std::move(lp));
     }
+    for (auto &[arg, readers] : readersOf)
+      if (readers.size() > 1) {
+        TiedParam t;
+        t.bytes = double(tensorBytes(func.getArgument(arg).getType()));
+        t.split = probe.splitParams.contains(arg);
+        t.layers.assign(readers.begin(), readers.end());
+        model.tied.push_back(std::move(t));
+      }
     if (model.layers.empty()) {
       emitError(func.getLoc(), "auto: found no layers (no contraction) in "
                                "@train_step's forward ops");
