@@ -62,6 +62,39 @@ Estimate price(const std::string &options, const ModelProfile &m = model(),
   return e;
 }
 
+/// The synthetic model calibrated by the profiles `paths` lists.
+ModelProfile calibratedBy(const std::string &paths) {
+  ModelProfile m = model();
+  EXPECT_EQ(calibrate(m, hardware(), paths), "");
+  return m;
+}
+
+/// What a pipelined profile set: the forward and backward scales and the
+/// overhead of a task.
+void expectSplit(const ModelProfile &m, double forward, double backward,
+                 double overhead) {
+  EXPECT_NEAR(m.forwardScale, forward, 1e-6);
+  EXPECT_NEAR(m.backwardScale, backward, 1e-6);
+  EXPECT_NEAR(m.taskOverhead, overhead, 1e-6);
+}
+
+/// Expects `m`'s unpartitioned step to take `step` seconds, and each stage
+/// of its 1F1B pipeline of two stages of two layers and two micro-batches
+/// `forward` and `backward` seconds a micro-batch.
+void expectStepAndPipeline(const ModelProfile &m, double step, double forward,
+                           double backward) {
+  Plan plan;
+  EXPECT_EQ(parsePlan("dp=1", plan), "");
+  EXPECT_NEAR(evaluatePlan(m, hardware(), plan, 0).pipelineTime, step, 1e-9);
+  EXPECT_EQ(parsePlan("pp=2 microbatches=2 schedule=1f1b stages=2", plan), "");
+  Estimate e = evaluatePlan(m, hardware(), plan, 0);
+  ASSERT_EQ(e.stages.size(), 2u);
+  for (const Estimate::StageTimes &s : e.stages) {
+    EXPECT_NEAR(s.forward, forward, 1e-6);
+    EXPECT_NEAR(s.backward, backward, 1e-6);
+  }
+}
+
 TEST(AutoParallel, OneDeviceIsForwardPlusBackward) {
   Estimate e = price("dp=1");
   // 4 layers x (1 s forward + 2 s backward).
@@ -410,23 +443,13 @@ TEST(AutoParallel, APipelinedProfileSetsTheForwardShare) {
     std::ofstream out(dir + "/step.json");
     out << R"({"ops": {"merak.linear": {"ms_per_step": 24000}}})";
   }
-  ModelProfile m = model();
-  ASSERT_EQ(calibrate(m, hardware(), dir + "/split.json," + dir + "/step.json"),
-            "");
+  ModelProfile m = calibratedBy(dir + "/split.json," + dir + "/step.json");
   EXPECT_DOUBLE_EQ(m.gemmScale, 2.0);
   // (Less the gradient sums' 48 ns in the backward tasks.)
-  EXPECT_NEAR(m.forwardScale, 1.5, 1e-6);
-  EXPECT_NEAR(m.backwardScale, 0.75, 1e-6);
-  Plan plan;
-  ASSERT_EQ(parsePlan("dp=1", plan), "");
-  EXPECT_NEAR(evaluatePlan(m, hardware(), plan, 0).pipelineTime, 24.0, 1e-9);
+  expectSplit(m, 1.5, 0.75, 0);
   // Two stages of two layers, each micro-batch the traced batch: 2 x 2 s
   // of forward, 1.5 times; 2 x 4 s of backward, 0.75 times.
-  ASSERT_EQ(parsePlan("pp=2 microbatches=2 schedule=1f1b stages=2", plan), "");
-  Estimate e = evaluatePlan(m, hardware(), plan, 0);
-  ASSERT_EQ(e.stages.size(), 2u);
-  EXPECT_NEAR(e.stages[0].forward, 6.0, 1e-6);
-  EXPECT_NEAR(e.stages[1].backward, 6.0, 1e-6);
+  expectStepAndPipeline(m, 24.0, 6.0, 6.0);
 
   {
     std::ofstream out(dir + "/split.json");
@@ -461,28 +484,18 @@ TEST(AutoParallel, APipelinedProfileSetsTheTaskOverhead) {
                          "backward_ms": 17000, "weight_ms": 0,
                          "recompute_ms": 0}})";
   }
-  ModelProfile m = model();
-  ASSERT_EQ(calibrate(m, hardware(), dir + "/step.json," + dir + "/split.json"),
-            "");
-  EXPECT_NEAR(m.taskOverhead, 0.5, 1e-6);
-  EXPECT_NEAR(m.forwardScale, 1.0, 1e-6);
-  EXPECT_NEAR(m.backwardScale, 1.0, 1e-6);
+  ModelProfile m = calibratedBy(dir + "/step.json," + dir + "/split.json");
+  expectSplit(m, 1.0, 1.0, 0.5);
   // The unpartitioned step runs no tasks; a pipeline's tasks pay it each
   // (two stages of two layers: 2 s forward, 4 s backward), and a split
   // backward's B and W each.
+  expectStepAndPipeline(m, 12.0, 2.5, 4.5);
   Plan plan;
-  ASSERT_EQ(parsePlan("dp=1", plan), "");
-  EXPECT_NEAR(evaluatePlan(m, hardware(), plan, 0).pipelineTime, 12.0, 1e-9);
-  ASSERT_EQ(parsePlan("pp=2 microbatches=2 schedule=1f1b stages=2", plan), "");
-  Estimate e = evaluatePlan(m, hardware(), plan, 0);
-  ASSERT_EQ(e.stages.size(), 2u);
-  EXPECT_NEAR(e.stages[1].forward, 2.5, 1e-6);
-  EXPECT_NEAR(e.stages[1].backward, 4.5, 1e-6);
   ModelProfile split = m;
   for (LayerProfile &l : split.layers)
     l.weight = {{1e9, 0, true, true}};
   ASSERT_EQ(parsePlan("pp=2 microbatches=2 schedule=zb-h1 stages=2", plan), "");
-  e = evaluatePlan(split, hardware(), plan, 0);
+  Estimate e = evaluatePlan(split, hardware(), plan, 0);
   ASSERT_EQ(e.stages.size(), 2u);
   EXPECT_NEAR(e.stages[1].backward - e.stages[1].weight, 2.5, 1e-6);
   EXPECT_NEAR(e.stages[1].weight, 2.5, 1e-6);
@@ -492,9 +505,7 @@ TEST(AutoParallel, APipelinedProfileSetsTheTaskOverhead) {
     out << R"({"tasks": {"microbatches": 2, "forward_ms": 7000,
                          "backward_ms": 16000, "weight_ms": 0}})";
   }
-  m = model();
-  ASSERT_EQ(calibrate(m, hardware(), dir + "/step.json," + dir + "/split.json"),
-            "");
+  m = calibratedBy(dir + "/step.json," + dir + "/split.json");
   EXPECT_DOUBLE_EQ(m.taskOverhead, 0);
 }
 
