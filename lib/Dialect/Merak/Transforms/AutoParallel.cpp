@@ -387,6 +387,14 @@ struct AutoParallelPass
     llvm::DenseSet<unsigned> seenParams, sectioned;
     // The layers reading each parameter, in order.
     llvm::MapVector<unsigned, SmallVector<int>> readersOf;
+    // `v` when it is a parameter of the step, else null.
+    auto paramOf = [&](Value v) -> BlockArgument {
+      auto arg = dyn_cast<BlockArgument>(v);
+      if (!arg || arg.getOwner()->getParentOp() != func ||
+          !func.getArgAttr(arg.getArgNumber(), kParamAttr))
+        return BlockArgument();
+      return arg;
+    };
     for (const Layer &layer : layers.layers()) {
       LayerProfile lp;
       lp.firstId = layer.firstId;
@@ -438,23 +446,14 @@ struct AutoParallelPass
         bool reads = false;
         bool selects = isa<SelectOp>(op);
         for (Value operand : op->getOperands()) {
-          auto paramOf = [&](Value v) -> BlockArgument {
-            v = stripShards(v);
-            if (auto cast = v.getDefiningOp<CastOp>())
-              v = stripShards(cast.getInput());
-            auto arg = dyn_cast<BlockArgument>(v);
-            if (!arg || arg.getOwner()->getParentOp() != func ||
-                !func.getArgAttr(arg.getArgNumber(), kParamAttr))
-              return BlockArgument();
-            return arg;
-          };
-          BlockArgument arg = paramOf(operand);
+          Value source = stripShards(operand);
+          if (auto cast = source.getDefiningOp<CastOp>())
+            source = stripShards(cast.getInput());
+          BlockArgument arg = paramOf(source);
           if (!arg) {
-            Value v = stripShards(operand);
-            if (auto cast = v.getDefiningOp<CastOp>())
-              v = cast.getInput();
-            if (auto section = v.getDefiningOp<SelectOp>())
-              if (BlockArgument fused = paramOf(section.getInput());
+            if (auto section = source.getDefiningOp<SelectOp>())
+              if (BlockArgument fused =
+                      paramOf(stripShards(section.getInput()));
                   fused && sectioned.insert(fused.getArgNumber()).second) {
                 reads = true;
                 lp.gatheredBytes += double(tensorBytes(fused.getType()));
