@@ -7,6 +7,7 @@
 #include "merak/Analysis/PipelineSchedule.h"
 #include "merak/Hardware/CollectiveCost.h"
 
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <nlohmann/json.hpp>
@@ -162,7 +163,9 @@ double opsTime(const ModelProfile &model, const HardwareProfile &hw,
   double t = 0;
   for (const OpWork &w : ops)
     t += opTime(hw, model.computeType, w, w.split ? scale / tp : scale) *
-         (w.contraction ? model.gemmScale : model.otherScale);
+         (w.scale > 0     ? w.scale
+          : w.contraction ? model.gemmScale
+                          : model.otherScale);
   return t;
 }
 
@@ -893,13 +896,40 @@ SearchResult merak::autoparallel::searchPlans(const ModelProfile &model,
   return result;
 }
 
+double merak::autoparallel::workTime(const HardwareProfile &hw,
+                                     const std::string &computeType,
+                                     const OpWork &work) {
+  return opTime(hw, computeType, work, 1.0);
+}
+
 namespace {
+
+/// Whether a profile's op of this name is compute the model prices per
+/// layer: not a collective, its wait, nor an optimizer update.
+bool pricedPerLayer(llvm::StringRef name) {
+  return !name.starts_with("mesh.") && name != "wait" &&
+         !name.ends_with("_update");
+}
+
+/// Milliseconds per step of a profile's `ops` that the model prices per
+/// layer (entries checked by calibrateOne's rules; others count nothing).
+double kernelMs(const json &ops) {
+  double ms = 0;
+  if (!ops.is_object())
+    return 0;
+  for (auto it = ops.begin(); it != ops.end(); ++it)
+    if (pricedPerLayer(it.key()) && it->is_object() &&
+        it->contains("ms_per_step") && (*it)["ms_per_step"].is_number())
+      ms += std::max((*it)["ms_per_step"].get<double>(), 0.0);
+  return ms;
+}
 
 /// The forward share of a pipelined run's task time (`tasks` of a
 /// `--profile-json` file) against the model's for that run: forward and
 /// backward scales that keep the model's total and give its split.
 std::string calibrateSplit(ModelProfile &model, const HardwareProfile &hw,
-                           const std::string &path, const json &tasks) {
+                           const std::string &path, const json &doc) {
+  const json &tasks = doc["tasks"];
   auto number = [&](const char *key, double &out) -> std::string {
     if (!tasks.contains(key) || !tasks[key].is_number() ||
         tasks[key].get<double>() < 0)
@@ -942,14 +972,25 @@ std::string calibrateSplit(ModelProfile &model, const HardwareProfile &hw,
   double sum = microbatches > 1
                    ? std::min(gradientSumTime(hw, params), 0.5 * backward)
                    : 0;
-  // What the two tasks took beyond the model's figures, each; at most half
-  // the shorter task (a larger gap is the kernels' calibration, not a
+  // What a task takes beyond its kernels: the run's task time less the
+  // kernel time it measured (the optimizer's and collectives' left out:
+  // they run outside the tasks), per task. Without kernel times, what the
+  // two tasks took beyond the model's figures, each. At most half the
+  // shorter task (a larger gap is noise or the kernels' calibration, not a
   // cost per task).
-  model.taskOverhead = std::clamp(
-      (forward + backward - predictedForward - predictedBackward - sum) / 2,
-      0.0, 0.5 * std::min(forward, backward));
+  double kernels = doc.contains("ops") ? kernelMs(doc["ops"]) : 0;
+  double taskMs = microbatches * (forward + backward) * 1e3;
+  double overhead =
+      kernels > 0
+          ? (taskMs - kernels) / (microbatches * (weight > 0 ? 3 : 2) * 1e3)
+          : (forward + backward - predictedForward - predictedBackward - sum) /
+                2;
+  model.taskOverhead =
+      std::clamp(overhead, 0.0, 0.5 * std::min(forward, backward));
   double f = std::max(forward - model.taskOverhead, 0.0);
-  double b = std::max(backward - model.taskOverhead - sum, 0.0);
+  // (A split backward is two tasks, B and W.)
+  double b =
+      std::max(backward - model.taskOverhead * (weight > 0 ? 2 : 1) - sum, 0.0);
   if (f <= 0 || b <= 0)
     return "";
   double share = f / (f + b);
@@ -1002,7 +1043,7 @@ std::string merak::autoparallel::calibrate(ModelProfile &model,
   for (const auto &[path, doc] : pipelined) {
     if (!doc["tasks"].is_object())
       return path + ": tasks: expected an object";
-    if (std::string error = calibrateSplit(model, hw, path, doc["tasks"]);
+    if (std::string error = calibrateSplit(model, hw, path, doc);
         !error.empty())
       return error;
   }
@@ -1010,6 +1051,105 @@ std::string merak::autoparallel::calibrate(ModelProfile &model,
 }
 
 namespace {
+
+/// Scales each op of the model by its own measured time, within its
+/// class's: an op and result shape that `top_shapes` lists by the time
+/// measured for it, the other shapes of an op name by what is left of the
+/// name's time (`ops`), an op the run did not time by its class's scale;
+/// then each class's scales by one factor, so that the class's total is
+/// what it measured (the time of ops the model does not count, a reshape's
+/// copy, spread over the rest as the class scales spread it).
+std::string calibrateSignatures(ModelProfile &model, const HardwareProfile &hw,
+                                const std::string &path, const json &doc) {
+  size_t n = model.signatures.size();
+  model.signatureScales.assign(n, 0);
+  if (n == 0)
+    return "";
+  llvm::StringMap<double> measured;
+  if (doc.contains("top_shapes")) {
+    const json &top = doc["top_shapes"];
+    if (!top.is_array())
+      return path + ": top_shapes: expected an array";
+    for (size_t i = 0; i < top.size(); ++i) {
+      const json &e = top[i];
+      if (!e.is_object() || !e.contains("op") || !e["op"].is_string() ||
+          !e.contains("ms_per_step") || !e["ms_per_step"].is_number() ||
+          e["ms_per_step"].get<double>() < 0)
+        return llvm::formatv("{0}: top_shapes[{1}]: expected an \"op\" "
+                             "string and a non-negative \"ms_per_step\"",
+                             path, i)
+            .str();
+      measured[e["op"].get<std::string>()] += e["ms_per_step"].get<double>();
+    }
+  }
+  auto nameOf = [](llvm::StringRef signature) {
+    return signature.split(" ->").first;
+  };
+  // Predicted milliseconds per signature, for the run the file profiled.
+  std::vector<double> predicted(n, 0);
+  for (const LayerProfile &l : model.layers)
+    for (const std::vector<OpWork> *ops : {&l.forward, &l.backward})
+      for (const OpWork &w : *ops) {
+        double t = workTime(hw, model.computeType, w) * 1e3;
+        for (auto [s, share] : w.parts)
+          if (s >= 0 && size_t(s) < n)
+            predicted[s] += t * share;
+      }
+  // What each name measured beyond its listed shapes, and what the model
+  // predicts for the shapes not listed.
+  llvm::StringMap<double> restMeasured, restPredicted;
+  const json &ops = doc["ops"];
+  for (size_t s = 0; s < n; ++s) {
+    llvm::StringRef name = nameOf(model.signatures[s]);
+    if (!restMeasured.count(name))
+      restMeasured[name] = ops.contains(name.str())
+                               ? ops[name.str()]["ms_per_step"].get<double>()
+                               : 0;
+    auto it = measured.find(model.signatures[s]);
+    if (it != measured.end())
+      restMeasured[name] -= it->second;
+    else
+      restPredicted[name] += predicted[s];
+  }
+  std::vector<double> &scales = model.signatureScales;
+  double classTarget[2] = {0, 0}, classPriced[2] = {0, 0};
+  for (size_t s = 0; s < n; ++s) {
+    llvm::StringRef name = nameOf(model.signatures[s]);
+    bool gemm = isGemmOpName(name);
+    double base = gemm ? model.gemmScale : model.otherScale;
+    double scale = base;
+    auto it = measured.find(model.signatures[s]);
+    if (predicted[s] > 0 && it != measured.end() && it->second > 0)
+      scale = it->second / predicted[s];
+    else if (it == measured.end() && restMeasured[name] > 0 &&
+             restPredicted[name] > 0)
+      scale = restMeasured[name] / restPredicted[name];
+    // A shape far off its class is more likely noise than a kernel that
+    // slow or fast.
+    scales[s] = std::clamp(scale, base / 4, base * 4);
+    classPriced[gemm] += predicted[s] * scales[s];
+    classTarget[gemm] += predicted[s] * base;
+  }
+  for (size_t s = 0; s < n; ++s) {
+    bool gemm = isGemmOpName(nameOf(model.signatures[s]));
+    if (classPriced[gemm] > 0)
+      scales[s] *= classTarget[gemm] / classPriced[gemm];
+  }
+  auto scaleOf = [&](OpWork &w) {
+    double total = 0, weighted = 0;
+    for (auto [s, share] : w.parts)
+      if (s >= 0 && size_t(s) < n) {
+        weighted += share * scales[s];
+        total += share;
+      }
+    w.scale = total > 0 ? weighted / total : 0;
+  };
+  for (LayerProfile &l : model.layers)
+    for (std::vector<OpWork> *ops : {&l.forward, &l.backward, &l.weight})
+      for (OpWork &w : *ops)
+        scaleOf(w);
+  return "";
+}
 
 std::string calibrateOne(ModelProfile &model, const HardwareProfile &hw,
                          const std::string &path, const json &doc) {
@@ -1028,8 +1168,7 @@ std::string calibrateOne(ModelProfile &model, const HardwareProfile &hw,
              "non-negative number";
     double ms = entry["ms_per_step"].get<double>();
     llvm::StringRef name(kind);
-    if (name.starts_with("mesh.") || name == "wait" ||
-        name.ends_with("_update"))
+    if (!pricedPerLayer(name))
       continue;
     if (isGemmOpName(name))
       gemm += ms;
@@ -1050,6 +1189,9 @@ std::string calibrateOne(ModelProfile &model, const HardwareProfile &hw,
   model.gemmScale = gemm / predictedGemm;
   model.otherScale =
       predictedOther > 0 && other > 0 ? other / predictedOther : 1.0;
+  if (std::string error = calibrateSignatures(model, hw, path, doc);
+      !error.empty())
+    return error;
 
   // Memory: the run's peak holds the parameters, their gradients and
   // optimizer state (as the model counts them), the activations kept for
@@ -1148,6 +1290,13 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                   {"compute_type", model.computeType}};
   if (!model.tpRefusal.empty())
     doc["model"]["tensor_parallel_refused"] = model.tpRefusal;
+  // Each op's scale, by name and result types (calibrated only).
+  json scales = json::object();
+  for (size_t s = 0; s < model.signatureScales.size(); ++s)
+    if (model.signatureScales[s] > 0)
+      scales[model.signatures[s]] = model.signatureScales[s];
+  if (!scales.empty())
+    doc["model"]["op_scales"] = scales;
   if (!result.ranked.empty()) {
     doc["plan"] = planJson(result.ranked.front());
     json alternatives = json::array();

@@ -434,7 +434,7 @@ TEST(AutoParallel, APipelinedProfileSetsTheForwardShare) {
   std::string dir = ::testing::TempDir();
   {
     std::ofstream out(dir + "/split.json");
-    out << R"({"ops": {"merak.linear": {"ms_per_step": 1}},
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 600}},
                "tasks": {"microbatches": 2, "steps": 5, "forward_ms": 300,
                          "backward_ms": 200, "weight_ms": 100,
                          "recompute_ms": 0}})";
@@ -470,9 +470,10 @@ TEST(AutoParallel, APipelinedProfileSetsTheForwardShare) {
 TEST(AutoParallel, APipelinedProfileSetsTheTaskOverhead) {
   // The step's profile prices each layer as built (1 s forward, 2 s
   // backward: 12 s of GEMMs a step). A pipelined run on one rank of two
-  // micro-batches took 4.5 s of forward and 8.5 s of backward tasks each
-  // (the gradient sums cost nothing at this memory bandwidth): 1 s more
-  // than the model's figures, 0.5 s a task, the forward share unchanged.
+  // micro-batches took 4.5 s of forward and 8.5 s of backward tasks each,
+  // 24 s of it in kernels (the optimizer's update runs outside the tasks):
+  // 2 s beyond the kernels over 4 tasks, 0.5 s a task, the forward share
+  // unchanged (the gradient sums cost nothing at this memory bandwidth).
   std::string dir = ::testing::TempDir();
   {
     std::ofstream out(dir + "/step.json");
@@ -480,7 +481,10 @@ TEST(AutoParallel, APipelinedProfileSetsTheTaskOverhead) {
   }
   {
     std::ofstream out(dir + "/split.json");
-    out << R"({"tasks": {"microbatches": 2, "steps": 5, "forward_ms": 9000,
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 24000},
+                       "merak.adamw_update": {"ms_per_step": 700},
+                       "mesh.all_reduce": {"ms_per_step": 300}},
+               "tasks": {"microbatches": 2, "steps": 5, "forward_ms": 9000,
                          "backward_ms": 17000, "weight_ms": 0,
                          "recompute_ms": 0}})";
   }
@@ -499,6 +503,27 @@ TEST(AutoParallel, APipelinedProfileSetsTheTaskOverhead) {
   ASSERT_EQ(e.stages.size(), 2u);
   EXPECT_NEAR(e.stages[1].backward - e.stages[1].weight, 2.5, 1e-6);
   EXPECT_NEAR(e.stages[1].weight, 2.5, 1e-6);
+  // The overhead is what the tasks took beyond their kernels in the same
+  // run, not beyond the model: a run whose kernels ran slower than the
+  // step's profile says (28 s where it predicts 24) still spent 0.5 s a
+  // task outside them.
+  {
+    std::ofstream out(dir + "/split.json");
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 28000}},
+               "tasks": {"microbatches": 2, "forward_ms": 11000,
+                         "backward_ms": 19000, "weight_ms": 0}})";
+  }
+  m = calibratedBy(dir + "/step.json," + dir + "/split.json");
+  EXPECT_NEAR(m.taskOverhead, 0.5, 1e-9);
+  // Without kernel times, the gap to the model's figures: 1 s a
+  // micro-batch, 0.5 s a task.
+  {
+    std::ofstream out(dir + "/split.json");
+    out << R"({"tasks": {"microbatches": 2, "forward_ms": 9000,
+                         "backward_ms": 17000, "weight_ms": 0}})";
+  }
+  m = calibratedBy(dir + "/step.json," + dir + "/split.json");
+  EXPECT_NEAR(m.taskOverhead, 0.5, 1e-6);
   // A run no slower than the model leaves no overhead.
   {
     std::ofstream out(dir + "/split.json");
@@ -507,6 +532,81 @@ TEST(AutoParallel, APipelinedProfileSetsTheTaskOverhead) {
   }
   m = calibratedBy(dir + "/step.json," + dir + "/split.json");
   EXPECT_DOUBLE_EQ(m.taskOverhead, 0);
+}
+
+TEST(AutoParallel, CalibrationScalesEachOpShapeByItsOwnTime) {
+  // Layers 0-2 run one linear of shape A forward, the head (layer 3) one
+  // of shape B; each backward is a matmul and a weight gradient, half the
+  // predicted time each: 3 s of A, 1 s of B, 4 s of each backward op.
+  ModelProfile m = model();
+  m.signatures = {"merak.linear -> 4x8xf32", "merak.linear -> 4x16xf32",
+                  "merak.matmul -> 4x8xf32",
+                  "merak.linear_weight_backward -> 8x8xf32"};
+  for (int l = 0; l < 4; ++l) {
+    m.layers[l].forward[0].parts = {{l == 3 ? 1 : 0, 1.0}};
+    for (OpWork &w : m.layers[l].backward)
+      w.parts = {{2, 0.5}, {3, 0.5}};
+  }
+  // The run timed the head's linear at twice the model's figure (its
+  // shape listed by itself), the other linears at the figure (what is
+  // left of the name's time), the backward ops at it.
+  std::string path = ::testing::TempDir() + "/calibration-shapes.json";
+  {
+    std::ofstream out(path);
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 5000},
+                       "merak.matmul": {"ms_per_step": 4000},
+                       "merak.linear_weight_backward": {"ms_per_step": 4000}},
+               "top_shapes": [
+                 {"op": "merak.linear -> 4x16xf32", "ms_per_step": 2000},
+                 {"op": "merak.matmul -> 4x8xf32", "ms_per_step": 4000},
+                 {"op": "merak.reshape -> 4x8xf32", "ms_per_step": 1}]})";
+  }
+  ASSERT_EQ(calibrate(m, hardware(), path), "");
+  EXPECT_NEAR(m.gemmScale, 13.0 / 12.0, 1e-12);
+  ASSERT_EQ(m.signatureScales.size(), 4u);
+  for (auto [s, scale] :
+       {std::pair<int, double>{0, 1.0}, {1, 2.0}, {2, 1.0}, {3, 1.0}})
+    EXPECT_NEAR(m.signatureScales[s], scale, 1e-12) << m.signatures[s];
+  EXPECT_NEAR(m.layers[3].forward[0].scale, 2.0, 1e-12);
+  EXPECT_NEAR(m.layers[0].forward[0].scale, 1.0, 1e-12);
+  // The step is the measured 13 s; the head's stage forwards 1 + 2 s.
+  Plan plan;
+  ASSERT_EQ(parsePlan("dp=1", plan), "");
+  EXPECT_NEAR(evaluatePlan(m, hardware(), plan, 0).pipelineTime, 13.0, 1e-9);
+  ASSERT_EQ(parsePlan("pp=2 microbatches=2 schedule=1f1b stages=2", plan), "");
+  Estimate e = evaluatePlan(m, hardware(), plan, 0);
+  ASSERT_EQ(e.stages.size(), 2u);
+  EXPECT_NEAR(e.stages[0].forward, 2.0, 1e-9);
+  EXPECT_NEAR(e.stages[1].forward, 3.0, 1e-9);
+
+  // A shape timed far off its class counts at least a quarter of the
+  // class's scale (and at most 4 times it), and the class's total stays
+  // what the run measured: B's 0.2 s where 1 s is predicted counts as
+  // 20/12 / 4, all scales then a little less so that the step is 20 s.
+  {
+    std::ofstream out(path);
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 12000},
+                       "merak.matmul": {"ms_per_step": 4000},
+                       "merak.linear_weight_backward": {"ms_per_step": 4000}},
+               "top_shapes": [
+                 {"op": "merak.linear -> 4x16xf32", "ms_per_step": 200}]})";
+  }
+  ASSERT_EQ(calibrate(m, hardware(), path), "");
+  EXPECT_NEAR(m.gemmScale, 20.0 / 12.0, 1e-12);
+  ASSERT_EQ(parsePlan("dp=1", plan), "");
+  EXPECT_NEAR(evaluatePlan(m, hardware(), plan, 0).pipelineTime, 20.0, 1e-9);
+  double kept = 20.0 / (3 * 11.8 / 3 + 20.0 / 48 + 8);
+  EXPECT_NEAR(m.signatureScales[1], 20.0 / 48 * kept, 1e-9);
+  EXPECT_NEAR(m.signatureScales[0], 11.8 / 3 * kept, 1e-9);
+
+  {
+    std::ofstream out(path);
+    out << R"({"ops": {"merak.linear": {"ms_per_step": 5000}},
+               "top_shapes": [{"op": "merak.linear -> 4x8xf32"}]})";
+  }
+  EXPECT_EQ(calibrate(m, hardware(), path),
+            path + ": top_shapes[0]: expected an \"op\" string and a "
+                   "non-negative \"ms_per_step\"");
 }
 
 TEST(AutoParallel, CalibrationScalesActivationsByTheMeasuredPeak) {

@@ -36,6 +36,13 @@ struct OpWork {
   bool contraction = false;
   /// Tensor parallelism divides it (a split weight or activation).
   bool split = false;
+  /// The ops of the step this work stands for, as indices into
+  /// ModelProfile::signatures, each with its share of the work's predicted
+  /// time (a forward op: itself; its backward: its gradient ops).
+  std::vector<std::pair<int, double>> parts = {};
+  /// Measured over predicted time of those ops (calibrate()); 0: the scale
+  /// of its class (gemmScale or otherScale).
+  double scale = 0;
 };
 
 struct LayerProfile {
@@ -96,6 +103,12 @@ struct ModelProfile {
   /// Measured over predicted kernel time of GEMMs and of the other ops
   /// (calibrate()); 1 uncalibrated.
   double gemmScale = 1, otherScale = 1;
+  /// The step's ops by name and result types, as a profile of a run names
+  /// them (`merak.linear -> 4x128x256xf32`): what OpWork::parts index.
+  std::vector<std::string> signatures;
+  /// Per signature, measured over predicted time where a profile timed it
+  /// (its `top_shapes`), else 0 (calibrate()).
+  std::vector<double> signatureScales;
   /// Measured over predicted forward and backward (and weight-gradient)
   /// task time of a pipelined run, at an unchanged total (calibrate());
   /// 1 uncalibrated.
@@ -111,14 +124,23 @@ struct ModelProfile {
   double activationScale = 1;
 };
 
+/// The model's time for `work` on one device, uncalibrated: a GEMM at the
+/// rate its size runs at, another op by the roofline, plus the profile's
+/// per-kernel overhead.
+double workTime(const HardwareProfile &hw, const std::string &computeType,
+                const OpWork &work);
+
 /// Calibrates `model` by a run of its unpartitioned step on one device
 /// (`merak-exec step.mlir --profile-json calib.json`, the same traced
 /// batch): the measured kernel time per step of GEMMs (linear, matmul,
 /// convolution and their gradients) and of the other ops (collectives,
 /// waits and optimizer updates left out) over what the model predicts for
-/// that run sets gemmScale and otherScale; where the file has the run's
-/// `peak_bytes`, the peak less the parameters, gradients and optimizer
-/// state over the activations the model keeps sets activationScale.
+/// that run sets gemmScale and otherScale. Within each class, ops are
+/// scaled by their own measured time: an op and result shape the file's
+/// `top_shapes` lists by its own, the rest of an op name's time by the
+/// name (`ops`), the class's total unchanged (OpWork::scale); where the file
+/// has the run's `peak_bytes`, the peak less the parameters, gradients and
+/// optimizer state over the activations the model keeps sets activationScale.
 /// `paths` may list several files, comma-separated: a profile of a
 /// pipelined plan run on one rank (its `tasks`: forward and backward task
 /// time per step) sets forwardScale and backwardScale instead, so that the

@@ -384,6 +384,52 @@ struct AutoParallelPass
     llvm::DenseMap<Operation *, const ForwardOpCost *> costOf;
     for (const ForwardOpCost &c : layers.opCosts())
       costOf[c.op] = &c;
+    // Each forward op's gradient ops, and those that compute weight
+    // gradients only: what the work of its backward stands for.
+    llvm::DenseMap<int64_t, SmallVector<Operation *>> gradOps;
+    for (Operation &op : func.getBody().front().without_terminator())
+      if (std::optional<int64_t> of = getGradOf(&op))
+        gradOps[*of].push_back(&op);
+    llvm::DenseSet<Operation *> weightOps = weightGradientOps(func);
+    // The ops as a profile of a run names them, and each one's share of
+    // the predicted time of a list of them.
+    llvm::StringMap<int> signatureIndex;
+    auto signature = [&](Operation *op) {
+      std::string text = op->getName().getStringRef().str() + " ->";
+      llvm::raw_string_ostream os(text);
+      for (auto [r, type] : llvm::enumerate(op->getResultTypes())) {
+        os << (r ? ", " : " ");
+        if (auto shaped = dyn_cast<ShapedType>(type)) {
+          for (int64_t d : shaped.getShape())
+            os << d << 'x';
+          os << shaped.getElementType();
+        } else {
+          os << type;
+        }
+      }
+      auto [it, inserted] =
+          signatureIndex.try_emplace(text, int(model.signatures.size()));
+      if (inserted)
+        model.signatures.push_back(text);
+      return it->second;
+    };
+    auto partsOf = [&](ArrayRef<Operation *> ops) {
+      std::vector<std::pair<int, double>> parts;
+      double total = 0;
+      for (Operation *op : ops) {
+        OpCost cost = estimateOp(op);
+        OpWork w;
+        w.flops = cost.flops;
+        w.bytes = double(cost.bytes());
+        w.contraction = isContraction(op);
+        double t = workTime(hw, model.computeType, w);
+        parts.emplace_back(signature(op), t);
+        total += t;
+      }
+      for (auto &part : parts)
+        part.second = total > 0 ? part.second / total : 1.0 / parts.size();
+      return parts;
+    };
     llvm::DenseSet<unsigned> seenParams, sectioned;
     // The layers reading each parameter, in order.
     llvm::MapVector<unsigned, SmallVector<int>> readersOf;
@@ -408,23 +454,33 @@ struct AutoParallelPass
         std::optional<int64_t> id = getForwardId(op);
         bool split = id && probe.splitOps.contains(*id);
         bool gemm = isContraction(op);
-        auto work = [&](const OpCost &cost, double share) {
+        auto work = [&](const OpCost &cost, double share,
+                        std::vector<std::pair<int, double>> parts) {
           OpWork w;
           w.flops = cost.flops * share;
           w.bytes = double(cost.bytes()) * share;
           w.contraction = gemm;
           w.split = split;
+          w.parts = std::move(parts);
           return w;
         };
-        lp.forward.push_back(work(c->forward, 1));
+        lp.forward.push_back(work(c->forward, 1, partsOf({op})));
 
         // A contraction's backward is two GEMMs (input and weight
         // gradients), each priced at its own size.
+        SmallVector<Operation *> backward, weight;
+        if (id)
+          for (Operation *g : gradOps.lookup(*id)) {
+            backward.push_back(g);
+            if (weightOps.contains(g))
+              weight.push_back(g);
+          }
         int pieces = gemm ? 2 : 1;
         for (int k = 0; k < pieces; ++k)
-          lp.backward.push_back(work(c->backward, 1.0 / pieces));
+          lp.backward.push_back(
+              work(c->backward, 1.0 / pieces, partsOf(backward)));
         if (c->backwardWeight.flops > 0 || c->backwardWeight.bytes() > 0)
-          lp.weight.push_back(work(c->backwardWeight, 1));
+          lp.weight.push_back(work(c->backwardWeight, 1, partsOf(weight)));
         lp.savedBytes += double(c->savedBytes);
         if (split)
           lp.splitSavedBytes += double(c->savedBytes);
