@@ -323,6 +323,10 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   e.samples = double(model.batch) * plan.microbatches;
   const LayerTimes &lt = times(plan.tp, parts);
   double scale = 1.0 / double(parts);
+  if (plan.tp > 1)
+    for (const LayerProfile &l : model.layers)
+      e.tensorParallelCollectives +=
+          l.tpForwardCollectives + l.tpBackwardCollectives;
 
   // Stage cuts: balanced over forward + backward (+ recomputation) times
   // when the plan does not give them.
@@ -1248,6 +1252,7 @@ json planJson(const ScoredPlan &s) {
             {"pipeline_seconds", e.pipelineTime},
             {"compute_seconds", e.computeTime},
             {"tensor_parallel_seconds", e.tensorParallelTime},
+            {"tensor_parallel_collectives", e.tensorParallelCollectives},
             {"data_parallel_seconds", e.dataParallelTime},
             {"optimizer_seconds", e.optimizerTime},
             {"bubble", e.bubble},

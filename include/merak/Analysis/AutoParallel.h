@@ -193,6 +193,9 @@ struct Estimate {
   /// Time of all compute on the busiest rank, of its tensor-parallel
   /// collectives, and the idle fraction of the pipeline.
   double computeTime = 0, tensorParallelTime = 0, bubble = 0;
+  /// The all-reduces tensor parallelism adds to one micro-batch's forward
+  /// and backward, over all stages (recomputation not counted); 0 at tp=1.
+  int tensorParallelCollectives = 0;
   /// Peak bytes of the fullest rank and its parts.
   double memory = 0, parameters = 0, gradients = 0, optimizerState = 0,
          activations = 0, buffers = 0;

@@ -65,8 +65,20 @@ struct TensorParallelProbe {
   llvm::DenseSet<int64_t> splitOps;
   /// Parameter argument numbers it splits.
   llvm::DenseSet<unsigned> splitParams;
-  /// Forward op id -> bytes all-reduced in forward / backward.
-  llvm::DenseMap<int64_t, double> forwardReduce, backwardReduce;
+  /// Bytes all-reduced and how many all-reduces that is.
+  struct Reduce {
+    double bytes = 0;
+    int count = 0;
+    void add(double b, int n = 1) {
+      bytes += b;
+      count += n;
+    }
+  };
+  using ReduceMap = llvm::DenseMap<int64_t, Reduce>;
+  /// Forward op id -> what is all-reduced for it in forward / backward:
+  /// the partitioned step's collectives (countCollectives), or where it
+  /// cannot be partitioned, the reductions the annotations imply.
+  ReduceMap forwardReduce, backwardReduce;
   std::set<int64_t> dims;
 };
 
@@ -109,6 +121,31 @@ bool partialOnAxis(MeshShardingAttr s, MeshAxis axis) {
   return s && llvm::is_contained(s.getPartialAxes(), axis);
 }
 
+/// Whether partial sum `v` is all-reduced where it is read: some reader
+/// takes it whole (annotated so, or unannotated with no partial result of
+/// its own). A partial sum read as a partial sum (a transpose of a
+/// row-split linear's output) is reduced further on, once.
+bool reducedWhereRead(Value v, MeshAxis axis) {
+  auto readWhole = [&](Value annotated) {
+    for (Operation *user : annotated.getUsers()) {
+      if (auto s = dyn_cast<ShardOp>(user)) {
+        if (s.getAnnotateForUsers() && !partialOnAxis(s.getShard(), axis))
+          return true;
+        continue;
+      }
+      if (llvm::none_of(user->getResults(), [&](Value r) {
+            return partialOnAxis(resultSharding(r), axis);
+          }))
+        return true;
+    }
+    return false;
+  };
+  for (Operation *user : v.getUsers())
+    if (auto s = dyn_cast<ShardOp>(user); s && !s.getAnnotateForUsers())
+      return readWhole(s.getResult());
+  return readWhole(v);
+}
+
 void readProbe(ModuleOp copy, TensorParallelProbe &probe) {
   auto func = copy.lookupSymbol<func::FuncOp>(kTrainStepName);
   MeshOp mesh = lookupMesh(copy);
@@ -137,13 +174,30 @@ void readProbe(ModuleOp copy, TensorParallelProbe &probe) {
     for (Value r : op->getResults()) {
       MeshShardingAttr s = resultSharding(r);
       split |= splitOnAxis(s, r, axis) || partialOnAxis(s, axis);
-      if (partialOnAxis(s, axis))
-        probe.forwardReduce[*id] += double(tensorBytes(r.getType()));
+      if (partialOnAxis(s, axis) && reducedWhereRead(r, axis))
+        probe.forwardReduce[*id].add(double(tensorBytes(r.getType())));
     }
     for (Value o : op->getOperands())
       split |= splitOnAxis(operandSharding(o), o, axis);
     if (split)
       probe.splitOps.insert(*id);
+    // A loss over logits split by class (a vocabulary-parallel head):
+    // the row maximum, the sum of exponentials and the target's logit are
+    // all-reduced in forward (the mean of the logits too with label
+    // smoothing), the maximum and the sum again in backward, a value per
+    // row each.
+    if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
+      Value logits = loss.getLogits();
+      int64_t dim = -1;
+      if (splitOnAxis(operandSharding(logits), logits, axis, &dim) &&
+          dim == rankOf(logits) - 1) {
+        auto type = cast<RankedTensorType>(logits.getType());
+        double row = double(tensorBytes(type)) / double(type.getDimSize(dim));
+        int forward = loss.getLabelSmoothing().convertToDouble() != 0.0 ? 4 : 3;
+        probe.forwardReduce[*id].add(forward * row, forward);
+        probe.backwardReduce[*id].add(2 * row, 2);
+      }
+    }
     // A column-split linear (its output split on the last dimension) that
     // reads a whole input: the input's gradient is all-reduced.
     if (auto linear = dyn_cast<LinearOp>(op)) {
@@ -153,10 +207,70 @@ void readProbe(ModuleOp copy, TensorParallelProbe &probe) {
           dim == rankOf(out) - 1 &&
           !splitOnAxis(operandSharding(linear.getInput()), linear.getInput(),
                        axis))
-        probe.backwardReduce[*id] +=
-            double(tensorBytes(linear.getInput().getType()));
+        probe.backwardReduce[*id].add(
+            double(tensorBytes(linear.getInput().getType())));
     }
   });
+}
+
+/// The forward op a collective of the partitioned forward belongs to: its
+/// own `merak.id` where it computes that op's result (a vocabulary-parallel
+/// embedding's sum), else the nearest op with one that it reads from (a
+/// row-split linear's partial sum, a loss's local maximum), looking
+/// through the local ops partitioning built.
+std::optional<int64_t> forwardOwner(Operation *collective) {
+  SmallVector<Operation *> frontier = {collective};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  for (int depth = 0; depth < 6 && !frontier.empty(); ++depth) {
+    SmallVector<Operation *> next;
+    for (Operation *op : frontier) {
+      if (std::optional<int64_t> id = getForwardId(op))
+        return id;
+      for (Value operand : op->getOperands())
+        if (Operation *def = operand.getDefiningOp();
+            def && seen.insert(def).second)
+          next.push_back(def);
+    }
+    frontier = std::move(next);
+  }
+  return std::nullopt;
+}
+
+/// Replaces the probe's reductions by the collectives the partitioned
+/// step has (tensor parallelism alone on the mesh): each by the forward op
+/// it belongs to, in forward or, by its `merak.grad_of`, in backward. An
+/// all-gather or reduce-scatter moves half the bytes an all-reduce of its
+/// whole tensor does; each is priced as an all-reduce of those bytes.
+void countCollectives(ModuleOp copy, TensorParallelProbe &probe) {
+  auto func = copy.lookupSymbol<func::FuncOp>(kTrainStepName);
+  if (!func)
+    return;
+  TensorParallelProbe::ReduceMap forward, backward;
+  // The optimizer step's collectives (a split parameter's update gathered
+  // whole) belong to no micro-batch.
+  llvm::DenseSet<Operation *> optimizer = optimizerStepOps(func);
+  for (Operation &o : func.getBody().front()) {
+    Operation *op = &o;
+    if (optimizer.contains(op))
+      continue;
+    double bytes = 0;
+    if (auto reduce = dyn_cast<mesh::AllReduceOp>(op))
+      bytes = double(tensorBytes(reduce.getResult().getType()));
+    else if (auto gather = dyn_cast<mesh::AllGatherOp>(op))
+      bytes = double(tensorBytes(gather.getResult().getType())) / 2;
+    else if (auto scatter = dyn_cast<mesh::ReduceScatterOp>(op))
+      bytes = double(tensorBytes(scatter.getInput().getType())) / 2;
+    else if (auto all = dyn_cast<mesh::AllToAllOp>(op))
+      bytes = double(tensorBytes(all.getResult().getType())) / 2;
+    else
+      continue;
+    if (std::optional<int64_t> of = getGradOf(op))
+      backward[*of].add(bytes);
+    else if (std::optional<int64_t> id = forwardOwner(op))
+      forward[*id].add(bytes);
+  }
+  probe.forwardReduce = std::move(forward);
+  probe.backwardReduce = std::move(backward);
 }
 
 struct AutoParallelPass
@@ -485,14 +599,12 @@ struct AutoParallelPass
         if (split)
           lp.splitSavedBytes += double(c->savedBytes);
         if (id) {
-          if (double b = probe.forwardReduce.lookup(*id)) {
-            lp.tpForwardBytes += b;
-            ++lp.tpForwardCollectives;
-          }
-          if (double b = probe.backwardReduce.lookup(*id)) {
-            lp.tpBackwardBytes += b;
-            ++lp.tpBackwardCollectives;
-          }
+          TensorParallelProbe::Reduce f = probe.forwardReduce.lookup(*id),
+                                      b = probe.backwardReduce.lookup(*id);
+          lp.tpForwardBytes += f.bytes;
+          lp.tpForwardCollectives += f.count;
+          lp.tpBackwardBytes += b.bytes;
+          lp.tpBackwardCollectives += b.count;
         }
         // Readers as ZeRO-3 gathers for them: one gather per op that
         // reads parameters. A projection taken apart by section reads
@@ -575,6 +687,16 @@ struct AutoParallelPass
       });
       if (errors.empty()) {
         readProbe(copy, probe);
+        // The collectives themselves, as the partitioned step has them.
+        std::string spmdErrors = collectErrors(&getContext(), [&] {
+          PassManager pm(&getContext(), ModuleOp::getOperationName());
+          SpmdizeOptions spmdize;
+          spmdize.keepRoles = true;
+          pm.addPass(createSpmdize(spmdize));
+          return pm.run(copy);
+        });
+        if (spmdErrors.empty())
+          countCollectives(copy, probe);
         copy.erase();
         model.vocabParallel = vocab;
         model.tpDims.assign(probe.dims.begin(), probe.dims.end());
