@@ -2,10 +2,11 @@
 //
 // Profiles @train_step for the plan search (lib/Analysis/AutoParallel.h):
 // the cost model's figures per layer, and what tensor parallelism does to
-// it, learnt by running --merak-tensor-parallel and sharding propagation on
-// a copy of the module at tp=2. Then searches, reports, and applies the
-// best plan with --merak-parallelize's passes, falling back to the next
-// plan when the passes refuse one.
+// it, learnt by running --merak-tensor-parallel, sharding propagation and
+// --merak-spmdize on a copy of the module at tp=2 (what it splits from the
+// annotations, the collectives it adds from the partitioned step). Then
+// searches, reports, and applies the best plan with --merak-parallelize's
+// passes, falling back to the next plan when the passes refuse one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -75,9 +76,8 @@ struct TensorParallelProbe {
     }
   };
   using ReduceMap = llvm::DenseMap<int64_t, Reduce>;
-  /// Forward op id -> what is all-reduced for it in forward / backward:
-  /// the partitioned step's collectives (countCollectives), or where it
-  /// cannot be partitioned, the reductions the annotations imply.
+  /// Forward op id -> the collectives of the step partitioned at tp=2
+  /// that belong to it, in forward and in backward (countCollectives).
   ReduceMap forwardReduce, backwardReduce;
   std::set<int64_t> dims;
 };
@@ -121,31 +121,6 @@ bool partialOnAxis(MeshShardingAttr s, MeshAxis axis) {
   return s && llvm::is_contained(s.getPartialAxes(), axis);
 }
 
-/// Whether partial sum `v` is all-reduced where it is read: some reader
-/// takes it whole (annotated so, or unannotated with no partial result of
-/// its own). A partial sum read as a partial sum (a transpose of a
-/// row-split linear's output) is reduced further on, once.
-bool reducedWhereRead(Value v, MeshAxis axis) {
-  auto readWhole = [&](Value annotated) {
-    for (Operation *user : annotated.getUsers()) {
-      if (auto s = dyn_cast<ShardOp>(user)) {
-        if (s.getAnnotateForUsers() && !partialOnAxis(s.getShard(), axis))
-          return true;
-        continue;
-      }
-      if (llvm::none_of(user->getResults(), [&](Value r) {
-            return partialOnAxis(resultSharding(r), axis);
-          }))
-        return true;
-    }
-    return false;
-  };
-  for (Operation *user : v.getUsers())
-    if (auto s = dyn_cast<ShardOp>(user); s && !s.getAnnotateForUsers())
-      return readWhole(s.getResult());
-  return readWhole(v);
-}
-
 void readProbe(ModuleOp copy, TensorParallelProbe &probe) {
   auto func = copy.lookupSymbol<func::FuncOp>(kTrainStepName);
   MeshOp mesh = lookupMesh(copy);
@@ -174,42 +149,11 @@ void readProbe(ModuleOp copy, TensorParallelProbe &probe) {
     for (Value r : op->getResults()) {
       MeshShardingAttr s = resultSharding(r);
       split |= splitOnAxis(s, r, axis) || partialOnAxis(s, axis);
-      if (partialOnAxis(s, axis) && reducedWhereRead(r, axis))
-        probe.forwardReduce[*id].add(double(tensorBytes(r.getType())));
     }
     for (Value o : op->getOperands())
       split |= splitOnAxis(operandSharding(o), o, axis);
     if (split)
       probe.splitOps.insert(*id);
-    // A loss over logits split by class (a vocabulary-parallel head):
-    // the row maximum, the sum of exponentials and the target's logit are
-    // all-reduced in forward (the mean of the logits too with label
-    // smoothing), the maximum and the sum again in backward, a value per
-    // row each.
-    if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
-      Value logits = loss.getLogits();
-      int64_t dim = -1;
-      if (splitOnAxis(operandSharding(logits), logits, axis, &dim) &&
-          dim == rankOf(logits) - 1) {
-        auto type = cast<RankedTensorType>(logits.getType());
-        double row = double(tensorBytes(type)) / double(type.getDimSize(dim));
-        int forward = loss.getLabelSmoothing().convertToDouble() != 0.0 ? 4 : 3;
-        probe.forwardReduce[*id].add(forward * row, forward);
-        probe.backwardReduce[*id].add(2 * row, 2);
-      }
-    }
-    // A column-split linear (its output split on the last dimension) that
-    // reads a whole input: the input's gradient is all-reduced.
-    if (auto linear = dyn_cast<LinearOp>(op)) {
-      int64_t dim = -1;
-      Value out = linear.getResult();
-      if (splitOnAxis(resultSharding(out), out, axis, &dim) &&
-          dim == rankOf(out) - 1 &&
-          !splitOnAxis(operandSharding(linear.getInput()), linear.getInput(),
-                       axis))
-        probe.backwardReduce[*id].add(
-            double(tensorBytes(linear.getInput().getType())));
-    }
   });
 }
 
@@ -236,8 +180,8 @@ std::optional<int64_t> forwardOwner(Operation *collective) {
   return std::nullopt;
 }
 
-/// Replaces the probe's reductions by the collectives the partitioned
-/// step has (tensor parallelism alone on the mesh): each by the forward op
+/// The collectives the partitioned step has (tensor parallelism alone on
+/// the mesh), each by the forward op
 /// it belongs to, in forward or, by its `merak.grad_of`, in backward. An
 /// all-gather or reduce-scatter moves half the bytes an all-reduce of its
 /// whole tensor does; each is priced as an all-reduce of those bytes.
@@ -683,20 +627,19 @@ struct AutoParallelPass
         tensor.vocabParallel = vocab;
         pm.addPass(createTensorParallel(tensor));
         pm.addPass(createShardingPropagation());
-        return pm.run(copy);
+        if (failed(pm.run(copy)))
+          return failure();
+        // What it splits, from the annotations; then the collectives, as
+        // the partitioned step has them.
+        readProbe(copy, probe);
+        PassManager partition(&getContext(), ModuleOp::getOperationName());
+        SpmdizeOptions spmdize;
+        spmdize.keepRoles = true;
+        partition.addPass(createSpmdize(spmdize));
+        return partition.run(copy);
       });
       if (errors.empty()) {
-        readProbe(copy, probe);
-        // The collectives themselves, as the partitioned step has them.
-        std::string spmdErrors = collectErrors(&getContext(), [&] {
-          PassManager pm(&getContext(), ModuleOp::getOperationName());
-          SpmdizeOptions spmdize;
-          spmdize.keepRoles = true;
-          pm.addPass(createSpmdize(spmdize));
-          return pm.run(copy);
-        });
-        if (spmdErrors.empty())
-          countCollectives(copy, probe);
+        countCollectives(copy, probe);
         copy.erase();
         model.vocabParallel = vocab;
         model.tpDims.assign(probe.dims.begin(), probe.dims.end());
