@@ -425,7 +425,8 @@ Estimate Evaluator::evaluate(Plan &plan, double memoryLimit,
   // each of its tasks costs the calibrated overhead of a task besides.
   if (plan.pipelined() && plan.microbatches > 1)
     for (int s = 0; s < stages; ++s)
-      tt.backward[s] += gradientSumTime(hw, paramsOf[s]);
+      tt.backward[s] +=
+          gradientSumTime(hw, paramsOf[s]) * model.gradientSumScale;
   // A split backward is two tasks (B, then W: the backward less the
   // weight, and the weight).
   const bool splitBackward = pipeline::parseScheduleKind(plan.schedule) ==
@@ -957,6 +958,12 @@ std::string calibrateSplit(ModelProfile &model, const HardwareProfile &hw,
         !error.empty())
       return error;
   microbatches = std::max(microbatches, 1.0);
+  // The gradient sums the run timed (outside the kernels), where it did.
+  double measuredSums = -1;
+  if (tasks.contains("gradient_sum_ms"))
+    if (std::string error = number("gradient_sum_ms", measuredSums);
+        !error.empty())
+      return error;
   // The model's figures for that run: each micro-batch is the traced batch
   // (a pipelined plan runs it `microbatches` times a step), and with
   // several each backward sums its gradients into the step's.
@@ -971,22 +978,33 @@ std::string calibrateSplit(ModelProfile &model, const HardwareProfile &hw,
   // Per micro-batch, in seconds: one forward and one backward task each.
   forward /= microbatches * 1e3;
   backward = (backward + weight) / (microbatches * 1e3);
-  // (A profile's memory bandwidth far from this machine's may price the
-  // sums above the backward they are part of: at most half of it.)
-  double sum = microbatches > 1
-                   ? std::min(gradientSumTime(hw, params), 0.5 * backward)
-                   : 0;
+  // The sum of a micro-batch's gradients into the step's, per backward
+  // task: as the run timed it, which scales the model's figure for every
+  // plan; else the model's figure (a profile's memory bandwidth far from
+  // this machine's may price it above the backward it is part of: at
+  // most half of it).
+  double sum = 0;
+  if (measuredSums >= 0) {
+    sum = std::min(measuredSums / (microbatches * 1e3), 0.5 * backward);
+    double predicted = gradientSumTime(hw, params);
+    if (predicted > 0 && sum > 0)
+      model.gradientSumScale = sum / predicted;
+  } else if (microbatches > 1) {
+    sum = std::min(gradientSumTime(hw, params), 0.5 * backward);
+  }
   // What a task takes beyond its kernels: the run's task time less the
   // kernel time it measured (the optimizer's and collectives' left out:
-  // they run outside the tasks), per task. Without kernel times, what the
-  // two tasks took beyond the model's figures, each. At most half the
-  // shorter task (a larger gap is noise or the kernels' calibration, not a
-  // cost per task).
-  double kernels = doc.contains("ops") ? kernelMs(doc["ops"]) : 0;
-  double taskMs = microbatches * (forward + backward) * 1e3;
+  // they run outside the tasks) and less the gradient sums the model
+  // prices apart (the runtime adds each backward's gradients into the
+  // step's outside the programs' kernels), per task. Without kernel
+  // times, what the two tasks took beyond the model's figures, each. At
+  // most half the shorter task (a larger gap is noise or the kernels'
+  // calibration, not a cost per task).
+  double kernels = doc.contains("ops") ? kernelMs(doc["ops"]) / 1e3 : 0;
   double overhead =
       kernels > 0
-          ? (taskMs - kernels) / (microbatches * (weight > 0 ? 3 : 2) * 1e3)
+          ? (microbatches * (forward + backward - sum) - kernels) /
+                (microbatches * (weight > 0 ? 3 : 2))
           : (forward + backward - predictedForward - predictedBackward - sum) /
                 2;
   model.taskOverhead =
@@ -1289,6 +1307,7 @@ std::string merak::autoparallel::reportJson(const ModelProfile &model,
                   {"backward_scale", model.backwardScale},
                   {"activation_scale", model.activationScale},
                   {"task_overhead_seconds", model.taskOverhead},
+                  {"gradient_sum_scale", model.gradientSumScale},
                   {"layers", model.layers.size()},
                   {"traced_batch", model.batch},
                   {"optimizer_states", model.optimizerStates},

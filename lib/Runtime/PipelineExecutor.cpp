@@ -107,6 +107,8 @@ struct PipelineExecutor::Impl {
   std::map<std::pair<int64_t, std::string>, TensorType> stateTypes;
   std::vector<PipelineEvent> events;
   InjectedDelay delay;
+  /// Where the gradient sums' time goes (setProfile; null: off).
+  OpProfile *profile = nullptr;
 
   // One step's.
   const StepContext *step = nullptr;
@@ -306,6 +308,7 @@ struct PipelineExecutor::Impl {
       if (res.pipelineValue >= 0)
         store(micro, res.pipelineValue, h);
       if (!res.gradName.empty()) {
+        double sumStart = now();
         TensorHandle &acc = grads[res.gradName];
         if (!acc) {
           absl::StatusOr<TensorHandle> zeros =
@@ -316,6 +319,10 @@ struct PipelineExecutor::Impl {
         }
         if (absl::Status s = backend.accumulate(*acc, *h); !s.ok())
           return s;
+        if (profile) {
+          ++profile->gradientSums.calls;
+          profile->gradientSums.seconds += now() - sumStart;
+        }
       }
       if (res.isLoss) {
         absl::StatusOr<HostTensor> host =
@@ -952,6 +959,7 @@ const std::vector<PipelineEvent> &PipelineExecutor::events() const {
 }
 
 void PipelineExecutor::setProfile(OpProfile *profile) {
+  impl->profile = profile;
   for (auto &executor : impl->executors)
     executor->setProfile(profile);
 }

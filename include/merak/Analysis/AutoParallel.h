@@ -118,6 +118,10 @@ struct ModelProfile {
   /// a pipelined run's tasks took over the model's figures for them, per
   /// task (calibrate()); 0 uncalibrated.
   double taskOverhead = 0;
+  /// Measured over predicted time of a pipelined backward's sum of its
+  /// gradients into the step's (calibrate(), from a pipelined run's
+  /// `tasks.gradient_sum_ms`); 1 uncalibrated.
+  double gradientSumScale = 1;
   /// Measured over predicted memory above the kept activations' bytes: the
   /// kernels' temporaries and workspaces (calibrate(), from the run's peak);
   /// 1 uncalibrated. Scales the activations of every plan.

@@ -49,6 +49,10 @@ struct OpProfile {
   /// The same by op and result types (`merak.linear -> 8x1024x768xbf16`):
   /// which instructions of a kind take the time.
   std::map<std::string, Entry> byShape;
+  /// A pipeline's sums of each micro-batch's gradients into the step's,
+  /// which the runtime adds outside the programs' kernels (one call per
+  /// gradient).
+  Entry gradientSums;
 };
 
 /// The value of state argument `arg` (of `type`) from `tensors`, by name:

@@ -413,12 +413,15 @@ std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
          {"ms_per_step", steps > 0 ? e.seconds * 1e3 / double(steps) : 0.0}});
   doc["top_shapes"] = top;
   if (tasks && tasks->steps > 0)
-    doc["tasks"] = {{"microbatches", tasks->microbatches},
-                    {"steps", tasks->steps},
-                    {"forward_ms", tasks->forwardMs},
-                    {"backward_ms", tasks->backwardMs},
-                    {"weight_ms", tasks->weightMs},
-                    {"recompute_ms", tasks->recomputeMs}};
+    doc["tasks"] = {
+        {"microbatches", tasks->microbatches},
+        {"steps", tasks->steps},
+        {"forward_ms", tasks->forwardMs},
+        {"backward_ms", tasks->backwardMs},
+        {"weight_ms", tasks->weightMs},
+        {"recompute_ms", tasks->recomputeMs},
+        {"gradient_sum_ms",
+         steps > 0 ? profile.gradientSums.seconds * 1e3 / double(steps) : 0.0}};
   return doc.dump(2) + "\n";
 }
 

@@ -184,7 +184,8 @@ std::string profileReport(const OpProfile &profile, double stepMs,
 /// state it held before the first step (parameters, optimizer state), which
 /// calibrate the plan model (`--merak-auto-parallel calibration=`).
 /// A pipelined run adds `tasks` (TaskTimesPerStep: its compute task time
-/// per step by kind, which calibrates the model's forward share).
+/// per step by kind, which calibrates the model's forward share, and the
+/// profile's gradient sums per step, `gradient_sum_ms`).
 std::string profileJson(const OpProfile &profile, double stepMs, int64_t steps,
                         const std::string &program, int64_t peakBytes,
                         int64_t stateBytes,
