@@ -19,6 +19,7 @@
 #include "merak/Dialect/Merak/IR/MerakOps.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 #include "merak/Dialect/Merak/Transforms/Resharding.h"
+#include "merak/Hardware/CollectiveCost.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
@@ -157,6 +158,15 @@ void readProbe(ModuleOp copy, TensorParallelProbe &probe) {
   });
 }
 
+/// `share` of an op's cost as the plan model's work.
+OpWork workOf(const OpCost &cost, bool contraction, double share = 1) {
+  OpWork w;
+  w.flops = cost.flops * share;
+  w.bytes = double(cost.bytes()) * share;
+  w.contraction = contraction;
+  return w;
+}
+
 /// The forward op a collective of the partitioned forward belongs to: its
 /// own `merak.id` where it computes that op's result (a vocabulary-parallel
 /// embedding's sum), else the nearest op with one that it reads from (a
@@ -181,10 +191,10 @@ std::optional<int64_t> forwardOwner(Operation *collective) {
 }
 
 /// The collectives the partitioned step has (tensor parallelism alone on
-/// the mesh), each by the forward op
-/// it belongs to, in forward or, by its `merak.grad_of`, in backward. An
-/// all-gather or reduce-scatter moves half the bytes an all-reduce of its
-/// whole tensor does; each is priced as an all-reduce of those bytes.
+/// the mesh, groups of 2), each by the forward op it belongs to, in forward
+/// or, by its `merak.grad_of`, in backward; each as the all-reduce that
+/// sends the bytes it sends (collectiveBytes: an all-gather of a tensor
+/// sends what an all-reduce of half of it does).
 void countCollectives(ModuleOp copy, TensorParallelProbe &probe) {
   auto func = copy.lookupSymbol<func::FuncOp>(kTrainStepName);
   if (!func)
@@ -197,17 +207,22 @@ void countCollectives(ModuleOp copy, TensorParallelProbe &probe) {
     Operation *op = &o;
     if (optimizer.contains(op))
       continue;
-    double bytes = 0;
-    if (auto reduce = dyn_cast<mesh::AllReduceOp>(op))
-      bytes = double(tensorBytes(reduce.getResult().getType()));
-    else if (auto gather = dyn_cast<mesh::AllGatherOp>(op))
-      bytes = double(tensorBytes(gather.getResult().getType())) / 2;
-    else if (auto scatter = dyn_cast<mesh::ReduceScatterOp>(op))
-      bytes = double(tensorBytes(scatter.getInput().getType())) / 2;
-    else if (auto all = dyn_cast<mesh::AllToAllOp>(op))
-      bytes = double(tensorBytes(all.getResult().getType())) / 2;
+    CollectiveKind kind;
+    if (isa<mesh::AllReduceOp>(op))
+      kind = CollectiveKind::AllReduce;
+    else if (isa<mesh::AllGatherOp>(op))
+      kind = CollectiveKind::AllGather;
+    else if (isa<mesh::ReduceScatterOp>(op))
+      kind = CollectiveKind::ReduceScatter;
+    else if (isa<mesh::AllToAllOp>(op))
+      kind = CollectiveKind::AllToAll;
     else
       continue;
+    double bytes =
+        collectiveBytes(kind, 2,
+                        double(tensorBytes(op->getOperand(0).getType())),
+                        double(tensorBytes(op->getResult(0).getType()))) /
+        collectiveBytes(CollectiveKind::AllReduce, 2, 1, 1);
     if (std::optional<int64_t> of = getGradOf(op))
       backward[*of].add(bytes);
     else if (std::optional<int64_t> id = forwardOwner(op))
@@ -475,12 +490,8 @@ struct AutoParallelPass
       std::vector<std::pair<int, double>> parts;
       double total = 0;
       for (Operation *op : ops) {
-        OpCost cost = estimateOp(op);
-        OpWork w;
-        w.flops = cost.flops;
-        w.bytes = double(cost.bytes());
-        w.contraction = isContraction(op);
-        double t = workTime(hw, model.computeType, w);
+        double t = workTime(hw, model.computeType,
+                            workOf(estimateOp(op), isContraction(op)));
         parts.emplace_back(signature(op), t);
         total += t;
       }
@@ -514,10 +525,7 @@ struct AutoParallelPass
         bool gemm = isContraction(op);
         auto work = [&](const OpCost &cost, double share,
                         std::vector<std::pair<int, double>> parts) {
-          OpWork w;
-          w.flops = cost.flops * share;
-          w.bytes = double(cost.bytes()) * share;
-          w.contraction = gemm;
+          OpWork w = workOf(cost, gemm, share);
           w.split = split;
           w.parts = std::move(parts);
           return w;
