@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Checkpoint.h"
+#include "merak/Runtime/Comm/DevicePeerLink.h"
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
 #include "merak/Runtime/Comm/Staged.h"
@@ -177,10 +178,14 @@ ABSL_FLAG(std::string, comm_staging, "auto",
           "on one GPU); off refuses such runs; auto is host for a device "
           "other than the CPU and off for the CPU (host on the CPU runs the "
           "same copies between two CPU backends, a test of the path)");
-ABSL_FLAG(std::string, p2p, "gloo",
-          "Pipeline transfers: gloo (TCP, between any ranks) or shm (POSIX "
+ABSL_FLAG(std::string, p2p, "auto",
+          "Pipeline transfers: gloo (TCP, between any ranks), shm (POSIX "
           "shared memory between ranks on one machine, Gloo between "
-          "machines)");
+          "machines), nccl (GPU to GPU, with --comm=nccl), or auto (nccl "
+          "where the collectives run on NCCL, else gloo); gloo and shm move "
+          "a GPU's tensors through the host. gloo-channels runs nccl's "
+          "protocol (a channel per direction, headers, receives matched by "
+          "tag) on Gloo: a test of that path on CPU ranks");
 ABSL_FLAG(bool, blas_threads, false,
           "CPU: let the BLAS run GEMMs on its own threads beside the "
           "kernels' (by default GEMMs split over the kernels' threads and "
@@ -1041,8 +1046,11 @@ int main(int argc, char **argv) {
                              commTimeout));
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
   const std::string p2p = absl::GetFlag(FLAGS_p2p);
-  if (p2p != "gloo" && p2p != "shm")
-    return fail(absl::StrCat("--p2p must be gloo or shm, not '", p2p, "'"));
+  if (p2p != "auto" && p2p != "gloo" && p2p != "shm" && p2p != "nccl" &&
+      p2p != "gloo-channels")
+    return fail(absl::StrCat(
+        "--p2p must be auto, gloo, shm, nccl or gloo-channels, not '", p2p,
+        "'"));
   if (profilingHardware)
     return profileHardware(argc, argv, env, launching, nproc, timeout);
   if (absl::GetFlag(FLAGS_generate))
@@ -1219,11 +1227,20 @@ int main(int argc, char **argv) {
   if (!comm.ok())
     return fail(comm.status());
   const CommunicatorEntry *commEntry = *comm;
-  // A communicator of the device's memory (NCCL) runs the collectives; only
-  // pipeline transfers are staged through the host then.
+  // A communicator of the device's memory (NCCL) runs the collectives, and
+  // the pipeline transfers too unless --p2p names a host transport (they
+  // are staged through the host then).
   const bool deviceComm = commEntry && commEntry->create;
-  if (absl::Status s = checkDeviceRanks(*deviceEntry, meshSize,
-                                        *staged || (deviceComm && !pipelined));
+  const bool deviceLink = pipelined && deviceComm && commEntry->createLink &&
+                          (p2p == "auto" || p2p == "nccl");
+  if (p2p == "nccl" && pipelined && meshSize > 1 && !deviceLink)
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "--p2p=nccl moves pipeline transfers on NCCL, which runs with "
+        "--device=cuda --comm=nccl; this run's collectives are on ",
+        commEntry ? commEntry->name : std::string("none"))));
+  if (absl::Status s = checkDeviceRanks(
+          *deviceEntry, meshSize,
+          *staged || (deviceComm && (!pipelined || deviceLink)));
       !s.ok())
     return fail(s);
 
@@ -1248,9 +1265,12 @@ int main(int argc, char **argv) {
       return fail(made.status());
     joined = *std::move(made);
     job = joined.get();
-    if (pipelined) {
-      absl::StatusOr<std::unique_ptr<PeerLink>> made = job->createPeerLink(
-          p2p == "shm" ? PeerTransport::SharedMemory : PeerTransport::Gloo);
+    if (pipelined && !deviceLink) {
+      absl::StatusOr<std::unique_ptr<PeerLink>> made =
+          p2p == "gloo-channels"
+              ? job->createChannelLink(pipelineDirections(*plan, stageMeshSize))
+              : job->createPeerLink(p2p == "shm" ? PeerTransport::SharedMemory
+                                                 : PeerTransport::Gloo);
       if (!made.ok())
         return fail(made.status());
       link = *std::move(made);
@@ -1275,6 +1295,16 @@ int main(int argc, char **argv) {
     if (!made.ok())
       return fail(made.status());
     communicator = *std::move(made);
+  }
+  // Pipeline transfers on the device's library (declared after the
+  // backend: its thread uses the device until it goes).
+  std::unique_ptr<PeerLink> deviceLinkHolder;
+  if (deviceLink && env.worldSize > 1) {
+    absl::StatusOr<std::unique_ptr<PeerLink>> made = commEntry->createLink(
+        *job, pipelineDirections(*plan, stageMeshSize), *backend, timeout);
+    if (!made.ok())
+      return fail(made.status());
+    deviceLinkHolder = *std::move(made);
   }
   // The plan's all-reduce algorithm (--merak-comm-algorithm), as the
   // communicator runs it.
@@ -1329,7 +1359,9 @@ int main(int argc, char **argv) {
   if (plan) {
     absl::StatusOr<std::unique_ptr<PipelineExecutor>> made =
         PipelineExecutor::create(*plan, *backend, communicator.get(),
-                                 link.get(), stageMeshSize, meshRank);
+                                 deviceLinkHolder ? deviceLinkHolder.get()
+                                                  : link.get(),
+                                 stageMeshSize, meshRank);
     if (!made.ok())
       return fail(made.status());
     if (delay) {

@@ -139,8 +139,9 @@ const std::vector<KeySpec> &configKeys() {
       {"run.comm", K::String, "the communicator (merak-exec --comm)"},
       {"run.p2p",
        K::Choice,
-       "pipeline transfers: gloo, or shm between ranks on one machine",
-       {"gloo", "shm"}},
+       "pipeline transfers: auto (nccl with --comm nccl, else gloo), gloo, "
+       "shm between ranks on one machine, or nccl",
+       {"auto", "gloo", "shm", "nccl"}},
       {"run.check-numerics", K::Bool,
        "stop at the first op that produces a NaN or infinity"},
       {"run.profile", K::Bool, "print kernel time per op kind"},

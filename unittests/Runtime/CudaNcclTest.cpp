@@ -96,6 +96,55 @@ TEST(CudaNcclTest, EachGroupSharesTheIdItsFirstRankMade) {
   EXPECT_EQ(distinct.size(), 5u);
 }
 
+TEST(CudaNcclTest, EachTransferDirectionSharesItsSendersId) {
+  // Three pipeline ranks: the directions a pipeline of three ranks has,
+  // rank 1 talking to both others and rank 0 only receiving from rank 2.
+  absl::StatusOr<int> port = pickFreePort();
+  ASSERT_TRUE(port.ok());
+  constexpr int64_t kWorld = 3;
+  const std::vector<std::pair<int64_t, int64_t>> directions = {
+      {0, 1}, {1, 0}, {1, 2}, {2, 0}, {2, 1}};
+  std::vector<std::map<std::pair<int64_t, int64_t>, std::string>> ids(kWorld);
+  std::vector<std::string> errors(kWorld);
+  auto rankMain = [&](int64_t rank) {
+    std::unique_ptr<DistributedJob> job =
+        join(rank, kWorld, *port, std::chrono::milliseconds(30000));
+    if (!job)
+      return;
+    auto shared = shareNcclChannelIds(*job, directions, /*generation=*/7);
+    if (!shared.ok())
+      errors[rank] = std::string(shared.status().message());
+    else
+      ids[rank] = *shared;
+    (void)job->finish();
+  };
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < kWorld; ++r)
+    threads.emplace_back(rankMain, r);
+  for (std::thread &t : threads)
+    t.join();
+  std::map<std::string, int> distinct;
+  for (int64_t r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    // Each rank holds the directions it is in, and only those.
+    std::vector<std::pair<int64_t, int64_t>> mine;
+    for (const auto &d : directions)
+      if (d.first == r || d.second == r)
+        mine.push_back(d);
+    std::vector<std::pair<int64_t, int64_t>> held;
+    for (const auto &[d, id] : ids[r]) {
+      held.push_back(d);
+      EXPECT_EQ(id.size(), 128u);
+      distinct[id]++;
+    }
+    EXPECT_EQ(held, mine) << "rank " << r;
+  }
+  // Both ends of a direction hold its id; directions differ.
+  for (const auto &d : directions)
+    EXPECT_EQ(ids[d.first].at(d), ids[d.second].at(d));
+  EXPECT_EQ(distinct.size(), directions.size());
+}
+
 TEST(CudaNcclTest, AFirstRankThatNeverSharesIsNamed) {
   absl::StatusOr<int> port = pickFreePort();
   ASSERT_TRUE(port.ok());

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace merak::runtime {
@@ -79,6 +80,15 @@ struct CommunicatorEntry {
       DistributedJob &, const Program &, Backend &,
       std::chrono::milliseconds timeout)>
       create;
+  /// Pipeline transfers of `backend`'s tensors on the same library, over
+  /// the directions (from, to) of global ranks in `directions` that have
+  /// this rank (the same list on every rank); every rank calls it. Unset:
+  /// the library has none, and the transfers go through the host.
+  std::function<absl::StatusOr<std::unique_ptr<PeerLink>>(
+      DistributedJob &,
+      const std::vector<std::pair<int64_t, int64_t>> &directions, Backend &,
+      std::chrono::milliseconds timeout)>
+      createLink;
   /// The backend whose tensors `create`'s communicator moves ("cuda");
   /// empty for the CPU backend's.
   std::string device;

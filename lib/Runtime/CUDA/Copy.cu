@@ -98,6 +98,14 @@ __global__ void addIntoKernel(View into, View addend, int64_t n) {
   }
 }
 
+__global__ void writeWordsKernel(int64_t *dst, int64_t a, int64_t b, int64_t c,
+                                 int64_t d) {
+  dst[0] = a;
+  dst[1] = b;
+  dst[2] = c;
+  dst[3] = d;
+}
+
 template <typename T>
 __global__ void scaleKernel(View v, double factor, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -202,6 +210,13 @@ void scaleInPlace(const View &tensor, double factor, cudaStream_t stream) {
                             scaleKernel<T>
                             <<<l.grid, l.block, 0, stream>>>(v, factor, n));
   checkLaunch("scale");
+}
+
+void writeWords(int64_t *dst, const std::array<int64_t, 4> &words,
+                cudaStream_t stream) {
+  writeWordsKernel<<<1, 1, 0, stream>>>(dst, words[0], words[1], words[2],
+                                        words[3]);
+  checkLaunch("a transfer's header");
 }
 
 } // namespace merak::runtime::cuda

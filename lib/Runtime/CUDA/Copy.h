@@ -11,6 +11,8 @@
 
 #include "CudaCommon.h"
 
+#include <array>
+
 namespace merak::runtime::cuda {
 
 /// `dst[i] = convert(src[i])` for every element of `dst`'s shape; `src` is
@@ -30,6 +32,11 @@ void addInto(const View &into, const View &addend, cudaStream_t stream);
 
 /// `tensor *= factor` (floating point).
 void scaleInPlace(const View &tensor, double factor, cudaStream_t stream);
+
+/// Writes the four words to `dst` (device memory) in stream order: a
+/// transfer's header, without host memory that must outlive the call.
+void writeWords(int64_t *dst, const std::array<int64_t, 4> &words,
+                cudaStream_t stream);
 
 } // namespace merak::runtime::cuda
 

@@ -224,6 +224,9 @@ public:
                               &threshold);
     }
     state.allocate = [this](int64_t bytes) { return allocate(bytes); };
+    state.allocateOn = [this](int64_t bytes, cudaStream_t stream) {
+      return allocate(bytes, stream);
+    };
     cublasLtHandle_t lt;
     if (cublasStatus_t s = cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS)
       return absl::InternalError(
@@ -425,8 +428,11 @@ private:
   };
 
   std::shared_ptr<CudaStorage> allocate(int64_t bytes) {
+    return allocate(bytes, state.stream);
+  }
+  std::shared_ptr<CudaStorage> allocate(int64_t bytes, cudaStream_t on) {
     void *ptr = nullptr;
-    cudaError_t s = cudaMallocAsync(&ptr, size_t(bytes), state.stream);
+    cudaError_t s = cudaMallocAsync(&ptr, size_t(bytes), on);
     if (s != cudaSuccess) {
       cudaGetLastError(); // clear the sticky-free error state
       size_t freeBytes = 0, totalBytes = 0;

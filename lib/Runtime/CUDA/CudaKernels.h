@@ -84,6 +84,12 @@ struct DeviceState {
   /// Allocates `bytes` of device memory on the stream (never null: throws
   /// `CudaError` naming the size when the device is out of memory).
   std::function<std::shared_ptr<CudaStorage>(int64_t bytes)> allocate;
+  /// The same, ordered on `stream` (a communication queue's) instead; the
+  /// memory goes back to the pool in the compute stream's order, so the
+  /// compute stream must wait for `stream`'s use of it first.
+  std::function<std::shared_ptr<CudaStorage>(int64_t bytes,
+                                             cudaStream_t stream)>
+      allocateOn;
 
   /// cuBLASLt (created with the backend) and its workspace.
   void *cublasLt = nullptr;

@@ -13,6 +13,7 @@
 #include "Copy.h"
 #include "CudaKernels.h"
 #include "merak/Runtime/Comm/DeviceCollectives.h"
+#include "merak/Runtime/Comm/DevicePeerLink.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -124,6 +125,23 @@ absl::Status settle(ncclComm_t comm, Clock::time_point deadline,
   }
 }
 
+#define MERAK_NCCL_TRY(status)                                                 \
+  do {                                                                         \
+    if (absl::Status s_ = (status); !s_.ok())                                  \
+      return s_;                                                               \
+  } while (false)
+
+/// A call's result on a non-blocking communicator: `ncclInProgress` means
+/// the work is still being queued (the first transfer between two ranks
+/// connects them), so the stream holds it only once the communicator
+/// settles; events recorded before would pass at once.
+absl::Status issued(ncclResult_t r, const char *what, ncclComm_t comm,
+                    std::chrono::milliseconds timeout) {
+  if (r != ncclInProgress)
+    return ncclStatus(r, what, comm);
+  return settle(comm, Clock::now() + timeout, what);
+}
+
 class NcclStream final : public CollectiveStream {
 public:
   NcclStream(DeviceState &dev, std::vector<ncclComm_t> comms,
@@ -202,32 +220,30 @@ public:
   absl::Status enqueueAllReduce(int64_t group, const void *send, void *recv,
                                 int64_t count, DType dtype,
                                 DeviceReduction r) override {
-    return ncclStatus(ncclAllReduce(send, recv, size_t(count),
-                                    ncclTypeOf(dtype), ncclOpOf(r),
-                                    comms[group], stream),
-                      "ncclAllReduce", comms[group]);
+    return issued(ncclAllReduce(send, recv, size_t(count), ncclTypeOf(dtype),
+                                ncclOpOf(r), comms[group], stream),
+                  "ncclAllReduce", comms[group], timeout);
   }
   absl::Status enqueueAllGather(int64_t group, const void *send, void *recv,
                                 int64_t count, DType dtype) override {
-    return ncclStatus(ncclAllGather(send, recv, size_t(count),
-                                    ncclTypeOf(dtype), comms[group], stream),
-                      "ncclAllGather", comms[group]);
+    return issued(ncclAllGather(send, recv, size_t(count), ncclTypeOf(dtype),
+                                comms[group], stream),
+                  "ncclAllGather", comms[group], timeout);
   }
   absl::Status enqueueReduceScatter(int64_t group, const void *send, void *recv,
                                     int64_t count, DType dtype,
                                     DeviceReduction r) override {
-    return ncclStatus(ncclReduceScatter(send, recv, size_t(count),
-                                        ncclTypeOf(dtype), ncclOpOf(r),
-                                        comms[group], stream),
-                      "ncclReduceScatter", comms[group]);
+    return issued(ncclReduceScatter(send, recv, size_t(count),
+                                    ncclTypeOf(dtype), ncclOpOf(r),
+                                    comms[group], stream),
+                  "ncclReduceScatter", comms[group], timeout);
   }
   absl::Status enqueueBroadcast(int64_t group, const void *send, void *recv,
                                 int64_t count, DType dtype,
                                 int64_t root) override {
-    return ncclStatus(ncclBroadcast(send, recv, size_t(count),
-                                    ncclTypeOf(dtype), int(root), comms[group],
-                                    stream),
-                      "ncclBroadcast", comms[group]);
+    return issued(ncclBroadcast(send, recv, size_t(count), ncclTypeOf(dtype),
+                                int(root), comms[group], stream),
+                  "ncclBroadcast", comms[group], timeout);
   }
   absl::Status
   enqueueExchange(int64_t group, DType dtype,
@@ -248,7 +264,7 @@ public:
         status = ncclStatus(ncclRecv(t.data, size_t(t.count), ncclTypeOf(dtype),
                                      int(t.peer), c, stream),
                             "ncclRecv", c);
-    absl::Status end = ncclStatus(ncclGroupEnd(), "ncclGroupEnd", c);
+    absl::Status end = issued(ncclGroupEnd(), "ncclGroupEnd", c, timeout);
     return status.ok() ? end : status;
   }
 
@@ -315,6 +331,178 @@ private:
   cudaStream_t stream;
   std::chrono::milliseconds timeout;
   cudaEvent_t computeDone = nullptr;
+  std::map<int64_t, cudaEvent_t> events;
+  int64_t next = 0;
+  bool aborted = false;
+};
+
+/// The CUDA backend's tensors as the pipeline link reads and makes them.
+class NcclPeerDevice final : public PeerDevice {
+public:
+  absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override {
+    CudaTensor &t = cuda::unwrap(tensor);
+    return DeviceBuffer{t.data(), t.type, t.strides, t.storage};
+  }
+  absl::StatusOr<TensorHandle> view(const TensorHandle &buffer,
+                                    int64_t byteOffset,
+                                    const TensorType &type) override {
+    const CudaTensor &whole = cuda::unwrap(*buffer);
+    return TensorHandle(std::make_shared<CudaTensor>(
+        whole.storage, whole.byteOffset + byteOffset, type));
+  }
+};
+
+/// One direction of pipeline transfers: a communicator of two ranks
+/// (non-blocking) and a stream of its own; the header travels through a
+/// device word block written by a kernel (sending) or copied to pinned
+/// host memory (receiving).
+class NcclChannel final : public PeerChannel {
+public:
+  NcclChannel(DeviceState &dev, ncclComm_t comm, cudaStream_t stream, int peer,
+              std::chrono::milliseconds timeout)
+      : dev(dev), comm(comm), stream(stream), peer(peer), timeout(timeout) {}
+
+  /// The device and host header blocks and the ordering event.
+  absl::Status init() {
+    MERAK_NCCL_TRY(cudaStatus(
+        cudaEventCreateWithFlags(&computeDone, cudaEventDisableTiming),
+        "creating an event"));
+    MERAK_NCCL_TRY(cudaStatus(cudaMalloc(&deviceHeader, sizeof(PeerHeader)),
+                              "a transfer header's device memory"));
+    return cudaStatus(cudaMallocHost(&hostHeader, sizeof(PeerHeader)),
+                      "a transfer header's host memory");
+  }
+
+  ~NcclChannel() override {
+    cudaStreamSynchronize(stream);
+    for (auto &[marker, event] : events)
+      cudaEventDestroy(event);
+    if (computeDone)
+      cudaEventDestroy(computeDone);
+    if (!aborted) {
+      const Clock::time_point deadline = Clock::now() + timeout;
+      ncclResult_t r = ncclCommFinalize(comm);
+      if ((r == ncclSuccess || r == ncclInProgress) &&
+          settle(comm, deadline, "finalize").ok())
+        ncclCommDestroy(comm);
+      else
+        ncclCommAbort(comm);
+    }
+    cudaFree(deviceHeader);
+    cudaFreeHost(hostHeader);
+    cudaStreamDestroy(stream);
+  }
+
+  absl::Status enqueueWaitForCompute() override {
+    MERAK_NCCL_TRY(cudaStatus(cudaEventRecord(computeDone, dev.stream),
+                              "recording the compute stream"));
+    return cudaStatus(cudaStreamWaitEvent(stream, computeDone, 0),
+                      "ordering a transfer's stream");
+  }
+  absl::Status enqueueCopy(const DeviceBuffer &from,
+                           const DeviceBuffer &to) override {
+    try {
+      cuda::copyStrided(viewOf(from), viewOf(to), stream);
+    } catch (const std::exception &e) {
+      return absl::InternalError(e.what());
+    }
+    return cudaStatus(cudaGetLastError(), "a transfer's packing copy");
+  }
+  absl::Status enqueueSendHeader(const PeerHeader &h) override {
+    try {
+      cuda::writeWords(static_cast<int64_t *>(deviceHeader),
+                       {h.magic, h.tag, h.bytes, h.sequence}, stream);
+    } catch (const std::exception &e) {
+      return absl::InternalError(e.what());
+    }
+    return enqueueSend(deviceHeader, sizeof(PeerHeader));
+  }
+  absl::Status enqueueSend(const void *data, int64_t bytes) override {
+    return issued(ncclSend(data, size_t(bytes), ncclUint8, peer, comm, stream),
+                  "ncclSend", comm, timeout);
+  }
+  absl::Status enqueueRecvHeader() override {
+    MERAK_NCCL_TRY(enqueueRecv(deviceHeader, sizeof(PeerHeader)));
+    return cudaStatus(cudaMemcpyAsync(hostHeader, deviceHeader,
+                                      sizeof(PeerHeader),
+                                      cudaMemcpyDeviceToHost, stream),
+                      "reading a transfer header");
+  }
+  PeerHeader receivedHeader() override {
+    return *static_cast<const PeerHeader *>(hostHeader);
+  }
+  absl::Status enqueueRecv(void *data, int64_t bytes) override {
+    return issued(ncclRecv(data, size_t(bytes), ncclUint8, peer, comm, stream),
+                  "ncclRecv", comm, timeout);
+  }
+  absl::StatusOr<TensorHandle> allocate(int64_t bytes) override {
+    try {
+      return TensorHandle(std::make_shared<CudaTensor>(
+          dev.allocateOn(std::max<int64_t>(bytes, 1), stream), 0,
+          TensorType{DType::I64, {(bytes + 7) / 8}}));
+    } catch (const cuda::CudaError &e) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("a pipeline transfer's buffer: ", e.what()));
+    }
+  }
+
+  absl::StatusOr<int64_t> mark() override {
+    cudaEvent_t event;
+    MERAK_NCCL_TRY(
+        cudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                   "creating an event"));
+    if (absl::Status s =
+            cudaStatus(cudaEventRecord(event, stream), "recording an event");
+        !s.ok()) {
+      cudaEventDestroy(event);
+      return s;
+    }
+    events[next] = event;
+    return next++;
+  }
+  absl::StatusOr<bool> reached(int64_t marker) override {
+    // Markers are reached in order: the ones before are done too.
+    while (!events.empty() && events.begin()->first <= marker) {
+      cudaError_t s = cudaEventQuery(events.begin()->second);
+      if (s == cudaErrorNotReady)
+        return false;
+      MERAK_NCCL_TRY(cudaStatus(s, "a pipeline transfer on the GPU"));
+      cudaEventDestroy(events.begin()->second);
+      events.erase(events.begin());
+    }
+    return true;
+  }
+  absl::Status joinCompute(int64_t marker) override {
+    auto it = events.find(marker);
+    if (it == events.end())
+      return absl::OkStatus(); // reached and released: nothing to wait for
+    return cudaStatus(cudaStreamWaitEvent(dev.stream, it->second, 0),
+                      "ordering the compute stream after a transfer");
+  }
+  absl::Status asyncError() override {
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess)
+      return ncclStatus(r, "ncclCommGetAsyncError", comm);
+    if (state != ncclSuccess && state != ncclInProgress)
+      return ncclStatus(state, "NCCL reported", comm);
+    return absl::OkStatus();
+  }
+  void abort() override {
+    if (aborted)
+      return;
+    aborted = true;
+    ncclCommAbort(comm);
+  }
+
+private:
+  DeviceState &dev;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int peer;
+  std::chrono::milliseconds timeout;
+  cudaEvent_t computeDone = nullptr;
+  void *deviceHeader = nullptr;
+  void *hostHeader = nullptr;
   std::map<int64_t, cudaEvent_t> events;
   int64_t next = 0;
   bool aborted = false;
@@ -441,6 +629,127 @@ createNcclCommunicator(DistributedJob &job, const Program &program,
   return makeDeviceCommunicator(
       std::make_unique<NcclStream>(*dev, std::move(comms), stream, timeout),
       std::move(options));
+}
+
+absl::StatusOr<std::map<std::pair<int64_t, int64_t>, std::string>>
+shareNcclChannelIds(DistributedJob &job,
+                    const std::vector<std::pair<int64_t, int64_t>> &directions,
+                    int64_t generation) {
+  std::map<std::pair<int64_t, int64_t>, std::string> ids;
+  for (const auto &[from, to] : directions) {
+    if (from != job.rank() && to != job.rank())
+      continue;
+    std::string mine;
+    if (from == job.rank()) {
+      ncclUniqueId id;
+      if (absl::Status s = ncclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
+          !s.ok())
+        return s;
+      mine.assign(id.internal, sizeof(id.internal));
+    }
+    absl::StatusOr<std::string> shared = job.shareInGroup(
+        absl::StrCat("nccl-p2p/", generation, "/", from, "-", to), {from, to},
+        mine);
+    if (!shared.ok())
+      return shared.status();
+    if (shared->size() != sizeof(ncclUniqueId::internal))
+      return absl::DataLossError(absl::StrCat(
+          "the NCCL id of transfers from rank ", from, " to rank ", to, " has ",
+          shared->size(), " bytes, not ", sizeof(ncclUniqueId::internal)));
+    ids[{from, to}] = *std::move(shared);
+  }
+  return ids;
+}
+
+absl::StatusOr<std::unique_ptr<PeerLink>>
+createNcclPeerLink(DistributedJob &job,
+                   const std::vector<std::pair<int64_t, int64_t>> &directions,
+                   Backend &backend, std::chrono::milliseconds timeout) {
+  DeviceState *dev = cuda::deviceStateOf(backend);
+  if (!dev)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--p2p=nccl moves the CUDA backend's tensors, not the ",
+                     backend.name(), " backend's: run with --device=cuda"));
+  if (absl::Status s = cudaStatus(cudaSetDevice(dev->device), "cudaSetDevice");
+      !s.ok())
+    return s;
+  absl::StatusOr<std::map<std::pair<int64_t, int64_t>, std::string>> ids =
+      shareNcclChannelIds(job, directions, generations++);
+  if (!ids.ok())
+    return ids.status();
+
+  // Every channel's communicator starts at once (non-blocking), as the
+  // collectives' do.
+  const int64_t me = job.rank();
+  std::vector<std::pair<std::pair<int64_t, int64_t>, ncclComm_t>> comms;
+  auto abortFrom = [&](size_t first) {
+    for (size_t k = first; k < comms.size(); ++k)
+      if (comms[k].second)
+        ncclCommAbort(comms[k].second);
+  };
+  for (const auto &[direction, bytes] : *ids) {
+    ncclUniqueId id;
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    comms.push_back({direction, nullptr});
+    if (absl::Status s = ncclStatus(
+            ncclCommInitRankConfig(&comms.back().second, 2, id,
+                                   direction.first == me ? 0 : 1, &config),
+            "ncclCommInitRankConfig");
+        !s.ok()) {
+      abortFrom(0);
+      return s;
+    }
+  }
+  const Clock::time_point deadline = Clock::now() + timeout;
+  for (const auto &[direction, comm] : comms) {
+    const int64_t peer =
+        direction.first == me ? direction.second : direction.first;
+    if (absl::Status s = settle(comm, deadline, "creating the communicator");
+        !s.ok()) {
+      abortFrom(0);
+      std::string why = job.diagnose({peer});
+      return absl::UnavailableError(absl::StrCat(
+          "NCCL transfers from rank ", direction.first, " to rank ",
+          direction.second, " did not start within ",
+          double(timeout.count()) / 1000, " s",
+          why.empty() ? "" : absl::StrCat(": ", why), " (", s.message(), ")"));
+    }
+  }
+
+  std::map<int64_t, std::unique_ptr<PeerChannel>> outgoing, incoming;
+  for (size_t k = 0; k < comms.size(); ++k) {
+    const auto &[direction, comm] = comms[k];
+    const bool sending = direction.first == me;
+    cudaStream_t stream = nullptr;
+    if (absl::Status s = cudaStatus(
+            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            "creating a transfer stream");
+        !s.ok()) {
+      abortFrom(k);
+      return s;
+    }
+    // In the two-rank communicator the sender is rank 0.
+    auto channel = std::make_unique<NcclChannel>(*dev, comm, stream,
+                                                 sending ? 1 : 0, timeout);
+    comms[k].second = nullptr; // the channel owns it now
+    if (absl::Status s = channel->init(); !s.ok()) {
+      abortFrom(k + 1);
+      return s;
+    }
+    (sending ? outgoing[direction.second] : incoming[direction.first]) =
+        std::move(channel);
+  }
+  DevicePeerLinkOptions options;
+  options.rank = me;
+  options.timeout = timeout;
+  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
+    return job.diagnose(ranks);
+  };
+  return makeDevicePeerLink(std::make_unique<NcclPeerDevice>(),
+                            std::move(outgoing), std::move(incoming),
+                            std::move(options));
 }
 
 std::string ncclDescription() {

@@ -17,6 +17,7 @@ void registerNcclCommunicator() {
     return DistributedJob::join(options, std::move(onFailure));
   };
   entry.create = createNcclCommunicator;
+  entry.createLink = createNcclPeerLink;
   entry.device = "cuda";
   entry.available = ncclUsable;
   registerCommunicator(std::move(entry));

@@ -78,6 +78,13 @@ std::unique_ptr<Communicator> makeCommunicator(Job &job,
 /// (GlooPointToPoint.cpp).
 std::unique_ptr<PeerLink>
 makePeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg);
+/// The device link's protocol on CPU tensors over `pg`, a group of every
+/// rank: a channel for each direction of `directions` with this rank
+/// (GlooPointToPoint.cpp).
+std::unique_ptr<PeerLink>
+makeChannelLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg,
+                const std::vector<std::pair<int64_t, int64_t>> &directions,
+                std::chrono::milliseconds timeout);
 /// Transfers through /dev/shm between this rank and the ranks of
 /// `localPids` (rank -> process id, on this machine), through `fallback`
 /// with any other; file names carry `run`, the same on every rank of the

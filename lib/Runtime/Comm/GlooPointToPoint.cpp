@@ -9,6 +9,7 @@
 #include "../AtenDTypes.h"
 #include "../CPU/CpuTensor.h"
 #include "GlooInternal.h"
+#include "merak/Runtime/Comm/DevicePeerLink.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -213,7 +214,208 @@ private:
   std::shared_ptr<Progress> progress = std::make_shared<Progress>();
 };
 
+/// One direction of the device link's protocol on the CPU backend's
+/// tensors: the queue is a thread of its own, the library's sends and
+/// receives are Gloo's under one tag (matched in order, as NCCL's are), and
+/// each holds the queue until it completes. The CPU backend computes
+/// synchronously, so waits for and joins with the compute queue are no-ops.
+class GlooChannel final : public PeerChannel {
+public:
+  GlooChannel(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int64_t peer)
+      : pg(std::move(pg)), peer(int(peer)), thread([this] { work(); }) {
+    c10::InferenceMode normal(false);
+    header = at::zeros({4}, at::kLong);
+  }
+  ~GlooChannel() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+      changed.notify_all();
+    }
+    abort();
+    thread.join();
+  }
+
+  absl::Status enqueueWaitForCompute() override { return absl::OkStatus(); }
+  absl::Status enqueueCopy(const DeviceBuffer &from,
+                           const DeviceBuffer &to) override {
+    return queue([from, to] { tensorOf(to).copy_(tensorOf(from)); });
+  }
+  absl::Status enqueueSendHeader(const PeerHeader &h) override {
+    at::Tensor words;
+    {
+      c10::InferenceMode normal(false);
+      words = at::tensor({h.magic, h.tag, h.bytes, h.sequence}, at::kLong);
+    }
+    return queue([this, words] { transfer(words, /*send=*/true); });
+  }
+  absl::Status enqueueSend(const void *data, int64_t bytes) override {
+    return queue([this, data, bytes] {
+      transfer(bytesAt(const_cast<void *>(data), bytes), /*send=*/true);
+    });
+  }
+  absl::Status enqueueRecvHeader() override {
+    return queue([this] { transfer(header, /*send=*/false); });
+  }
+  PeerHeader receivedHeader() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    const int64_t *w = header.data_ptr<int64_t>();
+    return PeerHeader{w[0], w[1], w[2], w[3]};
+  }
+  absl::Status enqueueRecv(void *data, int64_t bytes) override {
+    return queue(
+        [this, data, bytes] { transfer(bytesAt(data, bytes), false); });
+  }
+  absl::StatusOr<TensorHandle> allocate(int64_t bytes) override {
+    // Words, not bytes: the buffer is a tensor of the backend's types.
+    c10::InferenceMode normal(false);
+    return wrap(at::empty({std::max<int64_t>((bytes + 7) / 8, 1)}, at::kLong));
+  }
+  absl::StatusOr<int64_t> mark() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    return queued;
+  }
+  absl::StatusOr<bool> reached(int64_t marker) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failure.ok())
+      return failure;
+    return done >= marker;
+  }
+  absl::Status joinCompute(int64_t) override { return absl::OkStatus(); }
+  absl::Status asyncError() override { return absl::OkStatus(); }
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    aborted = true;
+    if (current)
+      current->abort();
+    changed.notify_all();
+  }
+
+private:
+  static at::Tensor tensorOf(const DeviceBuffer &b) {
+    c10::InferenceMode normal(false);
+    return at::from_blob(b.data, b.type.shape, b.stridesOrDense(),
+                         at::TensorOptions().dtype(toAten(b.type.dtype)));
+  }
+  static at::Tensor bytesAt(void *data, int64_t bytes) {
+    c10::InferenceMode normal(false);
+    return at::from_blob(data, {bytes}, at::kByte);
+  }
+
+  /// Runs one send or receive to completion (the worker's thread).
+  void transfer(at::Tensor t, bool send) {
+    std::vector<at::Tensor> list{std::move(t)};
+    c10::intrusive_ptr<c10d::Work> w =
+        send ? pg->send(list, peer, 0) : pg->recv(list, peer, 0);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (aborted)
+        w->abort();
+      current = w;
+    }
+    w->wait();
+    std::lock_guard<std::mutex> lock(mutex);
+    current.reset();
+  }
+
+  absl::Status queue(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mutex);
+    tasks.push_back(std::move(task));
+    ++queued;
+    changed.notify_all();
+    return absl::OkStatus();
+  }
+
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      changed.wait(lock, [&] { return stopping || !tasks.empty(); });
+      if (stopping)
+        return;
+      std::function<void()> task = std::move(tasks.front());
+      tasks.pop_front();
+      if (failure.ok() && !aborted) {
+        lock.unlock();
+        absl::Status s;
+        try {
+          task();
+        } catch (const std::exception &e) {
+          s = absl::UnavailableError(describe(e));
+        }
+        lock.lock();
+        if (!s.ok() && failure.ok())
+          failure = s;
+      } else if (failure.ok()) {
+        failure = absl::AbortedError("the channel was aborted");
+      }
+      ++done;
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  int peer;
+  at::Tensor header;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::function<void()>> tasks;
+  int64_t queued = 0, done = 0;
+  absl::Status failure;
+  c10::intrusive_ptr<c10d::Work> current;
+  bool aborted = false, stopping = false;
+  std::thread thread;
+};
+
+/// The CPU backend's tensors as the device link reads and makes them.
+class CpuPeerDevice final : public PeerDevice {
+public:
+  absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override {
+    const at::Tensor &t = unwrap(tensor);
+    std::optional<DType> dtype = fromAten(t.scalar_type());
+    if (!dtype)
+      return absl::InvalidArgumentError(
+          absl::StrCat("a transfer of a ",
+                       std::string(c10::toString(t.scalar_type())), " tensor"));
+    TensorType type{*dtype,
+                    std::vector<int64_t>(t.sizes().begin(), t.sizes().end())};
+    return DeviceBuffer{
+        t.data_ptr(), type,
+        std::vector<int64_t>(t.strides().begin(), t.strides().end()),
+        std::make_shared<at::Tensor>(t)};
+  }
+  absl::StatusOr<TensorHandle> view(const TensorHandle &buffer,
+                                    int64_t byteOffset,
+                                    const TensorType &type) override {
+    const at::Tensor &whole = unwrap(*buffer);
+    at::Tensor bytes =
+        whole.view(at::kByte).narrow(0, byteOffset, type.byteSize());
+    return wrap(bytes.view(toAten(type.dtype)).view(type.shape));
+  }
+};
+
 } // namespace
+
+std::unique_ptr<PeerLink>
+makeChannelLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg,
+                const std::vector<std::pair<int64_t, int64_t>> &directions,
+                std::chrono::milliseconds timeout) {
+  std::map<int64_t, std::unique_ptr<PeerChannel>> outgoing, incoming;
+  for (const auto &[from, to] : directions) {
+    if (from == job.rank())
+      outgoing[to] = std::make_unique<GlooChannel>(pg, to);
+    else if (to == job.rank())
+      incoming[from] = std::make_unique<GlooChannel>(pg, from);
+  }
+  DevicePeerLinkOptions options;
+  options.rank = job.rank();
+  options.timeout = timeout;
+  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
+    return job.diagnose(ranks);
+  };
+  options.library = "Gloo";
+  return makeDevicePeerLink(std::make_unique<CpuPeerDevice>(),
+                            std::move(outgoing), std::move(incoming),
+                            std::move(options));
+}
 
 std::unique_ptr<PeerLink>
 makePeerLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg) {

@@ -324,6 +324,8 @@ public:
 
   absl::StatusOr<std::unique_ptr<PeerLink>>
   createPeerLink(PeerTransport transport) override;
+  absl::StatusOr<std::unique_ptr<PeerLink>> createChannelLink(
+      const std::vector<std::pair<int64_t, int64_t>> &directions) override;
 
   absl::StatusOr<std::vector<std::string>>
   gatherToRank0(const std::string &key, const std::string &value) override {
@@ -833,6 +835,30 @@ RendezvousJob::createPeerLink(PeerTransport transport) {
       local[p.rank] = p.pid;
     return gloo::makeSharedMemoryLink(*this, std::move(link), std::move(local),
                                       *run, this->options.timeout);
+  } catch (const std::exception &e) {
+    std::string why = diagnose(allRanks());
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect the ranks for point-to-point transfers within ",
+        seconds(this->options.timeout),
+        why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<PeerLink>> RendezvousJob::createChannelLink(
+    const std::vector<std::pair<int64_t, int64_t>> &directions) {
+  if (absl::Status s = openDevice(); !s.ok())
+    return s;
+  auto groupOptions =
+      c10d::ProcessGroupGloo::Options::create(this->options.timeout);
+  groupOptions->devices.push_back(device);
+  groupOptions->threads = kGlooThreadsPerGroup;
+  try {
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(
+            absl::StrCat("merak/p2p/", communicators++), store),
+        int(options.rank), int(options.worldSize), groupOptions);
+    return gloo::makeChannelLink(*this, std::move(pg), directions,
+                                 this->options.timeout);
   } catch (const std::exception &e) {
     std::string why = diagnose(allRanks());
     return absl::UnavailableError(absl::StrCat(

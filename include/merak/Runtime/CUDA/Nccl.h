@@ -21,8 +21,10 @@
 #include "absl/status/statusor.h"
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace merak::runtime {
@@ -40,6 +42,24 @@ createNcclCommunicator(DistributedJob &job, const Program &program,
 /// one communicator's groups apart from another's.
 absl::StatusOr<std::vector<std::string>>
 shareNcclIds(DistributedJob &job, const Program &program, int64_t generation);
+
+/// Pipeline transfers of `backend`'s tensors (the CUDA backend's) on NCCL
+/// (DevicePeerLink.h): a channel for each direction of `directions` (the
+/// same list on every rank, `pipelineDirections`) that has this rank, each
+/// a non-blocking communicator of its two ranks and a stream of its own.
+/// Every rank calls it, in the same order relative to other communicators.
+absl::StatusOr<std::unique_ptr<PeerLink>>
+createNcclPeerLink(DistributedJob &job,
+                   const std::vector<std::pair<int64_t, int64_t>> &directions,
+                   Backend &backend, std::chrono::milliseconds timeout);
+
+/// The bootstrap of those channels alone (no GPU needed): for each
+/// direction with this rank, the id its sender makes, shared through `job`
+/// in `directions`' order.
+absl::StatusOr<std::map<std::pair<int64_t, int64_t>, std::string>>
+shareNcclChannelIds(DistributedJob &job,
+                    const std::vector<std::pair<int64_t, int64_t>> &directions,
+                    int64_t generation);
 
 /// NCCL's version ("NCCL 2.28.9").
 std::string ncclDescription();

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace merak::runtime {
@@ -81,6 +82,16 @@ public:
   /// transport and in the same order relative to `createGlooCommunicator`.
   virtual absl::StatusOr<std::unique_ptr<PeerLink>>
   createPeerLink(PeerTransport transport) = 0;
+
+  /// Pipeline transfers in the device link's protocol (DevicePeerLink.h:
+  /// a channel per direction, headers, receives matched by tag) on the CPU
+  /// backend's tensors, each channel Gloo's sends and receives under a tag
+  /// of its own (`--p2p=gloo-channels`: the path `--p2p=nccl` takes on
+  /// GPUs, run by CPU ranks); a channel for each direction (from, to) of
+  /// `directions` that has this rank. Every rank calls it, with the same
+  /// directions and in the same order relative to the other communicators.
+  virtual absl::StatusOr<std::unique_ptr<PeerLink>> createChannelLink(
+      const std::vector<std::pair<int64_t, int64_t>> &directions) = 0;
 
   /// Every rank's `value` under `key`, in rank order, on rank 0 (other
   /// ranks get an empty list). For end-of-run reports and traces.
