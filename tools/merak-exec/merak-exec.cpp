@@ -574,14 +574,22 @@ communicatorIf(bool needed, const BackendEntry *device = nullptr,
   localRanks = std::max<int64_t>(localRanks, 1);
   if (name == "auto") {
     name = "gloo";
+    std::string unusable; // why a device communicator cannot run here
     for (const std::string &candidate : communicatorNames()) {
       absl::StatusOr<const CommunicatorEntry *> entry =
           findCommunicator(candidate);
-      if (device && entry.ok() && (*entry)->device == device->name &&
-          absl::GetFlag(FLAGS_comm_staging) != "host" &&
-          (!(*entry)->available || (*entry)->available(localRanks, nullptr)))
+      if (!device || !entry.ok() || (*entry)->device != device->name ||
+          absl::GetFlag(FLAGS_comm_staging) == "host")
+        continue;
+      std::string why;
+      if (!(*entry)->available || (*entry)->available(localRanks, &why))
         return *entry;
+      unusable = absl::StrCat(candidate, " cannot run here: ", why);
     }
+    // The runtime built alone has no Gloo to fall back on.
+    if (!unusable.empty() && !findCommunicator(name).ok())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--comm=auto: ", unusable, ", and this build has no gloo"));
   }
   absl::StatusOr<const CommunicatorEntry *> entry = findCommunicator(name);
   if (!entry.ok() || (*entry)->device.empty())

@@ -41,8 +41,6 @@
 
 namespace merak::runtime {
 
-DistributedJob::~DistributedJob() = default;
-
 namespace gloo {
 
 namespace {
