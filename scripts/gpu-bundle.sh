@@ -109,6 +109,21 @@ for m in gpt2 llama; do
     -o "$OUT/models/$m-flash.mrp"
   rm "$OUT/models/$m-flash.mlir"
 done
+# GPT-2 over two GPUs on NCCL (gpu-check.sh's "nccl" section, where the
+# machine has two): data-parallel, tensor-parallel, and a 1F1B pipeline of
+# 2 micro-batches and the dynamic schedule (pipeline transfers on NCCL),
+# as test/e2e/distributed and test/e2e/pipeline train them on CPU ranks.
+declare -A PLANS=([dp2]="--merak-parallelize=dp=2" [tp2]="--merak-parallelize=tp=2"
+  [pp2]="--merak-parallelize=pp=2 microbatches=2"
+  [pp2-dynamic]="--merak-parallelize=pp=2 microbatches=2 schedule=dynamic")
+for plan in "${!PLANS[@]}"; do
+  "$BUILD/bin/merak-opt" "$FIXTURES/gpt2.pt" \
+    --merak-train="optimizer=adamw lr=1e-3 weight-decay=0.1" "${PLANS[$plan]}" \
+    -o "$OUT/models/gpt2-$plan.mlir"
+  "$BUILD/bin/merak-translate" "$OUT/models/gpt2-$plan.mlir" --merak-to-rank-program \
+    -o "$OUT/models/gpt2-$plan.mrp"
+  rm "$OUT/models/gpt2-$plan.mlir"
+done
 # Text generators (--merak-kv-cache: @prefill and @decode), as
 # test/e2e/generate/greedy.test makes them on the CPU.
 for m in gpt2 llama; do

@@ -18,9 +18,14 @@
 #     LLaMA with its fused kernels (the default) within 1e-6 of it unfused;
 #     GPT-2 and LLaMA with FlashAttention-form attention (tiled kernels)
 #     against PyTorch within 1e-4;
-#  3. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
+#  3. where the machine has two GPUs or more, GPT-2 on two ranks with NCCL
+#     (one GPU each; the ranks meet in a directory, as the runtime built
+#     alone does): data-parallel, tensor-parallel, and pipelines (1F1B and
+#     the dynamic schedule) with their transfers on NCCL, each within 1e-4
+#     of PyTorch's run on one GPU;
+#  4. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
 #     attention in either form;
-#  4. with BENCH=1, after the table, the GPT-2 small benchmark
+#  5. with BENCH=1, after the table, the GPT-2 small benchmark
 #     (bench/gpu_gpt2.py run).
 #
 # Usage: gpu-check.sh [--build SOURCE_DIR] BUNDLE_DIR [OUT_DIR]
@@ -44,7 +49,7 @@ BIN=$B/bin
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}
 MODELS=${MODELS:-"gpt2 llama bert t5 resnet18 vit_b_16"}
-SECTIONS=${SECTIONS:-"kernels models generation sanitizer"}
+SECTIONS=${SECTIONS:-"kernels models generation nccl sanitizer"}
 wanted() { [[ " $SECTIONS " == *" $1 "* ]]; }
 # DEVICE=cpu runs the same rows on the CPU (a dry run of this script).
 DEVICE=${DEVICE:-cuda}
@@ -306,6 +311,48 @@ for m in gpt2 llama; do
     row "$m generation (greedy)" FAIL "$(grep -h -m1 -i error "$dir"/*.log "$dir"/*.out | head -1)"
   fi
 done
+
+echo "== nccl"
+# Two ranks with a GPU each, collectives and pipeline transfers on NCCL
+# (--comm and --p2p default to it), against PyTorch's run of GPT-2 on one
+# GPU above (the pipelines' against one over the same micro-batches). With
+# DEVICE=cpu, the same rows on Gloo.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+dir=$O/gpt2
+if ! wanted nccl; then
+  :
+elif [[ $DEVICE == cuda && $gpus -lt 2 ]]; then
+  row "nccl (two ranks)" skip "$gpus GPU(s) here: NCCL needs a GPU per rank"
+elif [[ ! -f $dir/ref.jsonl ]]; then
+  row "nccl (two ranks)" skip "GPT-2 not run"
+else
+  export MERAK_RENDEZVOUS_DIR=$O/rendezvous
+  "$PY" "$B/src/test/e2e/make_batches.py" --fixture gpt2 --fixtures-dir "$FIX" --steps "$STEPS" \
+    --seed 0 --cycle 1 --microbatches 2 --out "$dir/batches-mb2.safetensors" > /dev/null 2>&1
+  "$PY" "$B/src/test/e2e/reference.py" --model "$B/models/gpt2.pt" --fixture gpt2 \
+    --data "$dir/batches-mb2.safetensors" --steps "$STEPS" --optimizer adamw --lr 1e-3 \
+    --weight-decay 0.1 --device "$DEVICE" --microbatches 2 \
+    --out-jsonl "$dir/ref-mb2.jsonl" > "$dir/ref-mb2.log" 2>&1
+  on=$([[ $DEVICE == cuda ]] && echo "NCCL (2 GPUs)" || echo "Gloo (2 CPU ranks)")
+  for plan in dp2 tp2 pp2 pp2-dynamic; do
+    [[ -f $B/models/gpt2-$plan.mrp ]] || continue
+    data=$dir/batches.safetensors ref=$dir/ref.jsonl
+    [[ $plan == pp2* ]] && data=$dir/batches-mb2.safetensors ref=$dir/ref-mb2.jsonl
+    rm -f "$dir/nccl-$plan.jsonl"
+    start=$(date +%s%N)
+    "$BIN/merak-exec" "$B/models/gpt2-$plan.mrp" --nproc 2 --device "$DEVICE" \
+      --init "$dir/weights.safetensors" --data "$data" --steps "$STEPS" \
+      --comm-timeout 120 --log-jsonl "$dir/nccl-$plan.jsonl" > "$dir/nccl-$plan.log" 2>&1
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/nccl-$plan.jsonl" "$ref" \
+        --rtol 1e-4 > "$dir/nccl-$plan-compare.log" 2>&1; then
+      row "gpt2 $plan on $on" ok "$(tail -1 "$dir/nccl-$plan-compare.log"); wall $ms ms"
+    else
+      row "gpt2 $plan on $on" FAIL "$(grep -m1 -i error "$dir/nccl-$plan.log" || tail -1 "$dir/nccl-$plan-compare.log")"
+    fi
+  done
+  unset MERAK_RENDEZVOUS_DIR
+fi
 
 echo "== compute-sanitizer"
 # One GPT-2 step with each attention form (the tiled FlashAttention kernels

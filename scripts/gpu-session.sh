@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device run of the GPU checks and benchmarks, sized for a short lease
 # of a one-GPU machine: scripts/gpu-check.sh as two instances side by side
-# (kernel cases, GPT-2 and LLaMA with every row that needs them and the
+# (kernel cases, GPT-2 and LLaMA with every row that needs them, GPT-2 on
+# two GPUs with NCCL where there are two, and the
 # compute-sanitizer runs; BERT, T5, ResNet-18, ViT and text generation),
 # then, alone on the GPU, bench/gpu_attention.py and bench/gpu_gpt2.py.
 # Results land in OUT_DIR: table.md (every row), kernels-notok.txt,
@@ -26,7 +27,7 @@ B=$(mktemp -d)
 tar xJf "$BUNDLE" -C "$B"
 elapsed "bundle unpacked"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-SECTIONS="kernels models sanitizer" MODELS="gpt2 llama" SANITIZER_TIMEOUT=${SAN_T:-60} \
+SECTIONS="kernels models nccl sanitizer" MODELS="gpt2 llama" SANITIZER_TIMEOUT=${SAN_T:-60} \
   timeout "${CHECK_T:-250}" bash scripts/gpu-check.sh "$B" "$B/oa" > "$OUT/check-a.log" 2>&1 &
 a=$!
 SECTIONS="models generation" MODELS="bert t5 resnet18 vit_b_16" \
