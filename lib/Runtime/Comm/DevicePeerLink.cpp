@@ -84,6 +84,7 @@ std::string seconds(std::chrono::milliseconds t) {
 
 /// A transfer that arrived (or is arriving) on an incoming channel.
 struct Arrival {
+  int64_t tag = 0;
   int64_t bytes = 0;
   TensorHandle buffer;
   int64_t marker = 0;
@@ -247,13 +248,16 @@ public:
     return q.items[size_t(index - q.first)];
   }
 
-  /// Drops the arrivals of (peer, tag) that were taken, from the front.
+  /// Drops the arrivals of (peer, tag) that were taken, from the front;
+  /// one whose bytes are still arriving stays (its memory must not go back
+  /// to the pool while the library writes it) until a later call.
   void forget(int64_t peer, int64_t tag) {
     auto it = arrivals.find({peer, tag});
     if (it == arrivals.end())
       return;
     ArrivalQueue &q = it->second;
-    while (!q.items.empty() && q.items.front()->taken) {
+    while (!q.items.empty() && q.items.front()->taken &&
+           (q.items.front()->done || failure)) {
       q.items.pop_front();
       ++q.first;
     }
@@ -395,6 +399,7 @@ private:
       return absl::OkStatus();
     }
     auto a = std::make_shared<Arrival>();
+    a->tag = h.tag;
     a->bytes = h.bytes;
     absl::StatusOr<TensorHandle> buffer =
         in.channel->allocate(std::max<int64_t>(h.bytes, 1));
@@ -427,6 +432,8 @@ private:
               in.channel->reached(in.inFlight.front()->marker);
           if (r.ok() && *r) {
             in.inFlight.front()->done = true;
+            if (in.inFlight.front()->taken) // its receive was abandoned
+              forget(peer, in.inFlight.front()->tag);
             in.inFlight.pop_front();
             ++completed;
             moved = true;
@@ -484,16 +491,22 @@ private:
     return -1;
   }
 
+  /// Polls until the link goes away. A header is seen at most
+  /// `kLongestPause` after it arrives, whatever the link was doing: on a
+  /// GPU pipeline that is what a transfer waits beyond its copy, so the
+  /// pause stays well under a stage's compute (a query of an event costs
+  /// about a microsecond).
   void progress() {
+    constexpr std::chrono::microseconds kLongestPause(100);
     std::unique_lock<std::mutex> lock(mutex);
-    std::chrono::microseconds pause(10);
+    std::chrono::microseconds pause(5);
     while (!stopping) {
       if (!failure && poll()) {
-        pause = std::chrono::microseconds(10);
+        pause = std::chrono::microseconds(5);
         continue;
       }
       changed.wait_for(lock, pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      pause = std::min(pause * 2, kLongestPause);
     }
   }
 
