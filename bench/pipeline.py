@@ -14,10 +14,13 @@ Then `dynamic` against `1f1b` when one stage is made 30 % slower at a random
 half of the steps (merak-exec --pipeline-delay), the case dynamic scheduling
 is for.
 
-With --p2p, only 1f1b with its transfers over Gloo (TCP loopback) and
-through shared memory (merak-exec --p2p=shm), alternating, --repeat times
-each: the median step time of each and their ratio, and the time the
-ranks spent waiting in receives (from the trace).
+With --p2p, only 1f1b with its transfers over Gloo (TCP loopback),
+through shared memory (merak-exec --p2p=shm) and in NCCL's protocol on
+Gloo (--p2p=gloo-channels: a channel per direction, a header before each
+transfer, receives matched by tag by the link's thread; what that protocol
+costs over plain Gloo), alternating, --repeat times each: the median step
+time of each, its ratio to Gloo's, and the time the ranks spent waiting in
+receives (from the trace).
 
 On a machine with fewer cores than ranks the ranks share cores, which
 inflates every task's wall time and the measured bubble; the header prints
@@ -206,10 +209,11 @@ def receive_wait_ms(trace_path):
 
 def compare_transfers(args, plan, train, work):
     path = plan("1f1b")
-    times = {"gloo": [], "shm": []}
-    waits = {"gloo": [], "shm": []}
+    transports = ("gloo", "shm", "gloo-channels")
+    times = {t: [] for t in transports}
+    waits = {t: [] for t in transports}
     for i in range(args.repeat):
-        for transport in ("gloo", "shm"):
+        for transport in transports:
             trace = os.path.join(work, "%s-%d.trace.json" % (transport, i))
             r = train(path, "%s-%d" % (transport, i),
                       ("--p2p", transport, "--trace", trace))
@@ -218,14 +222,15 @@ def compare_transfers(args, plan, train, work):
     print()
     print("1f1b transfers, %d runs each (median step ms over steps after "
           "the first; receive wait per rank and step):" % args.repeat)
-    for transport in ("gloo", "shm"):
-        print("  %-5s step %8.1f ms   receive wait %7.2f ms   runs %s"
+    for transport in transports:
+        print("  %-13s step %8.1f ms   receive wait %7.2f ms   runs %s"
               % (transport, statistics.median(times[transport]),
                  statistics.median(waits[transport]),
                  " ".join("%.1f" % t for t in times[transport])))
-    print("  shm / gloo step time: %.3f"
-          % (statistics.median(times["shm"]) /
-             statistics.median(times["gloo"])))
+    for transport in transports[1:]:
+        print("  %s / gloo step time: %.3f"
+              % (transport, statistics.median(times[transport]) /
+                 statistics.median(times["gloo"])))
     return 0
 
 

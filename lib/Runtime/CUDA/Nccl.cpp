@@ -125,6 +125,79 @@ absl::Status settle(ncclComm_t comm, Clock::time_point deadline,
   }
 }
 
+/// Queues on `stream` a wait for the work queued so far on the compute
+/// stream, through `event`.
+absl::Status waitForCompute(DeviceState &dev, cudaEvent_t event,
+                            cudaStream_t stream) {
+  if (absl::Status s = cudaStatus(cudaEventRecord(event, dev.stream),
+                                  "recording the compute stream");
+      !s.ok())
+    return s;
+  return cudaStatus(cudaStreamWaitEvent(stream, event, 0),
+                    "ordering a communication stream");
+}
+
+/// Queues a copy of `from` to `to` (any strides) on `stream`.
+absl::Status stridedCopy(const DeviceBuffer &from, const DeviceBuffer &to,
+                         cudaStream_t stream, const char *what) {
+  try {
+    cuda::copyStrided(viewOf(from), viewOf(to), stream);
+  } catch (const std::exception &e) {
+    return absl::InternalError(e.what());
+  }
+  return cudaStatus(cudaGetLastError(), what);
+}
+
+/// Records a fresh event on `stream` as marker `next` (then advanced).
+absl::StatusOr<int64_t> recordMarker(cudaStream_t stream,
+                                     std::map<int64_t, cudaEvent_t> &events,
+                                     int64_t &next) {
+  cudaEvent_t event;
+  if (absl::Status s =
+          cudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                     "creating an event");
+      !s.ok())
+    return s;
+  if (absl::Status s =
+          cudaStatus(cudaEventRecord(event, stream), "recording an event");
+      !s.ok()) {
+    cudaEventDestroy(event);
+    return s;
+  }
+  events[next] = event;
+  return next++;
+}
+
+/// The error NCCL reported for `comm` (asynchronously), else ok.
+absl::Status communicatorError(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess)
+    return ncclStatus(r, "ncclCommGetAsyncError", comm);
+  if (state != ncclSuccess && state != ncclInProgress)
+    return ncclStatus(state, "NCCL reported", comm);
+  return absl::OkStatus();
+}
+
+/// Ends `comms` at the end of a run: finalized (flushing what they hold)
+/// and destroyed, or, where a peer is gone and finalizing times out,
+/// aborted.
+void release(const std::vector<ncclComm_t> &comms,
+             std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  bool clean = true;
+  for (ncclComm_t c : comms) {
+    ncclResult_t r = ncclCommFinalize(c);
+    clean = clean && (r == ncclSuccess || r == ncclInProgress) &&
+            settle(c, deadline, "finalize").ok();
+  }
+  for (ncclComm_t c : comms) {
+    if (clean)
+      ncclCommDestroy(c);
+    else
+      ncclCommAbort(c);
+  }
+}
+
 #define MERAK_NCCL_TRY(status)                                                 \
   do {                                                                         \
     if (absl::Status s_ = (status); !s_.ok())                                  \
@@ -155,23 +228,8 @@ public:
     for (auto &[marker, event] : events)
       cudaEventDestroy(event);
     cudaEventDestroy(computeDone);
-    if (!aborted) {
-      // Finalize flushes what the communicators still hold; a peer that is
-      // gone makes it time out, and the communicators are aborted instead.
-      const Clock::time_point deadline = Clock::now() + timeout;
-      bool clean = true;
-      for (ncclComm_t c : comms) {
-        ncclResult_t r = ncclCommFinalize(c);
-        clean = clean && (r == ncclSuccess || r == ncclInProgress) &&
-                settle(c, deadline, "finalize").ok();
-      }
-      for (ncclComm_t c : comms) {
-        if (clean)
-          ncclCommDestroy(c);
-        else
-          ncclCommAbort(c);
-      }
-    }
+    if (!aborted)
+      release(comms, timeout);
     cudaStreamDestroy(stream);
   }
 
@@ -193,21 +251,11 @@ public:
   }
 
   absl::Status enqueueWaitForCompute() override {
-    if (absl::Status s = cudaStatus(cudaEventRecord(computeDone, dev.stream),
-                                    "recording the compute stream");
-        !s.ok())
-      return s;
-    return cudaStatus(cudaStreamWaitEvent(stream, computeDone, 0),
-                      "ordering the communication stream");
+    return waitForCompute(dev, computeDone, stream);
   }
   absl::Status enqueueCopy(const DeviceBuffer &from,
                            const DeviceBuffer &to) override {
-    try {
-      cuda::copyStrided(viewOf(from), viewOf(to), stream);
-    } catch (const std::exception &e) {
-      return absl::InternalError(e.what());
-    }
-    return cudaStatus(cudaGetLastError(), "a collective's copy");
+    return stridedCopy(from, to, stream, "a collective's copy");
   }
   absl::Status enqueueDivide(const DeviceBuffer &buffer, int64_t n) override {
     try {
@@ -269,20 +317,7 @@ public:
   }
 
   absl::StatusOr<int64_t> mark() override {
-    cudaEvent_t event;
-    if (absl::Status s =
-            cudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                       "creating an event");
-        !s.ok())
-      return s;
-    if (absl::Status s =
-            cudaStatus(cudaEventRecord(event, stream), "recording an event");
-        !s.ok()) {
-      cudaEventDestroy(event);
-      return s;
-    }
-    events[next] = event;
-    return next++;
+    return recordMarker(stream, events, next);
   }
   absl::StatusOr<bool> reached(int64_t marker) override {
     auto it = events.find(marker);
@@ -308,13 +343,9 @@ public:
     return s;
   }
   absl::Status asyncError() override {
-    for (ncclComm_t c : comms) {
-      ncclResult_t state = ncclSuccess;
-      if (ncclResult_t r = ncclCommGetAsyncError(c, &state); r != ncclSuccess)
-        return ncclStatus(r, "ncclCommGetAsyncError", c);
-      if (state != ncclSuccess && state != ncclInProgress)
-        return ncclStatus(state, "NCCL reported", c);
-    }
+    for (ncclComm_t c : comms)
+      if (absl::Status s = communicatorError(c); !s.ok())
+        return s;
     return absl::OkStatus();
   }
   void abort() override {
@@ -379,34 +410,19 @@ public:
       cudaEventDestroy(event);
     if (computeDone)
       cudaEventDestroy(computeDone);
-    if (!aborted) {
-      const Clock::time_point deadline = Clock::now() + timeout;
-      ncclResult_t r = ncclCommFinalize(comm);
-      if ((r == ncclSuccess || r == ncclInProgress) &&
-          settle(comm, deadline, "finalize").ok())
-        ncclCommDestroy(comm);
-      else
-        ncclCommAbort(comm);
-    }
+    if (!aborted)
+      release({comm}, timeout);
     cudaFree(deviceHeader);
     cudaFreeHost(hostHeader);
     cudaStreamDestroy(stream);
   }
 
   absl::Status enqueueWaitForCompute() override {
-    MERAK_NCCL_TRY(cudaStatus(cudaEventRecord(computeDone, dev.stream),
-                              "recording the compute stream"));
-    return cudaStatus(cudaStreamWaitEvent(stream, computeDone, 0),
-                      "ordering a transfer's stream");
+    return waitForCompute(dev, computeDone, stream);
   }
   absl::Status enqueueCopy(const DeviceBuffer &from,
                            const DeviceBuffer &to) override {
-    try {
-      cuda::copyStrided(viewOf(from), viewOf(to), stream);
-    } catch (const std::exception &e) {
-      return absl::InternalError(e.what());
-    }
-    return cudaStatus(cudaGetLastError(), "a transfer's packing copy");
+    return stridedCopy(from, to, stream, "a transfer's packing copy");
   }
   absl::Status enqueueSendHeader(const PeerHeader &h) override {
     try {
@@ -447,18 +463,7 @@ public:
   }
 
   absl::StatusOr<int64_t> mark() override {
-    cudaEvent_t event;
-    MERAK_NCCL_TRY(
-        cudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                   "creating an event"));
-    if (absl::Status s =
-            cudaStatus(cudaEventRecord(event, stream), "recording an event");
-        !s.ok()) {
-      cudaEventDestroy(event);
-      return s;
-    }
-    events[next] = event;
-    return next++;
+    return recordMarker(stream, events, next);
   }
   absl::StatusOr<bool> reached(int64_t marker) override {
     // Markers are reached in order: the ones before are done too.
@@ -479,14 +484,7 @@ public:
     return cudaStatus(cudaStreamWaitEvent(dev.stream, it->second, 0),
                       "ordering the compute stream after a transfer");
   }
-  absl::Status asyncError() override {
-    ncclResult_t state = ncclSuccess;
-    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess)
-      return ncclStatus(r, "ncclCommGetAsyncError", comm);
-    if (state != ncclSuccess && state != ncclInProgress)
-      return ncclStatus(state, "NCCL reported", comm);
-    return absl::OkStatus();
-  }
+  absl::Status asyncError() override { return communicatorError(comm); }
   void abort() override {
     if (aborted)
       return;

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Comm/FileRendezvous.h"
+#include "Heartbeat.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -46,6 +47,27 @@
 namespace merak::runtime {
 
 DistributedJob::~DistributedJob() = default;
+
+std::string ranksBehind(const std::map<int64_t, std::string> &beats,
+                        int64_t myStep, int64_t myInstruction) {
+  std::vector<std::string> late;
+  for (const auto &[r, value] : beats) {
+    long long count, step, inst;
+    if (std::sscanf(value.c_str(), "%lld %lld %lld", &count, &step, &inst) != 3)
+      continue;
+    if (std::make_pair(int64_t(step), int64_t(inst)) <
+        std::make_pair(myStep, myInstruction))
+      late.push_back(absl::StrCat(
+          "rank ", r, " is alive but has not reached this collective (",
+          inst < 0 ? absl::StrCat("no collective yet in step ", step)
+                   : absl::StrCat("its last was #", inst, " of step ", step),
+          ")"));
+  }
+  if (late.empty())
+    return "";
+  return absl::StrCat(absl::StrJoin(late, "; "), "; this rank waits in #",
+                      myInstruction, " of step ", myStep);
+}
 
 namespace {
 
@@ -344,30 +366,11 @@ public:
                           stopped.size() == 1 ? " has" : " have",
                           " stopped (no heartbeat)");
     // Live peers of `ranks` not yet at this rank's collective.
-    const int64_t myStep = progressStep.load(),
-                  myInst = progressInstruction.load();
-    std::map<int64_t, std::string> now = beats();
-    std::vector<std::string> late;
-    for (int64_t r : ranks) {
-      auto it = now.find(r);
-      if (it == now.end())
-        continue;
-      long long count, step, inst;
-      if (std::sscanf(it->second.c_str(), "%lld %lld %lld", &count, &step,
-                      &inst) != 3)
-        continue;
-      if (std::make_pair(int64_t(step), int64_t(inst)) <
-          std::make_pair(myStep, myInst))
-        late.push_back(absl::StrCat(
-            "rank ", r, " is alive but has not reached this collective (",
-            inst < 0 ? absl::StrCat("no collective yet in step ", step)
-                     : absl::StrCat("its last was #", inst, " of step ", step),
-            ")"));
-    }
-    if (late.empty())
-      return "";
-    return absl::StrCat(absl::StrJoin(late, "; "), "; this rank waits in #",
-                        myInst, " of step ", myStep);
+    std::map<int64_t, std::string> now = beats(), mine;
+    for (int64_t r : ranks)
+      if (auto it = now.find(r); it != now.end())
+        mine.insert(*it);
+    return ranksBehind(mine, progressStep.load(), progressInstruction.load());
   }
 
 private:

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GlooInternal.h"
+#include "Heartbeat.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -324,6 +325,9 @@ public:
   createPeerLink(PeerTransport transport) override;
   absl::StatusOr<std::unique_ptr<PeerLink>> createChannelLink(
       const std::vector<std::pair<int64_t, int64_t>> &directions) override;
+  /// A Gloo process group of every rank for point-to-point transfers.
+  absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroupGloo>>
+  pointToPointGroup();
 
   absl::StatusOr<std::vector<std::string>>
   gatherToRank0(const std::string &key, const std::string &value) override {
@@ -573,29 +577,11 @@ private:
     return peers;
   }
 
-  /// Of live peers (by their last heartbeat, `beat step instruction`), the
-  /// ones that have not started the collective at (myStep, myInst): alive
-  /// but stuck before the collective this rank waits in.
+  /// Of live peers (by their last heartbeat), those not yet at (myStep,
+  /// myInst): Heartbeat.h.
   std::string behind(const std::map<int64_t, std::string> &beats,
                      int64_t myStep, int64_t myInst) {
-    std::vector<std::string> late;
-    for (const auto &[r, value] : beats) {
-      long long beat, step, inst;
-      if (std::sscanf(value.c_str(), "%lld %lld %lld", &beat, &step, &inst) !=
-          3)
-        continue;
-      if (std::make_pair(int64_t(step), int64_t(inst)) <
-          std::make_pair(myStep, myInst))
-        late.push_back(absl::StrCat(
-            "rank ", r, " is alive but has not reached this collective (",
-            inst < 0 ? absl::StrCat("no collective yet in step ", step)
-                     : absl::StrCat("its last was #", inst, " of step ", step),
-            ")"));
-    }
-    if (late.empty())
-      return "";
-    return absl::StrCat(absl::StrJoin(late, "; "), "; this rank waits in #",
-                        myInst, " of step ", myStep);
+    return ranksBehind(beats, myStep, myInst);
   }
 
   /// Posts `message` for the others unless a failure is posted already,
@@ -805,8 +791,8 @@ private:
   std::shared_ptr<::gloo::transport::Device> device;
 };
 
-absl::StatusOr<std::unique_ptr<PeerLink>>
-RendezvousJob::createPeerLink(PeerTransport transport) {
+absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroupGloo>>
+RendezvousJob::pointToPointGroup() {
   if (absl::Status s = openDevice(); !s.ok())
     return s;
   auto groupOptions =
@@ -814,25 +800,10 @@ RendezvousJob::createPeerLink(PeerTransport transport) {
   groupOptions->devices.push_back(device);
   groupOptions->threads = kGlooThreadsPerGroup;
   try {
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(
         c10::make_intrusive<c10d::PrefixStore>(
             absl::StrCat("merak/p2p/", communicators++), store),
         int(options.rank), int(options.worldSize), groupOptions);
-    std::unique_ptr<PeerLink> link = gloo::makePeerLink(*this, std::move(pg));
-    if (transport == PeerTransport::Gloo)
-      return link;
-    // Files of this run are told apart from another run's on the machine
-    // by a name rank 0 picks.
-    absl::StatusOr<std::string> run = shareFromRank0(
-        "merak/p2p/shm-run",
-        absl::StrCat(absl::Hex(std::random_device{}()), absl::Hex(::getpid())));
-    if (!run.ok())
-      return run.status();
-    std::map<int64_t, int64_t> local;
-    for (const Process &p : localPeers)
-      local[p.rank] = p.pid;
-    return gloo::makeSharedMemoryLink(*this, std::move(link), std::move(local),
-                                      *run, this->options.timeout);
   } catch (const std::exception &e) {
     std::string why = diagnose(allRanks());
     return absl::UnavailableError(absl::StrCat(
@@ -842,28 +813,37 @@ RendezvousJob::createPeerLink(PeerTransport transport) {
   }
 }
 
+absl::StatusOr<std::unique_ptr<PeerLink>>
+RendezvousJob::createPeerLink(PeerTransport transport) {
+  absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroupGloo>> pg =
+      pointToPointGroup();
+  if (!pg.ok())
+    return pg.status();
+  std::unique_ptr<PeerLink> link = gloo::makePeerLink(*this, *std::move(pg));
+  if (transport == PeerTransport::Gloo)
+    return link;
+  // Files of this run are told apart from another run's on the machine by
+  // a name rank 0 picks.
+  absl::StatusOr<std::string> run = shareFromRank0(
+      "merak/p2p/shm-run",
+      absl::StrCat(absl::Hex(std::random_device{}()), absl::Hex(::getpid())));
+  if (!run.ok())
+    return run.status();
+  std::map<int64_t, int64_t> local;
+  for (const Process &p : localPeers)
+    local[p.rank] = p.pid;
+  return gloo::makeSharedMemoryLink(*this, std::move(link), std::move(local),
+                                    *run, this->options.timeout);
+}
+
 absl::StatusOr<std::unique_ptr<PeerLink>> RendezvousJob::createChannelLink(
     const std::vector<std::pair<int64_t, int64_t>> &directions) {
-  if (absl::Status s = openDevice(); !s.ok())
-    return s;
-  auto groupOptions =
-      c10d::ProcessGroupGloo::Options::create(this->options.timeout);
-  groupOptions->devices.push_back(device);
-  groupOptions->threads = kGlooThreadsPerGroup;
-  try {
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>(
-            absl::StrCat("merak/p2p/", communicators++), store),
-        int(options.rank), int(options.worldSize), groupOptions);
-    return gloo::makeChannelLink(*this, std::move(pg), directions,
-                                 this->options.timeout);
-  } catch (const std::exception &e) {
-    std::string why = diagnose(allRanks());
-    return absl::UnavailableError(absl::StrCat(
-        "cannot connect the ranks for point-to-point transfers within ",
-        seconds(this->options.timeout),
-        why.empty() ? "" : absl::StrCat(": ", why), " (", describe(e), ")"));
-  }
+  absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroupGloo>> pg =
+      pointToPointGroup();
+  if (!pg.ok())
+    return pg.status();
+  return gloo::makeChannelLink(*this, *std::move(pg), directions,
+                               this->options.timeout);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>>
