@@ -78,7 +78,7 @@ def main():
     p.add_argument("--delay", default="1:0.3:0.5",
                    help="--pipeline-delay for the dynamic comparison")
     p.add_argument("--p2p", action="store_true",
-                   help="compare Gloo and shared-memory transfers only")
+                   help="compare Gloo, shared-memory and gloo-channels transfers only")
     p.add_argument("--repeat", type=int, default=3,
                    help="with --p2p: runs of each transport")
     args = p.parse_args()
