@@ -537,7 +537,16 @@ absl::StatusOr<double> measureStall(Backend &backend, StallCompute &compute,
 }
 
 /// The collectives over every group size, into `profile.collectives`.
+/// The communicator of `program` the options ask for (Gloo's by default).
+absl::StatusOr<std::unique_ptr<Communicator>>
+communicatorOf(DistributedJob &job, const HardwareProbeOptions &options,
+               const Program &program) {
+  return options.communicator ? options.communicator(program)
+                              : job.createGlooCommunicator(program);
+}
+
 absl::Status measureCollectives(Backend &backend, DistributedJob &job,
+                                const HardwareProbeOptions &options,
                                 int64_t localRanks, double seconds,
                                 HardwareProfile &profile) {
   const int64_t world = job.worldSize(), rank = job.rank();
@@ -555,7 +564,7 @@ absl::Status measureCollectives(Backend &backend, DistributedJob &job,
       return named(program.status(),
                    absl::StrCat("collectives over ", group, " ranks"));
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
-        job.createGlooCommunicator(*program);
+        communicatorOf(job, options, *program);
     if (!comm.ok())
       return comm.status();
     size_t index = 0;
@@ -620,13 +629,14 @@ absl::Status measureCollectives(Backend &backend, DistributedJob &job,
 /// a 2 MiB all-reduce over every rank and 256^3 float32 GEMMs about as long:
 /// each alone, then the GEMMs while the all-reduce is in flight; the median
 /// of kMostSamples rounds, clamped to [1, 2].
-absl::StatusOr<double> measureOverlap(Backend &backend, DistributedJob &job) {
+absl::StatusOr<double> measureOverlap(Backend &backend, DistributedJob &job,
+                                      const HardwareProbeOptions &options) {
   const int64_t world = job.worldSize();
   absl::StatusOr<Program> program = collectiveProgram(world, world, job.rank());
   if (!program.ok())
     return program.status();
   absl::StatusOr<std::unique_ptr<Communicator>> comm =
-      job.createGlooCommunicator(*program);
+      communicatorOf(job, options, *program);
   if (!comm.ok())
     return comm.status();
   // The all-reduce of the third message size (2 MiB).
@@ -703,11 +713,12 @@ absl::StatusOr<double> measureOverlap(Backend &backend, DistributedJob &job) {
 
 /// One-way transfers between ranks 0 and 1 through the run's peer link:
 /// each message goes there and back, and counts half the round trip.
-absl::StatusOr<LinkFigures> measurePeerLink(Backend &backend,
-                                            DistributedJob &job, double seconds,
-                                            PeerTransport transport) {
+absl::StatusOr<LinkFigures>
+measurePeerLink(Backend &backend, DistributedJob &job, double seconds,
+                const HardwareProbeOptions &options) {
   absl::StatusOr<std::unique_ptr<PeerLink>> link =
-      job.createPeerLink(transport);
+      options.link ? options.link({{0, 1}, {1, 0}})
+                   : job.createPeerLink(options.p2p);
   if (!link.ok())
     return link.status();
   const int64_t rank = job.rank();
@@ -963,8 +974,9 @@ probeHardware(Backend &backend, DistributedJob *job,
 
   // Collectives, then the link between ranks 0 and 1.
   const double collectiveShare = 0.85;
-  if (absl::Status s = measureCollectives(
-          backend, *job, localRanks, commSeconds * collectiveShare, profile);
+  if (absl::Status s =
+          measureCollectives(backend, *job, options, localRanks,
+                             commSeconds * collectiveShare, profile);
       !s.ok())
     return s;
   for (const CollectivePoint &c : profile.collectives)
@@ -978,7 +990,7 @@ probeHardware(Backend &backend, DistributedJob *job,
         "%s over %d ranks: latency %.1f us, bus bandwidth %.2f GB/s, stall "
         "%.1f us",
         c.op, c.group, c.latency * 1e6, c.busBandwidth / 1e9, c.stall * 1e6));
-  absl::StatusOr<double> overlap = measureOverlap(backend, *job);
+  absl::StatusOr<double> overlap = measureOverlap(backend, *job, options);
   if (!overlap.ok())
     return named(overlap.status(), "overlap of compute and an all-reduce");
   profile.overlapCoefficient = *overlap;
@@ -987,7 +999,7 @@ probeHardware(Backend &backend, DistributedJob *job,
       "%.2f (1: hidden, 2: serialized)",
       job->worldSize(), *overlap));
   absl::StatusOr<LinkFigures> link = measurePeerLink(
-      backend, *job, commSeconds * (1 - collectiveShare), options.p2p);
+      backend, *job, commSeconds * (1 - collectiveShare), options);
   if (!link.ok())
     return link.status();
   if (job->rank() <= 1) {

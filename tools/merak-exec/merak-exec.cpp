@@ -655,15 +655,19 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
       findBackend(absl::GetFlag(FLAGS_device));
   if (!device.ok())
     return fail(device.status());
-  if (absl::Status s = checkDeviceRanks(**device, launching ? int64_t(nproc)
-                                                            : env.worldSize);
-      !s.ok())
-    return fail(s);
+  // Several GPUs measure their own library's collectives and transfers
+  // (NCCL), as training runs them.
   absl::StatusOr<const CommunicatorEntry *> comm =
-      communicatorIf((launching && nproc > 1) || env.worldSize > 1);
+      communicatorIf((launching && nproc > 1) || env.worldSize > 1, *device,
+                     launching ? nproc : env.localWorldSize);
   if (!comm.ok())
     return fail(comm.status());
   const CommunicatorEntry *commEntry = *comm;
+  const bool deviceComm = commEntry && commEntry->create;
+  if (absl::Status s = checkDeviceRanks(
+          **device, launching ? int64_t(nproc) : env.worldSize, deviceComm);
+      !s.ok())
+    return fail(s);
   if (launching) {
     return launchLocalRanks(nproc, argc, argv, timeout);
   }
@@ -684,6 +688,17 @@ static int profileHardware(int argc, char **argv, const LaunchEnvironment &env,
     return fail(backend.status());
 
   HardwareProbeOptions options;
+  if (deviceComm && job) {
+    Backend &probed = **backend;
+    options.communicator = [commEntry, &probed, timeout](const Program &p) {
+      return commEntry->create(*job, p, probed, timeout);
+    };
+    if (commEntry->createLink)
+      options.link = [commEntry, &probed, timeout](
+                         const std::vector<std::pair<int64_t, int64_t>> &d) {
+        return commEntry->createLink(*job, d, probed, timeout);
+      };
+  }
   options.seconds = seconds;
   options.name = absl::GetFlag(FLAGS_profile_name);
   options.p2p = absl::GetFlag(FLAGS_p2p) == "shm" ? PeerTransport::SharedMemory

@@ -14,6 +14,8 @@
 
 #include "gtest/gtest.h"
 
+#include <atomic>
+#include <functional>
 #include <thread>
 
 using namespace merak;
@@ -72,9 +74,12 @@ TEST(HardwareProbeTest, MeasuresOneProcess) {
       << lines[0];
 }
 
-TEST(HardwareProbeTest, MeasuresCollectivesBetweenTwoRanks) {
+/// Both ranks' profiles from a two-rank run in this process, each probing
+/// with the options `configure` gives for its job.
+std::vector<absl::StatusOr<HardwareProfile>> probeTwoRanks(
+    const std::function<HardwareProbeOptions(DistributedJob &)> &configure) {
   absl::StatusOr<int> port = pickFreePort();
-  ASSERT_TRUE(port.ok());
+  EXPECT_TRUE(port.ok());
   std::vector<absl::StatusOr<HardwareProfile>> results(
       2, absl::UnknownError("not run"));
   auto rankMain = [&](int64_t rank) {
@@ -92,7 +97,7 @@ TEST(HardwareProbeTest, MeasuresCollectivesBetweenTwoRanks) {
       return;
     }
     std::unique_ptr<Backend> backend = createCpuBackend({1});
-    results[rank] = probeHardware(*backend, job->get(), smallProbe());
+    results[rank] = probeHardware(*backend, job->get(), configure(**job));
     if (absl::Status s = (*job)->finish(); !s.ok() && results[rank].ok())
       results[rank] = s;
   };
@@ -101,6 +106,12 @@ TEST(HardwareProbeTest, MeasuresCollectivesBetweenTwoRanks) {
     threads.emplace_back(rankMain, r);
   for (std::thread &t : threads)
     t.join();
+  return results;
+}
+
+TEST(HardwareProbeTest, MeasuresCollectivesBetweenTwoRanks) {
+  std::vector<absl::StatusOr<HardwareProfile>> results =
+      probeTwoRanks([](DistributedJob &) { return smallProbe(); });
   for (int64_t r = 0; r < 2; ++r)
     ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
 
@@ -125,6 +136,36 @@ TEST(HardwareProbeTest, MeasuresCollectivesBetweenTwoRanks) {
   EXPECT_EQ(p.interNode.bandwidth, 0);
   EXPECT_EQ(p.linkBandwidth, p.intraNode.bandwidth);
   EXPECT_EQ(p.linkLatency, p.intraNode.latency);
+}
+
+TEST(HardwareProbeTest, MeasuresThroughTheCommunicatorAndLinkItIsGiven) {
+  // What a run on GPUs gives the probe (NCCL's communicator and link), here
+  // Gloo's communicator and the device link's protocol on Gloo.
+  std::atomic<int> communicators{0};
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> directions(2);
+  std::vector<absl::StatusOr<HardwareProfile>> results =
+      probeTwoRanks([&](DistributedJob &job) {
+        HardwareProbeOptions options = smallProbe();
+        options.communicator = [&job, &communicators](const Program &p) {
+          ++communicators;
+          return job.createGlooCommunicator(p);
+        };
+        options.link = [&job, &directions](
+                           const std::vector<std::pair<int64_t, int64_t>> &d) {
+          directions[size_t(job.rank())] = d;
+          return job.createChannelLink(d);
+        };
+        return options;
+      });
+  for (int64_t r = 0; r < 2; ++r)
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
+  // One communicator per group size and the overlap's, on each rank.
+  EXPECT_EQ(communicators, 2 * 2);
+  const std::vector<std::pair<int64_t, int64_t>> both = {{0, 1}, {1, 0}};
+  EXPECT_EQ(directions[0], both);
+  EXPECT_EQ(directions[1], both);
+  EXPECT_GT(results[0]->intraNode.bandwidth, 0);
+  EXPECT_GT(results[0]->collectives.size(), 0u);
 }
 
 } // namespace

@@ -47,6 +47,16 @@ struct HardwareProbeOptions {
   int64_t bandwidthBytes = 0;
   /// How the transfers between ranks 0 and 1 travel (merak-exec --p2p).
   PeerTransport p2p = PeerTransport::Gloo;
+  /// The communicator of a program's groups for the backend's tensors
+  /// (NCCL's for the CUDA backend); unset: the job's Gloo communicator.
+  /// Every rank calls it with the same programs in the same order.
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(const Program &)>
+      communicator;
+  /// The link between ranks 0 and 1 (both directions) for the backend's
+  /// tensors; unset: the job's link of `p2p`. Every rank calls it.
+  std::function<absl::StatusOr<std::unique_ptr<PeerLink>>(
+      const std::vector<std::pair<int64_t, int64_t>> &directions)>
+      link;
   /// Progress lines for a person (rank 0's), or null.
   std::function<void(const std::string &)> progress;
 };
