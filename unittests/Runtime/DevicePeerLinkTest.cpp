@@ -78,6 +78,10 @@ std::vector<float> iota(int64_t n, float first) {
   return v;
 }
 
+/// Set by the link's thread setup (DevicePeerLinkOptions::threadSetup), on
+/// the thread that then posts every receive of a transfer's bytes.
+thread_local bool linkThreadReady = false;
+
 /// The channels between in-process ranks: one wire per direction, on
 /// which a send waits until a receive takes it.
 class FakeWires {
@@ -222,6 +226,7 @@ public:
     return header;
   }
   absl::Status enqueueRecv(void *data, int64_t bytes) override {
+    EXPECT_TRUE(linkThreadReady) << "a receive posted off the link's thread";
     log.push_back("recv");
     return queue([=] { return wires.recv(from, to, data, bytes, aborted); });
   }
@@ -349,6 +354,7 @@ struct Ranks {
       DevicePeerLinkOptions options;
       options.rank = r;
       options.timeout = timeout;
+      options.threadSetup = [] { linkThreadReady = true; };
       options.diagnose = [this](const std::vector<int64_t> &ranks) {
         return diagnosis.empty()
                    ? std::string()

@@ -745,6 +745,8 @@ createNcclPeerLink(DistributedJob &job,
   options.diagnose = [&job](const std::vector<int64_t> &ranks) {
     return job.diagnose(ranks);
   };
+  // The link's thread queues receives and events on this rank's GPU.
+  options.threadSetup = [device = dev->device] { cudaSetDevice(device); };
   return makeDevicePeerLink(std::make_unique<NcclPeerDevice>(),
                             std::move(outgoing), std::move(incoming),
                             std::move(options));

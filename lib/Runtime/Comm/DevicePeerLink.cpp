@@ -153,7 +153,11 @@ public:
       if (absl::Status s = postHeader(peer, in); !s.ok())
         fail(described(s, std::vector<int64_t>{peer}));
     }
-    thread = std::thread([this] { progress(); });
+    thread = std::thread([this] {
+      if (this->options.threadSetup)
+        this->options.threadSetup();
+      progress();
+    });
   }
 
   ~DevicePeerLink() override {

@@ -143,6 +143,9 @@ struct DevicePeerLinkOptions {
   std::function<std::string(const std::vector<int64_t> &ranks)> diagnose;
   /// The library's name in messages.
   std::string library = "NCCL";
+  /// Run first on the link's thread, which calls the channels too (CUDA:
+  /// makes the rank's GPU the thread's current device).
+  std::function<void()> threadSetup;
 };
 
 /// The transfers of this rank with its peers: `outgoing` by the peer each
