@@ -170,11 +170,17 @@ TEST(FileRendezvousTest, TheDirectoryComesFromTheEnvironment) {
   ::setenv("MERAK_RENDEZVOUS_DIR", "/shared/run", 1);
   EXPECT_EQ(fileRendezvousDirectory(o), "/shared/run");
   ::unsetenv("MERAK_RENDEZVOUS_DIR");
-  ::setenv("TMPDIR", "/scratch", 1);
+  // TMPDIR, where it is a directory.
+  const fs::path scratch = runDirectory("tmpdir");
+  fs::create_directories(scratch);
+  ::setenv("TMPDIR", scratch.c_str(), 1);
   EXPECT_EQ(fileRendezvousDirectory(o),
-            "/scratch/merak-rendezvous-10.0.0.1-29500");
+            (scratch / "merak-rendezvous-10.0.0.1-29500").string());
   ::unsetenv("TMPDIR");
-  EXPECT_EQ(fileRendezvousDirectory(o), "/tmp/merak-rendezvous-10.0.0.1-29500");
+  fs::remove_all(scratch);
+  EXPECT_EQ(
+      fileRendezvousDirectory(o),
+      (fs::temp_directory_path() / "merak-rendezvous-10.0.0.1-29500").string());
 }
 
 // The heartbeat ends the process on a peer's failure: these run in a

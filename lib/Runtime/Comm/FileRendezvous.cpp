@@ -583,9 +583,14 @@ std::string fileRendezvousDirectory(const RendezvousOptions &options) {
   if (const char *shared = std::getenv("MERAK_RENDEZVOUS_DIR");
       shared && *shared)
     return shared;
-  const char *tmp = std::getenv("TMPDIR");
-  return absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/merak-rendezvous-",
-                      options.masterAddr, "-", options.port);
+  // The system's temporary directory: TMPDIR where set.
+  std::error_code ec;
+  fs::path tmp = fs::temp_directory_path(ec);
+  if (ec)
+    tmp = fs::path("/") / "tmp";
+  return (tmp / absl::StrCat("merak-rendezvous-", options.masterAddr, "-",
+                             options.port))
+      .string();
 }
 
 absl::StatusOr<std::unique_ptr<DistributedJob>>
