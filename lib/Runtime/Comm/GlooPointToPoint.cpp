@@ -215,26 +215,20 @@ private:
 };
 
 /// One direction of the device link's protocol on the CPU backend's
-/// tensors: the queue is a thread of its own, the library's sends and
+/// tensors: the queue is a `SerialWorker`, the library's sends and
 /// receives are Gloo's under one tag (matched in order, as NCCL's are), and
 /// each holds the queue until it completes. The CPU backend computes
 /// synchronously, so waits for and joins with the compute queue are no-ops.
 class GlooChannel final : public PeerChannel {
 public:
   GlooChannel(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int64_t peer)
-      : pg(std::move(pg)), peer(int(peer)), thread([this] { work(); }) {
+      : pg(std::move(pg)), peer(int(peer)) {
     c10::InferenceMode normal(false);
     header = at::zeros({4}, at::kLong);
   }
-  ~GlooChannel() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stopping = true;
-      changed.notify_all();
-    }
-    abort();
-    thread.join();
-  }
+  // A transfer still waiting ends at once; the worker (the last member)
+  // then skips what is left.
+  ~GlooChannel() override { abort(); }
 
   absl::Status enqueueWaitForCompute() override { return absl::OkStatus(); }
   absl::Status enqueueCopy(const DeviceBuffer &from,
@@ -288,7 +282,6 @@ public:
     aborted = true;
     if (current)
       current->abort();
-    changed.notify_all();
   }
 
 private:
@@ -318,51 +311,47 @@ private:
     current.reset();
   }
 
+  /// Queues `task` on the worker; after a failure or an abort the
+  /// queue's tasks are skipped, each still counted done.
   absl::Status queue(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mutex);
-    tasks.push_back(std::move(task));
-    ++queued;
-    changed.notify_all();
-    return absl::OkStatus();
-  }
-
-  void work() {
-    std::unique_lock<std::mutex> lock(mutex);
-    while (true) {
-      changed.wait(lock, [&] { return stopping || !tasks.empty(); });
-      if (stopping)
-        return;
-      std::function<void()> task = std::move(tasks.front());
-      tasks.pop_front();
-      if (failure.ok() && !aborted) {
-        lock.unlock();
-        absl::Status s;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++queued;
+    }
+    (void)worker.post([this, task = std::move(task)] {
+      bool run;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        run = failure.ok() && !aborted;
+        if (!run && failure.ok())
+          failure = absl::AbortedError("the channel was aborted");
+      }
+      absl::Status s;
+      if (run) {
         try {
           task();
         } catch (const std::exception &e) {
           s = absl::UnavailableError(describe(e));
         }
-        lock.lock();
-        if (!s.ok() && failure.ok())
-          failure = s;
-      } else if (failure.ok()) {
-        failure = absl::AbortedError("the channel was aborted");
       }
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!s.ok() && failure.ok())
+        failure = s;
       ++done;
-    }
+    });
+    return absl::OkStatus();
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   int peer;
   at::Tensor header;
   std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<std::function<void()>> tasks;
   int64_t queued = 0, done = 0;
   absl::Status failure;
   c10::intrusive_ptr<c10d::Work> current;
-  bool aborted = false, stopping = false;
-  std::thread thread;
+  bool aborted = false;
+  /// The channel's queue (last: it goes first, with what it runs).
+  SerialWorker worker;
 };
 
 /// The CPU backend's tensors as the device link reads and makes them.
