@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 namespace merak::runtime {
@@ -66,6 +67,28 @@ bool readOutside(const std::vector<std::vector<int>> &readers,
     if (!members.count(r))
       return true;
   return false;
+}
+
+/// Makes `slots` (one per instruction: what stands at its place now, or
+/// nothing) the program's instructions. Collectives and their waits name
+/// each other by index, so they are renumbered.
+void rebuildInstructions(Program &program,
+                         std::vector<std::optional<Instruction>> slots) {
+  std::vector<Instruction> out;
+  std::vector<int> newIndex(slots.size(), -1);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!slots[i])
+      continue;
+    newIndex[i] = int(out.size());
+    out.push_back(std::move(*slots[i]));
+  }
+  for (Instruction &inst : out) {
+    if (inst.waitAt >= 0)
+      inst.waitAt = newIndex[inst.waitAt];
+    if (inst.completes >= 0)
+      inst.completes = newIndex[inst.completes];
+  }
+  program.instructions = std::move(out);
 }
 
 /// Replaces each group of instructions (indices in program order, two or
@@ -125,28 +148,14 @@ void replaceWithFused(Program &program,
     program.fusedKernels.push_back(std::move(kernel));
   }
 
-  // Rebuild the list; collectives and their waits name each other by
-  // index, so renumber them.
-  std::vector<Instruction> out;
-  std::vector<int> newIndex(n, -1);
+  std::vector<std::optional<Instruction>> slots(n);
   for (int i = 0; i < n; ++i) {
-    if (fusedAt[i] >= 0) {
-      newIndex[i] = int(out.size());
-      out.push_back(std::move(fusedInsts[fusedAt[i]]));
-      continue;
-    }
-    if (dropped[i])
-      continue;
-    newIndex[i] = int(out.size());
-    out.push_back(std::move(program.instructions[i]));
+    if (fusedAt[i] >= 0)
+      slots[i] = std::move(fusedInsts[fusedAt[i]]);
+    else if (!dropped[i])
+      slots[i] = std::move(program.instructions[i]);
   }
-  for (Instruction &inst : out) {
-    if (inst.waitAt >= 0)
-      inst.waitAt = newIndex[inst.waitAt];
-    if (inst.completes >= 0)
-      inst.completes = newIndex[inst.completes];
-  }
-  program.instructions = std::move(out);
+  rebuildInstructions(program, std::move(slots));
 }
 
 } // namespace
@@ -207,6 +216,163 @@ bool fusible(const Program &program, const Instruction &inst) {
     if (typeOf(program, v).shape.size() > out.shape.size())
       return false;
   return operandTypesFit(program, inst);
+}
+
+CastFolding castFolding(OpKind kind) {
+  CastFolding f;
+  switch (kind) {
+  case OpKind::CrossEntropy: // logits, target -> loss
+    f.operands = 1u << 0;
+    f.computeResult = 0;
+    break;
+  case OpKind::CrossEntropyBackward: // grad, logits, target -> grad logits
+    f.operands = 1u << 1;
+    f.results = 1u << 0;
+    f.computeOperand = 0;
+    break;
+  case OpKind::LayerNorm: // x, weight, bias -> y
+  case OpKind::RmsNorm:   // x, weight -> y
+    f.results = 1u << 0;
+    f.computeOperand = 0;
+    break;
+  case OpKind::LayerNormBackward: // grad, x, weight, bias -> dx, dw, db
+    f.operands = 1u << 0;
+    f.computeOperand = 1;
+    break;
+  default:
+    break;
+  }
+  return f;
+}
+
+namespace {
+
+bool foldableType(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16;
+}
+
+/// The element type `inst` computes in (its `castFolding` value's), or
+/// nullopt when the op folds no cast or that value is absent.
+std::optional<DType> computeTypeOf(const Program &p, const Instruction &inst,
+                                   const CastFolding &f) {
+  if (f.operands == 0 && f.results == 0)
+    return std::nullopt;
+  ValueId v = kNoValue;
+  if (f.computeOperand >= 0 && size_t(f.computeOperand) < inst.operands.size())
+    v = inst.operands[f.computeOperand];
+  else if (f.computeResult >= 0 &&
+           size_t(f.computeResult) < inst.results.size())
+    v = inst.results[f.computeResult];
+  if (v < 0 || size_t(v) >= p.values.size())
+    return std::nullopt;
+  return typeOf(p, v).dtype;
+}
+
+} // namespace
+
+std::optional<DType> foldedComputeType(const Program &program,
+                                       const Instruction &inst) {
+  CastFolding f = castFolding(inst.kind);
+  std::optional<DType> compute = computeTypeOf(program, inst, f);
+  if (!compute)
+    return std::nullopt;
+  auto differs = [&](const std::vector<ValueId> &values, uint32_t mask) {
+    for (size_t i = 0; i < values.size() && i < 32; ++i)
+      if ((mask >> i & 1) && values[i] >= 0 &&
+          typeOf(program, values[i]).dtype != *compute)
+        return true;
+    return false;
+  };
+  if (differs(inst.operands, f.operands) || differs(inst.results, f.results))
+    return compute;
+  return std::nullopt;
+}
+
+void foldCasts(Program &program) {
+  const int n = int(program.instructions.size());
+  const int numValues = int(program.values.size());
+  auto valid = [&](ValueId v) { return v >= 0 && v < numValues; };
+  // Who reads each value: (instruction, operand position).
+  std::vector<std::vector<std::pair<int, int>>> readers(numValues);
+  std::vector<int> producer(numValues, -1);
+  for (int i = 0; i < n; ++i) {
+    const Instruction &inst = program.instructions[i];
+    for (size_t k = 0; k < inst.operands.size(); ++k)
+      if (valid(inst.operands[k]))
+        readers[inst.operands[k]].push_back({i, int(k)});
+    for (ValueId v : inst.results)
+      if (valid(v))
+        producer[v] = i;
+  }
+  std::set<ValueId> returned;
+  for (const ResultInfo &r : program.results)
+    returned.insert(r.value);
+  // Whether `inst` computes in f32 and takes operand `k` in any type.
+  auto takesAnyOperand = [&](int i, int k) {
+    const Instruction &inst = program.instructions[i];
+    CastFolding f = castFolding(inst.kind);
+    return k < 32 && (f.operands >> k & 1) && arityError(inst).empty() &&
+           computeTypeOf(program, inst, f) == DType::F32;
+  };
+
+  std::vector<bool> dropped(n, false);
+  for (int i = 0; i < n; ++i) {
+    Instruction &cast = program.instructions[i];
+    if (cast.kind != OpKind::Cast || cast.operands.size() != 1 ||
+        cast.results.size() != 1 || !valid(cast.operands[0]) ||
+        !valid(cast.results[0]))
+      continue;
+    ValueId x = cast.operands[0], c = cast.results[0];
+    DType from = typeOf(program, x).dtype, to = typeOf(program, c).dtype;
+    if (from == to || !foldableType(from) || !foldableType(to) ||
+        typeOf(program, x).shape != typeOf(program, c).shape)
+      continue;
+    if (to == DType::F32) {
+      // Widening: every reader takes the narrow operand itself.
+      const auto &rs = readers[c];
+      if (returned.count(c) || rs.empty() || !std::all_of(rs.begin(), rs.end(), [&](auto r) {
+            return takesAnyOperand(r.first, r.second);
+          }))
+        continue;
+      for (auto [r, k] : rs) {
+        program.instructions[r].operands[k] = x;
+        readers[x].push_back({r, k});
+      }
+      readers[c].clear();
+      program.values[c].definedBy = -1;
+    } else {
+      // Narrowing an f32 result that nothing else reads: its producer
+      // writes the narrow value.
+      int p = producer[x];
+      if (p < 0 || returned.count(x) || readers[x].size() != 1)
+        continue;
+      Instruction &inst = program.instructions[p];
+      CastFolding f = castFolding(inst.kind);
+      auto at = std::find(inst.results.begin(), inst.results.end(), x);
+      size_t j = size_t(at - inst.results.begin());
+      if (at == inst.results.end() || j >= 32 || !(f.results >> j & 1) ||
+          !arityError(inst).empty() ||
+          computeTypeOf(program, inst, f) != DType::F32)
+        continue;
+      *at = c;
+      producer[c] = p;
+      producer[x] = -1;
+      program.values[x].definedBy = -1;
+      readers[x].clear();
+    }
+    // The cast's operand loses it as a reader.
+    auto &rx = readers[x];
+    rx.erase(std::remove(rx.begin(), rx.end(), std::pair<int, int>{i, 0}),
+             rx.end());
+    dropped[i] = true;
+  }
+  if (std::find(dropped.begin(), dropped.end(), true) == dropped.end())
+    return;
+  std::vector<std::optional<Instruction>> slots(n);
+  for (int i = 0; i < n; ++i)
+    if (!dropped[i])
+      slots[i] = std::move(program.instructions[i]);
+  rebuildInstructions(program, std::move(slots));
 }
 
 void fuseElementwise(Program &program) {

@@ -492,6 +492,7 @@ absl::Status bindToRank(Program &program, int64_t rank,
     program.instructions = std::move(kept);
   }
   if (options.fuseElementwise) {
+    foldCasts(program);
     fuseElementwise(program);
     fuseOptimizerUpdates(program);
   }

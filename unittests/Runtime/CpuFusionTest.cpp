@@ -121,9 +121,27 @@ std::vector<std::vector<uint8_t>> run(Program program, bool fuse,
   std::vector<TensorHandle> args;
   for (const Argument &arg : program.arguments) {
     HostTensor t = HostTensor::allocate(program.values[arg.value].type);
-    float *p = reinterpret_cast<float *>(t.mutableBytes());
-    for (int64_t i = 0; i < t.type.numElements(); ++i)
-      p[i] = normal(gen);
+    for (int64_t i = 0; i < t.type.numElements(); ++i) {
+      float x = normal(gen);
+      switch (t.type.dtype) {
+      case DType::F32:
+        reinterpret_cast<float *>(t.mutableBytes())[i] = x;
+        break;
+      case DType::BF16: { // the float's upper half
+        uint32_t bits;
+        std::memcpy(&bits, &x, 4);
+        reinterpret_cast<uint16_t *>(t.mutableBytes())[i] =
+            uint16_t(bits >> 16);
+        break;
+      }
+      case DType::I64: // a class of ten, or -100 (ignored)
+        reinterpret_cast<int64_t *>(t.mutableBytes())[i] =
+            i % 5 == 4 ? -100 : int64_t(gen() % 10);
+        break;
+      default:
+        ADD_FAILURE() << "no data for an argument of " << t.type.str();
+      }
+    }
     args.push_back(*backend->upload(t));
   }
   StepContext step;
@@ -158,6 +176,62 @@ TEST(CpuFusion, RandomProgramsComputeTheSameFusedAndNot) {
           << printProgram(probe);
   }
   EXPECT_GT(fusedPrograms, 50);
+}
+
+/// A mixed-precision program's norms and loss with the casts around them
+/// (bf16 logits widened for the loss and its gradient, the gradient and
+/// the norms' outputs narrowed, a bf16 gradient widened for layer norm's
+/// backward): folded or not, the same results bit for bit.
+TEST(CpuFusion, FoldedCastsComputeTheSame) {
+  for (double smoothing : {0.0, 0.1}) {
+    ProgramBuilder b;
+    OpAttrs norm;
+    norm.normalizedRank = 1;
+    norm.eps = 1e-5;
+    OpAttrs loss;
+    loss.labelSmoothing = smoothing;
+    ValueId x = b.input(DType::F32, {4, 8});
+    ValueId w = b.input(DType::F32, {8});
+    ValueId bias = b.input(DType::F32, {8});
+    ValueId logits = b.input(DType::BF16, {5, 10});
+    ValueId target = b.input(DType::I64, {5});
+    ValueId grad = b.input(DType::F32, {});
+    ValueId dyNarrow = b.input(DType::BF16, {4, 8});
+    ValueId y = b.op(OpKind::LayerNorm, {x, w, bias}, norm);
+    b.result(b.op(OpKind::Cast, {y}, DType::BF16, {4, 8}));
+    ValueId r = b.op(OpKind::RmsNorm, {x, w}, norm);
+    b.result(b.op(OpKind::Cast, {r}, DType::BF16, {4, 8}));
+    ValueId wide = b.op(OpKind::Cast, {logits}, DType::F32, {5, 10});
+    b.result(b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {}, loss));
+    ValueId g = b.op(OpKind::CrossEntropyBackward, {grad, wide, target},
+                     DType::F32, {5, 10}, loss);
+    b.result(b.op(OpKind::Cast, {g}, DType::BF16, {5, 10}));
+    ValueId dy = b.op(OpKind::Cast, {dyNarrow}, DType::F32, {4, 8});
+    Instruction back;
+    back.kind = OpKind::LayerNormBackward;
+    back.attrs = norm;
+    back.operands = {dy, x, w, bias};
+    back.results = {b.value(DType::F32, {4, 8}), b.value(DType::F32, {8}),
+                    b.value(DType::F32, {8})};
+    back.location = "test.py:99";
+    b.program.instructions.push_back(back);
+    for (ValueId v : back.results)
+      b.result(v);
+
+    Program probe = b.program;
+    ASSERT_TRUE(bindToRank(probe, 0,
+                           BindOptions(CollectiveMode::Overlapped,
+                                       /*fuseElementwise=*/true))
+                    .ok());
+    for (const Instruction &inst : probe.instructions)
+      EXPECT_NE(inst.kind, OpKind::Cast) << printProgram(probe);
+    auto unfolded = run(b.program, false, 7);
+    auto folded = run(b.program, true, 7);
+    ASSERT_EQ(unfolded.size(), folded.size());
+    for (size_t k = 0; k < folded.size(); ++k)
+      EXPECT_TRUE(unfolded[k] == folded[k])
+          << "smoothing " << smoothing << ", result " << k;
+  }
 }
 
 } // namespace

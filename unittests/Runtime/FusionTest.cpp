@@ -316,5 +316,162 @@ TEST(Fusion, AdamwGroupUpdatesEachTensorInPlace) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// foldCasts
+//===----------------------------------------------------------------------===//
+
+/// A mixed-precision program's head: bf16 logits cast to f32 for the loss
+/// and its gradient, the gradient cast back to bf16.
+struct LossHead {
+  ProgramBuilder b;
+  ValueId logits, target, wide, loss, grad, gradLogits, narrowGrad;
+  explicit LossHead(bool returnWide = false) {
+    logits = b.input(DType::BF16, {4, 10});
+    target = b.input(DType::I64, {4});
+    grad = b.input(DType::F32, {});
+    wide = b.op(OpKind::Cast, {logits}, DType::F32, {4, 10});
+    loss = b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {});
+    gradLogits = b.op(OpKind::CrossEntropyBackward, {grad, wide, target},
+                      DType::F32, {4, 10});
+    narrowGrad = b.op(OpKind::Cast, {gradLogits}, DType::BF16, {4, 10});
+    b.result(loss);
+    b.result(narrowGrad);
+    if (returnWide)
+      b.result(wide);
+  }
+};
+
+TEST(FoldCasts, LossReadsNarrowLogitsAndItsGradientWritesNarrow) {
+  LossHead h;
+  foldCasts(h.b.program);
+  ASSERT_TRUE(planProgram(h.b.program).ok()) << printProgram(h.b.program);
+  EXPECT_EQ(h.b.count(OpKind::Cast), 0) << printProgram(h.b.program);
+  const auto &insts = h.b.program.instructions;
+  ASSERT_EQ(insts.size(), 2u);
+  EXPECT_EQ(insts[0].kind, OpKind::CrossEntropy);
+  EXPECT_EQ(insts[0].operands, (std::vector<ValueId>{h.logits, h.target}));
+  EXPECT_EQ(insts[1].kind, OpKind::CrossEntropyBackward);
+  EXPECT_EQ(insts[1].operands,
+            (std::vector<ValueId>{h.grad, h.logits, h.target}));
+  EXPECT_EQ(insts[1].results, (std::vector<ValueId>{h.narrowGrad}));
+  EXPECT_EQ(h.b.program.values[h.narrowGrad].definedBy, 1);
+  EXPECT_EQ(h.b.program.values[h.gradLogits].definedBy, -1);
+  EXPECT_EQ(h.b.program.values[h.wide].definedBy, -1);
+  EXPECT_EQ(*foldedComputeType(h.b.program, insts[0]), DType::F32);
+  EXPECT_EQ(*foldedComputeType(h.b.program, insts[1]), DType::F32);
+}
+
+TEST(FoldCasts, ACastTheProgramReturnsStays) {
+  LossHead h(/*returnWide=*/true);
+  foldCasts(h.b.program);
+  ASSERT_TRUE(planProgram(h.b.program).ok());
+  // The widening cast is a result; the narrowing one still folds.
+  EXPECT_EQ(h.b.count(OpKind::Cast), 1);
+  EXPECT_EQ(h.b.program.instructions[1].operands[0], h.wide);
+  EXPECT_FALSE(foldedComputeType(h.b.program, h.b.program.instructions[1]));
+}
+
+TEST(FoldCasts, AWideningCastStaysWhenAnyReaderTakesOnlyItsType) {
+  ProgramBuilder b;
+  ValueId logits = b.input(DType::BF16, {4, 10});
+  ValueId target = b.input(DType::I64, {4});
+  ValueId wide = b.op(OpKind::Cast, {logits}, DType::F32, {4, 10});
+  ValueId loss = b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {});
+  ValueId doubled = b.op(OpKind::Add, {wide, wide});
+  b.result(loss);
+  b.result(doubled);
+  foldCasts(b.program);
+  EXPECT_EQ(b.count(OpKind::Cast), 1);
+  EXPECT_EQ(b.program.instructions[1].operands[0], wide);
+}
+
+TEST(FoldCasts, ANormWritesTheNarrowInputOfTheNextOp) {
+  ProgramBuilder b;
+  OpAttrs norm;
+  norm.normalizedRank = 1;
+  norm.eps = 1e-5;
+  ValueId x = b.input(DType::F32, {4, 8});
+  ValueId w = b.input(DType::F32, {8});
+  ValueId bias = b.input(DType::F32, {8});
+  ValueId y = b.op(OpKind::LayerNorm, {x, w, bias}, norm);
+  ValueId narrow = b.op(OpKind::Cast, {y}, DType::BF16, {4, 8});
+  ValueId r = b.op(OpKind::RmsNorm, {x, w}, norm);
+  ValueId half = b.op(OpKind::Cast, {r}, DType::F16, {4, 8});
+  // Read twice: the norm's f32 result must stay.
+  ValueId r2 = b.op(OpKind::RmsNorm, {x, w}, norm);
+  ValueId kept = b.op(OpKind::Cast, {r2}, DType::BF16, {4, 8});
+  ValueId other = b.op(OpKind::Neg, {r2});
+  for (ValueId v : {narrow, half, kept, other})
+    b.result(v);
+  foldCasts(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok()) << printProgram(b.program);
+  EXPECT_EQ(b.count(OpKind::Cast), 1) << printProgram(b.program);
+  const auto &insts = b.program.instructions;
+  EXPECT_EQ(insts[0].results, (std::vector<ValueId>{narrow}));
+  EXPECT_EQ(insts[1].results, (std::vector<ValueId>{half}));
+  EXPECT_EQ(insts[2].results, (std::vector<ValueId>{r2}));
+  EXPECT_EQ(insts[3].operands, (std::vector<ValueId>{r2}));
+  EXPECT_EQ(insts[3].results, (std::vector<ValueId>{kept}));
+}
+
+TEST(FoldCasts, OnlyWhereTheOpComputesInFloat32) {
+  ProgramBuilder b;
+  OpAttrs norm;
+  norm.normalizedRank = 1;
+  norm.eps = 1e-5;
+  // A bf16 norm rounds to bf16 itself: its cast to f16 is a second rounding.
+  ValueId x = b.input(DType::BF16, {4, 8});
+  ValueId y = b.op(OpKind::LayerNorm, {x, kNoValue, kNoValue}, norm);
+  ValueId half = b.op(OpKind::Cast, {y}, DType::F16, {4, 8});
+  // The layer norm gradient of an f32 input reads a bf16 gradient...
+  ValueId x32 = b.input(DType::F32, {4, 8});
+  ValueId dyNarrow = b.input(DType::BF16, {4, 8});
+  ValueId dy = b.op(OpKind::Cast, {dyNarrow}, DType::F32, {4, 8});
+  Instruction back;
+  back.kind = OpKind::LayerNormBackward;
+  back.attrs = norm;
+  back.operands = {dy, x32, kNoValue, kNoValue};
+  back.results = {b.value(DType::F32, {4, 8}), b.value(DType::F32, {0}),
+                  b.value(DType::F32, {0})};
+  back.location = "test.py:9";
+  b.program.instructions.push_back(back);
+  // ...but not an f64 one's.
+  ValueId x64 = b.input(DType::F64, {4, 8});
+  ValueId dy64 = b.op(OpKind::Cast, {dyNarrow}, DType::F64, {4, 8});
+  back.operands = {dy64, x64, kNoValue, kNoValue};
+  back.results = {b.value(DType::F64, {4, 8}), b.value(DType::F64, {0}),
+                  b.value(DType::F64, {0})};
+  b.program.instructions.push_back(back);
+  b.result(half);
+  b.result(b.program.instructions[3].results[0]);
+  b.result(b.program.instructions[5].results[0]);
+  foldCasts(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok()) << printProgram(b.program);
+  EXPECT_EQ(b.count(OpKind::Cast), 2) << printProgram(b.program);
+  EXPECT_EQ(b.program.instructions[2].kind, OpKind::LayerNormBackward);
+  EXPECT_EQ(b.program.instructions[2].operands[0], dyNarrow);
+  EXPECT_EQ(b.program.instructions[4].operands[0], dy64);
+}
+
+TEST(FoldCasts, WaitsAndCollectivesRenumbered) {
+  ProgramBuilder b;
+  ValueId logits = b.input(DType::BF16, {4, 10});
+  ValueId target = b.input(DType::I64, {4});
+  ValueId wide = b.op(OpKind::Cast, {logits}, DType::F32, {4, 10});
+  ValueId loss = b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {});
+  ValueId summed = b.op(OpKind::AllReduce, {loss});
+  b.program.instructions.back().waitAt = 3;
+  Instruction wait;
+  wait.kind = OpKind::Wait;
+  wait.operands = {summed};
+  wait.completes = 2;
+  b.program.instructions.push_back(wait);
+  b.result(summed);
+  foldCasts(b.program);
+  ASSERT_EQ(b.program.instructions.size(), 3u);
+  EXPECT_EQ(b.program.instructions[1].waitAt, 2);
+  EXPECT_EQ(b.program.instructions[2].completes, 1);
+}
+
 } // namespace
 } // namespace merak::runtime

@@ -17,6 +17,8 @@
 
 #include "merak/Runtime/Program.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace merak::runtime {
@@ -26,6 +28,44 @@ namespace merak::runtime {
 /// GELU and its gradient) on f32, bf16, f16 or i1 values, whose result has
 /// at most eight dimensions and at least one element.
 bool fusible(const Program &program, const Instruction &inst);
+
+/// Which operands and results of an op may take another floating type than
+/// the one it computes in (`CastFolding`): a kernel reads such an operand
+/// as if cast to the compute type and rounds such a result from it once,
+/// so `foldCasts` can drop the casts around the op.
+struct CastFolding {
+  /// Bit i: operand i is read in any of f32, bf16 and f16.
+  uint32_t operands = 0;
+  /// Bit i: result i is written in any of f32, bf16 and f16.
+  uint32_t results = 0;
+  /// The value whose element type the op computes in: operand
+  /// `computeOperand`, or result `computeResult` when that is -1.
+  int computeOperand = -1, computeResult = -1;
+};
+/// The op's `CastFolding`; none for an op whose kernels take one type.
+/// Cross-entropy reads its logits (and its gradient writes its result) in
+/// any of them; layer norm and RMS norm write their output, layer norm's
+/// gradient reads the incoming gradient.
+CastFolding castFolding(OpKind kind);
+
+/// The element type `inst` computes in when it is an op of `castFolding`
+/// and some operand or result named there has another type (a folded
+/// cast); nullopt otherwise. Backends use it to run such instructions.
+std::optional<DType> foldedComputeType(const Program &program,
+                                       const Instruction &inst);
+
+/// Removes the casts that an op of `castFolding` can do itself, computing
+/// in float32: a cast from bf16 or f16 to f32 all of whose readers take
+/// that operand in any type (they read the cast's operand instead), and a
+/// cast of an f32 result to bf16 or f16 that is the result's only reader
+/// (the op writes the cast's result instead). The values computed are the
+/// same bit for bit: the widening cast is exact, and the op rounds once
+/// where the cast did. A mixed-precision program's logits then stay bf16
+/// through the cross-entropy and its gradient (the f32 copy of the
+/// `[tokens, vocabulary]` logits is never made), and layer norm writes the
+/// bf16 input of the next matrix product. Call it before
+/// `fuseElementwise`; `bindToRank` does with `BindOptions::fuseElementwise`.
+void foldCasts(Program &program);
 
 /// Replaces every chain of two or more fusible instructions of one result
 /// shape with a `fused` instruction (`Program::fusedKernels`), at the place

@@ -368,7 +368,8 @@ enum class CollectiveMode : uint8_t {
 /// How `bindToRank` prepares a program for its backend.
 struct BindOptions {
   CollectiveMode collectives = CollectiveMode::Overlapped;
-  /// Run chains of elementwise ops as single kernels (`fuseElementwise`).
+  /// Fold casts into the ops around them (`foldCasts`), then run chains of
+  /// elementwise ops as single kernels (`fuseElementwise`).
   bool fuseElementwise = false;
 
   BindOptions(CollectiveMode collectives = CollectiveMode::Overlapped,
@@ -387,8 +388,9 @@ struct BindOptions {
 /// nothing does; views of a pending result (reshape, permute, slice,
 /// select, expand, which read no data) move behind the wait with it. The
 /// collectives keep their order, so every rank issues them in the same
-/// order. With `fuseElementwise`, chains of elementwise ops then become
-/// `fused` instructions (Fusion.h) before the program is planned.
+/// order. With `fuseElementwise`, the casts an op can do itself are folded
+/// into it and chains of elementwise ops become `fused` instructions
+/// (Fusion.h) before the program is planned.
 absl::Status bindToRank(Program &program, int64_t rank,
                         const BindOptions &options = BindOptions());
 

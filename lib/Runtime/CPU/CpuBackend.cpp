@@ -9,6 +9,7 @@
 
 #include "Allocator.h"
 #include "CpuKernels.h"
+#include "merak/Runtime/Fusion.h"
 #include "merak/Runtime/Random.h"
 
 #include "absl/strings/match.h"
@@ -166,8 +167,20 @@ public:
     c.out.resize(inst.results.size());
     try {
       try {
-        ArenaScope slots(call, inst);
-        kernel(c);
+        if (std::optional<DType> compute =
+                foldedComputeType(*call.program, inst)) {
+          // Casts folded into the op (Fusion.h): it computes in `compute`.
+          CastFolding f = castFolding(inst.kind);
+          runWidened(
+              kernel, call, inst, c, [&](size_t k) -> std::optional<DType> {
+                if (k < 32 && (f.operands >> k & 1))
+                  return *compute;
+                return std::nullopt;
+              });
+        } else {
+          ArenaScope slots(call, inst);
+          kernel(c);
+        }
       } catch (const c10::Error &e) {
         // ATen's CPU kernels of some ops (the matrix products among them)
         // take no float16: those compute in float32 and round once, as a
@@ -213,29 +226,51 @@ public:
                              "not implemented for 'Half'");
   }
 
-  /// Runs `kernel` on float32 copies of the float16 operands (outside the
-  /// arena: they are not the planned sizes), then rounds its float16
-  /// results into the planned storage.
+  /// Runs `kernel` on float32 copies of the float16 operands, then rounds
+  /// its float16 results into the planned storage.
   void computeInFloat32(Kernel &kernel, KernelCall &call,
                         const Instruction &inst, Ctx &c) {
+    runWidened(kernel, call, inst, c, [&](size_t k) -> std::optional<DType> {
+      if (call.operands[k] &&
+          unwrap(*call.operands[k]).scalar_type() == at::kHalf)
+        return DType::F32;
+      return std::nullopt;
+    });
+  }
+
+  /// Runs `kernel` on copies of the operands that `widen(k)` gives a type
+  /// (outside the arena: they are not the planned sizes), then rounds each
+  /// floating result it computed in another type than the planned one into
+  /// the planned storage.
+  template <typename Widen>
+  void runWidened(Kernel &kernel, KernelCall &call, const Instruction &inst,
+                  Ctx &c, Widen widen) {
     KernelCall wide = call;
     std::vector<CpuTensor> widened;
     widened.reserve(call.operands.size());
-    for (DeviceTensor *&operand : wide.operands)
-      if (operand && unwrap(*operand).scalar_type() == at::kHalf) {
-        widened.emplace_back(unwrap(*operand).to(at::kFloat));
+    for (size_t k = 0; k < wide.operands.size(); ++k) {
+      DeviceTensor *&operand = wide.operands[k];
+      if (!operand)
+        continue;
+      if (std::optional<DType> to = widen(k);
+          to && unwrap(*operand).scalar_type() != toAten(*to)) {
+        widened.emplace_back(unwrap(*operand).to(toAten(*to)));
         operand = &widened.back();
       }
+    }
     std::fill(wide.inPlace.begin(), wide.inPlace.end(), nullptr);
     Ctx w{wide, inst, inst.attrs, *call.program, generator, {}};
     w.out.resize(inst.results.size());
     kernel(w);
     ArenaScope slots(call, inst);
-    for (size_t r = 0; r < inst.results.size(); ++r)
-      c.out[r] = c.resultType(r).dtype == DType::F16 &&
-                         w.out[r].scalar_type() == at::kFloat
-                     ? w.out[r].to(at::kHalf)
+    for (size_t r = 0; r < inst.results.size(); ++r) {
+      at::ScalarType planned = toAten(c.resultType(r).dtype);
+      c.out[r] = w.out[r].defined() && w.out[r].is_floating_point() &&
+                         at::isFloatingType(planned) &&
+                         w.out[r].scalar_type() != planned
+                     ? w.out[r].to(planned)
                      : w.out[r];
+    }
   }
 
   MemoryStats memoryStats() const override { return allocationStats(); }

@@ -149,6 +149,15 @@ CudaTensor &Ctx::scratch(const TensorType &type) {
   return unwrap(*temps.back());
 }
 
+void expectFoldable(const TensorType &type, DType compute,
+                    const std::string &what) {
+  bool narrow = type.dtype == DType::BF16 || type.dtype == DType::F16;
+  if (type.dtype != compute && !(compute == DType::F32 && narrow))
+    throw CudaError(absl::StrCat(what, " is ", type.str(),
+                                 ", the kernel computes in ",
+                                 dtypeName(compute)));
+}
+
 const KernelTable &kernelTable() {
   static const KernelTable table = [] {
     KernelTable t("CUDA");

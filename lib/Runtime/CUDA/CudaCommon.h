@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace merak::runtime::cuda {
 
@@ -250,6 +251,41 @@ template <> struct Convert<bool> {
 template <typename T, typename S> MERAK_HD T convertTo(S v) {
   return Convert<T>::from(v);
 }
+
+#if defined(__CUDACC__)
+template <typename T> struct TypeTag { using type = T; };
+
+/// Calls `f(TypeTag<U>())` with `U` the C++ type of `io`: `T` itself, or,
+/// when `T` is float, `__nv_bfloat16` or `__half` (an operand or result of
+/// another type than the op computes in, a cast folded into it:
+/// Fusion.h's `castFolding`). Throws `CudaError` naming `what` otherwise.
+template <typename T, typename F>
+void dispatchFoldedType(ElemType io, const char *what, F &&f) {
+  switch (io) {
+  case ElemType::F32:
+    if constexpr (std::is_same_v<T, float>)
+      return f(TypeTag<float>());
+    break;
+  case ElemType::BF16:
+    if constexpr (std::is_same_v<T, float> ||
+                  std::is_same_v<T, __nv_bfloat16>)
+      return f(TypeTag<__nv_bfloat16>());
+    break;
+  case ElemType::F16:
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, __half>)
+      return f(TypeTag<__half>());
+    break;
+  case ElemType::F64:
+    if constexpr (std::is_same_v<T, double>)
+      return f(TypeTag<double>());
+    break;
+  default:
+    break;
+  }
+  throw CudaError(std::string(what) + ": no kernel reading or writing " +
+                  elemTypeName(io) + " where it computes in another type");
+}
+#endif
 
 } // namespace merak::runtime::cuda
 

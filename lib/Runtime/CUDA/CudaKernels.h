@@ -36,6 +36,12 @@ namespace merak::runtime::cuda {
 
 inline ElemType elemTypeOf(DType dtype) { return ElemType(uint8_t(dtype)); }
 
+/// Throws unless `type` (`what`: an operand or result) has the element type
+/// its op computes in, or bf16 or f16 where that is f32: a cast folded into
+/// the op (Fusion.h's `castFolding`).
+void expectFoldable(const TensorType &type, DType compute,
+                    const std::string &what);
+
 /// Device memory: freed (back to the stream-ordered pool) when the last
 /// tensor using it goes away.
 struct CudaStorage {

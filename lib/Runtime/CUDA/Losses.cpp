@@ -47,32 +47,32 @@ DType accDType(DType dtype) {
 void registerLossKernels(KernelTable &table) {
   table.add(OpKind::CrossEntropy, [](Ctx &c) {
     auto [rows, classes] = logitShape(c, 0);
-    DType dtype = c.operandType(0).dtype;
+    DType dtype = c.resultType(0).dtype;
     Reduction reduction = reductionOf(c.a.reduction);
-    if (c.resultType(0).dtype != dtype)
-      throw CudaError(absl::StrCat("result ", c.resultType(0).str(),
-                                   " differs from the logits' type"));
+    expectFoldable(c.operandType(0), dtype, "the logits");
     View logits = c.contiguous(0), target = c.contiguous(1);
     CudaTensor &terms =
         c.scratch({accDType(dtype),
                    {reduction == Reduction::None ? int64_t(0) : 2 * rows}});
     CudaTensor &out = c.result(0);
     crossEntropyForward(logits.data, target.data, out.data(), terms.data(),
-                        logits.type, target.type, rows, classes,
-                        c.a.ignoreIndex, c.a.labelSmoothing, reduction,
-                        c.stream());
+                        logits.type, elemTypeOf(dtype), target.type, rows,
+                        classes, c.a.ignoreIndex, c.a.labelSmoothing,
+                        reduction, c.stream());
   });
   table.add(OpKind::CrossEntropyBackward, [](Ctx &c) {
     auto [rows, classes] = logitShape(c, 1);
-    DType dtype = c.operandType(1).dtype;
-    Reduction reduction = reductionOf(c.a.reduction);
     const TensorType &gradType = c.operandType(0);
+    DType dtype = gradType.dtype;
+    Reduction reduction = reductionOf(c.a.reduction);
     int64_t gradElements = reduction == Reduction::None ? rows : int64_t(1);
-    if (gradType.dtype != dtype || gradType.numElements() != gradElements)
+    if (gradType.numElements() != gradElements)
       throw CudaError(absl::StrCat("grad ", gradType.str(),
                                    " does not match the loss of logits ",
                                    c.operandType(1).str()));
-    if (c.resultType(0) != c.operandType(1))
+    expectFoldable(c.operandType(1), dtype, "the logits");
+    expectFoldable(c.resultType(0), dtype, "the result");
+    if (c.resultType(0).shape != c.operandType(1).shape)
       throw CudaError(absl::StrCat("result ", c.resultType(0).str(),
                                    " differs from the logits ",
                                    c.operandType(1).str()));
@@ -81,9 +81,10 @@ void registerLossKernels(KernelTable &table) {
     CudaTensor &count = c.scratch({DType::I64, {1}});
     CudaTensor &result = c.result(0);
     crossEntropyBackward(grad.data, logits.data, target.data, result.data(),
-                         count.data(), logits.type, target.type, rows, classes,
-                         c.a.ignoreIndex, c.a.labelSmoothing, reduction,
-                         c.stream());
+                         count.data(), grad.type, logits.type,
+                         elemTypeOf(c.resultType(0).dtype), target.type, rows,
+                         classes, c.a.ignoreIndex, c.a.labelSmoothing,
+                         reduction, c.stream());
   });
 }
 

@@ -50,14 +50,15 @@ MERAK_DEVICE void rowLogSumExp(const T *x, int64_t n, bool active, bool wantSum,
   logSum = sum - A(n) * (max + lse);
 }
 
-/// Each row's loss (`None`: into `out`, of T) or its two terms (into
-/// `terms[row]` and `terms[rows + row]`, for the reduction).
-template <typename T, typename I>
+/// Each row's loss (`None`: into `out`, of O, the type the loss computes
+/// in) or its two terms (into `terms[row]` and `terms[rows + row]`, for
+/// the reduction); the logits of T (O's, or bf16 or f16 under an f32 loss).
+template <typename T, typename O, typename I>
 __global__ void
-crossEntropyRowsKernel(const T *logits, const I *target, T *out, Acc<T> *terms,
+crossEntropyRowsKernel(const T *logits, const I *target, O *out, Acc<O> *terms,
                        int64_t rows, int64_t classes, int64_t ignoreIndex,
                        double labelSmoothing, Reduction reduction) {
-  using A = Acc<T>;
+  using A = Acc<O>;
   __shared__ MaxSum<A> shared[kMaxRowsPerBlock * 32];
   __shared__ A sharedSum[kMaxRowsPerBlock * 32];
   forRows(rows, [&](int64_t row, bool active) {
@@ -76,7 +77,7 @@ crossEntropyRowsKernel(const T *logits, const I *target, T *out, Acc<T> *terms,
       smooth = -logSum;
     }
     if (reduction == Reduction::None) {
-      out[row] = convertTo<T>(crossEntropyLoss(
+      out[row] = convertTo<O>(crossEntropyLoss(
           nll, smooth, A(1), labelSmoothing, classes, Reduction::None));
     } else {
       terms[row] = nll;
@@ -125,18 +126,20 @@ __global__ void countTargetsKernel(const I *target, long long *count,
 
 /// `_log_softmax_backward_data` of the log-probabilities' gradient
 /// (`everywhere`, plus `atTarget` at the target): that gradient minus
-/// softmax times its row sum.
-template <typename T, typename I>
+/// softmax times its row sum. It computes in G's accumulation type (the
+/// incoming gradient's); the logits L and the result R are G, or bf16 or
+/// f16 when G is float (casts folded into the op), each rounded once.
+template <typename G, typename L, typename R, typename I>
 __global__ void
-crossEntropyBackwardKernel(const T *grad, int64_t gradStride, const T *logits,
-                           const I *target, T *result, const long long *count,
+crossEntropyBackwardKernel(const G *grad, int64_t gradStride, const L *logits,
+                           const I *target, R *result, const long long *count,
                            int64_t rows, int64_t classes, int64_t ignoreIndex,
                            double labelSmoothing, Reduction reduction) {
-  using A = Acc<T>;
+  using A = Acc<G>;
   __shared__ MaxSum<A> shared[kMaxRowsPerBlock * 32];
   forRows(rows, [&](int64_t row, bool active) {
     int64_t start = active ? row * classes : 0;
-    const T *x = logits + start;
+    const L *x = logits + start;
     A m, lse, logSum;
     rowLogSumExp(x, classes, active, false, shared, static_cast<A *>(nullptr),
                  m, lse, logSum);
@@ -151,10 +154,10 @@ crossEntropyBackwardKernel(const T *grad, int64_t gradStride, const T *logits,
                            count ? A(*count) : A(1), labelSmoothing, classes,
                            reduction);
     A total = A(classes) * g.everywhere + g.atTarget;
-    T *out = result + start;
+    R *out = result + start;
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
       A d = j == t ? g.everywhere + g.atTarget : g.everywhere;
-      out[j] = convertTo<T>(d - mathExp(toAcc(x[j]) - m - lse) * total);
+      out[j] = convertTo<R>(d - A(mathExp(A(toAcc(x[j])) - m - lse)) * total);
     }
   });
 }
@@ -179,59 +182,71 @@ crossEntropyBackwardKernel(const T *grad, int64_t gradStride, const T *logits,
   }
 
 void crossEntropyForward(const void *logits, const void *target, void *out,
-                         void *scratch, ElemType type, ElemType targetType,
-                         int64_t rows, int64_t classes, int64_t ignoreIndex,
-                         double labelSmoothing, Reduction reduction,
-                         cudaStream_t stream) {
+                         void *scratch, ElemType logitsType, ElemType outType,
+                         ElemType targetType, int64_t rows, int64_t classes,
+                         int64_t ignoreIndex, double labelSmoothing,
+                         Reduction reduction, cudaStream_t stream) {
   RowPlan p = rowPlan(rows, classes);
   dim3 block(unsigned(p.threads), unsigned(p.rowsPerBlock));
-  MERAK_CUDA_DISPATCH_FLOAT(type, "cross_entropy", T, {
-    MERAK_CUDA_DISPATCH_TARGET(targetType, I, {
-      const T *x = static_cast<const T *>(logits);
-      const I *t = static_cast<const I *>(target);
-      T *y = static_cast<T *>(out);
-      Acc<T> *terms = static_cast<Acc<T> *>(scratch);
-      if (rows > 0) {
-        crossEntropyRowsKernel<T, I><<<p.grid, block, 0, stream>>>(
-            x, t, y, terms, rows, classes, ignoreIndex, labelSmoothing,
-            reduction);
-        checkLaunch("cross_entropy");
-      }
-      if (reduction != Reduction::None) {
-        crossEntropyReduceKernel<T, I><<<1, kFinishThreads, 0, stream>>>(
-            terms, t, y, rows, classes, ignoreIndex, labelSmoothing, reduction);
-        checkLaunch("cross_entropy (the reduction)");
-      }
+  MERAK_CUDA_DISPATCH_FLOAT(outType, "cross_entropy", O, {
+    dispatchFoldedType<O>(logitsType, "cross_entropy", [&](auto logitsTag) {
+      using T = typename decltype(logitsTag)::type;
+      MERAK_CUDA_DISPATCH_TARGET(targetType, I, {
+        const T *x = static_cast<const T *>(logits);
+        const I *t = static_cast<const I *>(target);
+        O *y = static_cast<O *>(out);
+        Acc<O> *terms = static_cast<Acc<O> *>(scratch);
+        if (rows > 0) {
+          crossEntropyRowsKernel<T, O, I><<<p.grid, block, 0, stream>>>(
+              x, t, y, terms, rows, classes, ignoreIndex, labelSmoothing,
+              reduction);
+          checkLaunch("cross_entropy");
+        }
+        if (reduction != Reduction::None) {
+          crossEntropyReduceKernel<O, I><<<1, kFinishThreads, 0, stream>>>(
+              terms, t, y, rows, classes, ignoreIndex, labelSmoothing,
+              reduction);
+          checkLaunch("cross_entropy (the reduction)");
+        }
+      });
     });
   });
 }
 
 void crossEntropyBackward(const void *grad, const void *logits,
                           const void *target, void *result, void *count,
-                          ElemType type, ElemType targetType, int64_t rows,
-                          int64_t classes, int64_t ignoreIndex,
+                          ElemType gradType, ElemType logitsType,
+                          ElemType resultType, ElemType targetType,
+                          int64_t rows, int64_t classes, int64_t ignoreIndex,
                           double labelSmoothing, Reduction reduction,
                           cudaStream_t stream) {
   if (rows == 0 || classes == 0)
     return;
   RowPlan p = rowPlan(rows, classes);
   dim3 block(unsigned(p.threads), unsigned(p.rowsPerBlock));
-  MERAK_CUDA_DISPATCH_FLOAT(type, "cross_entropy_backward", T, {
-    MERAK_CUDA_DISPATCH_TARGET(targetType, I, {
-      const I *t = static_cast<const I *>(target);
-      long long *n = nullptr;
-      if (reduction == Reduction::Mean) {
-        n = static_cast<long long *>(count);
-        countTargetsKernel<I>
-            <<<1, kFinishThreads, 0, stream>>>(t, n, rows, ignoreIndex);
-        checkLaunch("cross_entropy_backward (counting the targets)");
-      }
-      crossEntropyBackwardKernel<T, I><<<p.grid, block, 0, stream>>>(
-          static_cast<const T *>(grad),
-          reduction == Reduction::None ? int64_t(1) : int64_t(0),
-          static_cast<const T *>(logits), t, static_cast<T *>(result), n, rows,
-          classes, ignoreIndex, labelSmoothing, reduction);
-      checkLaunch("cross_entropy_backward");
+  const char *what = "cross_entropy_backward";
+  MERAK_CUDA_DISPATCH_FLOAT(gradType, what, G, {
+    dispatchFoldedType<G>(logitsType, what, [&](auto logitsTag) {
+      using L = typename decltype(logitsTag)::type;
+      dispatchFoldedType<G>(resultType, what, [&](auto resultTag) {
+        using R = typename decltype(resultTag)::type;
+        MERAK_CUDA_DISPATCH_TARGET(targetType, I, {
+          const I *t = static_cast<const I *>(target);
+          long long *n = nullptr;
+          if (reduction == Reduction::Mean) {
+            n = static_cast<long long *>(count);
+            countTargetsKernel<I>
+                <<<1, kFinishThreads, 0, stream>>>(t, n, rows, ignoreIndex);
+            checkLaunch("cross_entropy_backward (counting the targets)");
+          }
+          crossEntropyBackwardKernel<G, L, R, I><<<p.grid, block, 0, stream>>>(
+              static_cast<const G *>(grad),
+              reduction == Reduction::None ? int64_t(1) : int64_t(0),
+              static_cast<const L *>(logits), t, static_cast<R *>(result), n,
+              rows, classes, ignoreIndex, labelSmoothing, reduction);
+          checkLaunch("cross_entropy_backward");
+        });
+      });
     });
   });
 }

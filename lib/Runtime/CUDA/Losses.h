@@ -68,25 +68,30 @@ crossEntropyGrad(A g, A count, double labelSmoothing, int64_t classes,
   return r;
 }
 
-/// The loss of `logits` (dense `[rows, classes]` of `type`) and `target`
-/// (dense `[rows]` of `targetType`, i32 or i64) into `out` (`type`;
-/// `[rows]` for `None`, one element otherwise). `scratch` holds
+/// The loss of `logits` (dense `[rows, classes]` of `logitsType`) and
+/// `target` (dense `[rows]` of `targetType`, i32 or i64) into `out`
+/// (`outType`, the type the loss computes in; `[rows]` for `None`, one
+/// element otherwise). The logits are of `outType`, or bf16 or f16 under an
+/// f32 loss (a cast folded into the op: Fusion.h). `scratch` holds
 /// `2 * rows` elements of the accumulation type (float, double for f64).
 /// A target outside `[0, classes)` other than `ignoreIndex` gives NaN (the
 /// CPU backend throws; a kernel cannot).
 void crossEntropyForward(const void *logits, const void *target, void *out,
-                         void *scratch, ElemType type, ElemType targetType,
-                         int64_t rows, int64_t classes, int64_t ignoreIndex,
-                         double labelSmoothing, Reduction reduction,
-                         cudaStream_t stream);
+                         void *scratch, ElemType logitsType, ElemType outType,
+                         ElemType targetType, int64_t rows, int64_t classes,
+                         int64_t ignoreIndex, double labelSmoothing,
+                         Reduction reduction, cudaStream_t stream);
 
 /// The gradient of the loss with respect to the logits into `result`
-/// (dense `[rows, classes]` of `type`), for `grad` (`type`; `[rows]` for
-/// `None`, one element otherwise). `count` is scratch for one int64.
+/// (dense `[rows, classes]` of `resultType`), for `grad` (`gradType`, the
+/// type it computes in; `[rows]` for `None`, one element otherwise). The
+/// logits and the result are of `gradType`, or each bf16 or f16 under an
+/// f32 `grad`. `count` is scratch for one int64.
 void crossEntropyBackward(const void *grad, const void *logits,
                           const void *target, void *result, void *count,
-                          ElemType type, ElemType targetType, int64_t rows,
-                          int64_t classes, int64_t ignoreIndex,
+                          ElemType gradType, ElemType logitsType,
+                          ElemType resultType, ElemType targetType,
+                          int64_t rows, int64_t classes, int64_t ignoreIndex,
                           double labelSmoothing, Reduction reduction,
                           cudaStream_t stream);
 

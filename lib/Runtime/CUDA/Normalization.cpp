@@ -72,6 +72,7 @@ void softmaxKernel(Ctx &c, bool log) {
 }
 
 void layerNormBackwardKernel(Ctx &c) {
+  expectFoldable(c.operandType(0), c.operandType(1).dtype, "the gradient");
   expectSameType(c, 0, 1);
   RowSplit s = normalizedSplit(c, 1);
   View dy = c.contiguous(0), x = c.contiguous(1);
@@ -81,7 +82,7 @@ void layerNormBackwardKernel(Ctx &c) {
   CudaTensor &rstd = c.scratch({acc, {s.rows}});
   CudaTensor &dx = c.result(0);
   layerNormBackwardInput(dy.data, x.data, weight, dx.data(), mean.data(),
-                         rstd.data(), x.type, s.rows, s.cols, c.a.eps,
+                         rstd.data(), x.type, dy.type, s.rows, s.cols, c.a.eps,
                          c.stream());
   // As the CPU backend: the weight's gradient only with a weight, the
   // bias's only with a bias, zeros otherwise.
@@ -107,8 +108,8 @@ void layerNormBackwardKernel(Ctx &c) {
   ColumnChunks chunks = columnChunks(s.rows);
   CudaTensor &partials = c.scratch({acc, {2 * chunks.chunks * s.cols}});
   layerNormBackwardParams(dy.data, x.data, mean.data(), rstd.data(), grads[0],
-                          grads[1], partials.data(), x.type, s.rows, s.cols,
-                          c.stream());
+                          grads[1], partials.data(), x.type, dy.type, s.rows,
+                          s.cols, c.stream());
 }
 
 } // namespace
@@ -130,24 +131,25 @@ void registerNormalizationKernels(KernelTable &table) {
                     c.stream());
   });
   table.add(OpKind::LayerNorm, [](Ctx &c) {
-    expectSameType(c, 0, 0);
+    expectFoldable(c.resultType(0), c.operandType(0).dtype, "the result");
     RowSplit s = normalizedSplit(c, 0);
     View x = c.contiguous(0);
     const void *weight = optionalData(c, 1, 0, s.cols),
                *bias = optionalData(c, 2, 0, s.cols);
     CudaTensor &y = c.result(0);
-    layerNormForward(x.data, weight, bias, y.data(), x.type, s.rows, s.cols,
-                     c.a.eps, c.stream());
+    layerNormForward(x.data, weight, bias, y.data(), x.type,
+                     elemTypeOf(y.type.dtype), s.rows, s.cols, c.a.eps,
+                     c.stream());
   });
   table.add(OpKind::LayerNormBackward, layerNormBackwardKernel);
   table.add(OpKind::RmsNorm, [](Ctx &c) {
-    expectSameType(c, 0, 0);
+    expectFoldable(c.resultType(0), c.operandType(0).dtype, "the result");
     RowSplit s = normalizedSplit(c, 0);
     View x = c.contiguous(0);
     const void *weight = optionalData(c, 1, 0, s.cols);
     CudaTensor &y = c.result(0);
-    rmsNormForward(x.data, weight, y.data(), x.type, s.rows, s.cols, c.a.eps,
-                   c.stream());
+    rmsNormForward(x.data, weight, y.data(), x.type, elemTypeOf(y.type.dtype),
+                   s.rows, s.cols, c.a.eps, c.stream());
   });
 }
 

@@ -145,9 +145,10 @@ MERAK_DEVICE void rowMoments(const T *x, int64_t n, bool active, A eps,
   rstd = A(1) / mathSqrt((var > A(0) ? var : A(0)) + eps);
 }
 
-template <typename T>
+/// `y` of Y: T, or bf16 or f16 for float T (a cast folded into the op).
+template <typename T, typename Y>
 __global__ void layerNormKernel(const T *x, const T *weight, const T *bias,
-                                T *y, int64_t rows, int64_t cols, Acc<T> eps) {
+                                Y *y, int64_t rows, int64_t cols, Acc<T> eps) {
   using A = Acc<T>;
   __shared__ Welford<A> shared[kMaxRowsPerBlock * 32];
   forRows(rows, [&](int64_t row, bool active) {
@@ -156,21 +157,22 @@ __global__ void layerNormKernel(const T *x, const T *weight, const T *bias,
     rowMoments(xr, cols, active, eps, shared, mean, rstd);
     if (!active)
       return;
-    T *yr = y + row * cols;
+    Y *yr = y + row * cols;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       A v = (toAcc(xr[j]) - mean) * rstd;
       if (weight)
         v *= toAcc(weight[j]);
       if (bias)
         v += toAcc(bias[j]);
-      yr[j] = convertTo<T>(v);
+      yr[j] = convertTo<Y>(v);
     }
   });
 }
 
-template <typename T>
+/// `dy` of D: T, or bf16 or f16 for float T (a cast folded into the op).
+template <typename T, typename D>
 __global__ void
-layerNormBackwardInputKernel(const T *dy, const T *x, const T *weight, T *dx,
+layerNormBackwardInputKernel(const D *dy, const T *x, const T *weight, T *dx,
                              Acc<T> *means, Acc<T> *rstds, int64_t rows,
                              int64_t cols, Acc<T> eps) {
   using A = Acc<T>;
@@ -178,7 +180,8 @@ layerNormBackwardInputKernel(const T *dy, const T *x, const T *weight, T *dx,
   __shared__ A shared[kMaxRowsPerBlock * 32];
   forRows(rows, [&](int64_t row, bool active) {
     int64_t start = active ? row * cols : 0;
-    const T *xr = x + start, *gr = dy + start;
+    const T *xr = x + start;
+    const D *gr = dy + start;
     A mean, rstd;
     rowMoments(xr, cols, active, eps, sharedMoments, mean, rstd);
     // ATen's: ds = sum(dy w x), db = sum(dy w).
@@ -216,9 +219,9 @@ layerNormBackwardInputKernel(const T *dy, const T *x, const T *weight, T *dx,
 /// each block sums a tile of columns over one chunk of rows, its threads
 /// down the rows then combined in order, into `partials[chunk][col]` (the
 /// weight's first, the bias's `chunks * cols` after).
-template <typename T>
+template <typename T, typename D>
 __global__ void
-layerNormParamPartialsKernel(const T *dy, const T *x, const Acc<T> *means,
+layerNormParamPartialsKernel(const D *dy, const T *x, const Acc<T> *means,
                              const Acc<T> *rstds, Acc<T> *partials,
                              int64_t rows, int64_t cols, int64_t chunkRows,
                              int64_t chunks, bool wantWeight, bool wantBias) {
@@ -269,8 +272,9 @@ __global__ void sumChunksKernel(const Acc<T> *partials, T *out, int64_t chunks,
   }
 }
 
-template <typename T>
-__global__ void rmsNormKernel(const T *x, const T *weight, T *y, int64_t rows,
+/// `y` of Y: T, or bf16 or f16 for float T (a cast folded into the op).
+template <typename T, typename Y>
+__global__ void rmsNormKernel(const T *x, const T *weight, Y *y, int64_t rows,
                               int64_t cols, Acc<T> eps) {
   using A = Acc<T>;
   __shared__ A shared[kMaxRowsPerBlock * 32];
@@ -286,12 +290,12 @@ __global__ void rmsNormKernel(const T *x, const T *weight, T *y, int64_t rows,
     if (!active)
       return;
     A scale = A(1) / mathSqrt(squares / A(cols) + eps);
-    T *yr = y + row * cols;
+    Y *yr = y + row * cols;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       // Rounded to T before the weight, as `type_as(x)` then `mul`.
       T normalized = convertTo<T>(toAcc(xr[j]) * scale);
-      yr[j] = weight ? convertTo<T>(toAcc(normalized) * toAcc(weight[j]))
-                     : normalized;
+      yr[j] = weight ? convertTo<Y>(toAcc(normalized) * toAcc(weight[j]))
+                     : convertTo<Y>(toAcc(normalized));
     }
   });
 }
@@ -361,41 +365,48 @@ void softmaxBackward(const void *grad, const void *output, void *result,
 }
 
 void layerNormForward(const void *x, const void *weight, const void *bias,
-                      void *y, ElemType type, int64_t rows, int64_t cols,
-                      double eps, cudaStream_t stream) {
+                      void *y, ElemType type, ElemType yType, int64_t rows,
+                      int64_t cols, double eps, cudaStream_t stream) {
   if (rows == 0 || cols == 0)
     return;
   RowPlan p = rowPlan(rows, cols);
   MERAK_CUDA_DISPATCH_FLOAT(type, "layer_norm", T, {
-    layerNormKernel<T><<<p.grid, rowBlockDim(p), 0, stream>>>(
-        static_cast<const T *>(x), static_cast<const T *>(weight),
-        static_cast<const T *>(bias), static_cast<T *>(y), rows, cols,
-        Acc<T>(eps));
+    dispatchFoldedType<T>(yType, "layer_norm", [&](auto tag) {
+      using Y = typename decltype(tag)::type;
+      layerNormKernel<T, Y><<<p.grid, rowBlockDim(p), 0, stream>>>(
+          static_cast<const T *>(x), static_cast<const T *>(weight),
+          static_cast<const T *>(bias), static_cast<Y *>(y), rows, cols,
+          Acc<T>(eps));
+    });
   });
   checkLaunch("layer_norm");
 }
 
 void layerNormBackwardInput(const void *dy, const void *x, const void *weight,
                             void *dx, void *mean, void *rstd, ElemType type,
-                            int64_t rows, int64_t cols, double eps,
-                            cudaStream_t stream) {
+                            ElemType dyType, int64_t rows, int64_t cols,
+                            double eps, cudaStream_t stream) {
   if (rows == 0 || cols == 0)
     return;
   RowPlan p = rowPlan(rows, cols);
   MERAK_CUDA_DISPATCH_FLOAT(type, "layer_norm_backward", T, {
-    layerNormBackwardInputKernel<T><<<p.grid, rowBlockDim(p), 0, stream>>>(
-        static_cast<const T *>(dy), static_cast<const T *>(x),
-        static_cast<const T *>(weight), static_cast<T *>(dx),
-        static_cast<Acc<T> *>(mean), static_cast<Acc<T> *>(rstd), rows, cols,
-        Acc<T>(eps));
+    dispatchFoldedType<T>(dyType, "layer_norm_backward", [&](auto tag) {
+      using D = typename decltype(tag)::type;
+      layerNormBackwardInputKernel<T, D>
+          <<<p.grid, rowBlockDim(p), 0, stream>>>(
+              static_cast<const D *>(dy), static_cast<const T *>(x),
+              static_cast<const T *>(weight), static_cast<T *>(dx),
+              static_cast<Acc<T> *>(mean), static_cast<Acc<T> *>(rstd), rows,
+              cols, Acc<T>(eps));
+    });
   });
   checkLaunch("layer_norm_backward");
 }
 
 void layerNormBackwardParams(const void *dy, const void *x, const void *mean,
                              const void *rstd, void *gradWeight, void *gradBias,
-                             void *partials, ElemType type, int64_t rows,
-                             int64_t cols, cudaStream_t stream) {
+                             void *partials, ElemType type, ElemType dyType,
+                             int64_t rows, int64_t cols, cudaStream_t stream) {
   if (cols == 0 || (!gradWeight && !gradBias))
     return;
   ColumnChunks chunks = columnChunks(rows);
@@ -407,11 +418,14 @@ void layerNormBackwardParams(const void *dy, const void *x, const void *mean,
   MERAK_CUDA_DISPATCH_FLOAT(type, "layer_norm_backward", T, {
     using A = Acc<T>;
     A *sums = static_cast<A *>(partials);
-    layerNormParamPartialsKernel<T><<<grid, block, 0, stream>>>(
-        static_cast<const T *>(dy), static_cast<const T *>(x),
-        static_cast<const A *>(mean), static_cast<const A *>(rstd), sums, rows,
-        cols, chunks.chunkRows, chunks.chunks, gradWeight != nullptr,
-        gradBias != nullptr);
+    dispatchFoldedType<T>(dyType, "layer_norm_backward", [&](auto tag) {
+      using D = typename decltype(tag)::type;
+      layerNormParamPartialsKernel<T, D><<<grid, block, 0, stream>>>(
+          static_cast<const D *>(dy), static_cast<const T *>(x),
+          static_cast<const A *>(mean), static_cast<const A *>(rstd), sums,
+          rows, cols, chunks.chunkRows, chunks.chunks, gradWeight != nullptr,
+          gradBias != nullptr);
+    });
     checkLaunch("layer_norm_backward (weight and bias partial sums)");
     if (gradWeight)
       sumChunksKernel<T><<<finish.grid, finish.block, 0, stream>>>(
@@ -425,15 +439,18 @@ void layerNormBackwardParams(const void *dy, const void *x, const void *mean,
 }
 
 void rmsNormForward(const void *x, const void *weight, void *y, ElemType type,
-                    int64_t rows, int64_t cols, double eps,
+                    ElemType yType, int64_t rows, int64_t cols, double eps,
                     cudaStream_t stream) {
   if (rows == 0 || cols == 0)
     return;
   RowPlan p = rowPlan(rows, cols);
   MERAK_CUDA_DISPATCH_FLOAT(type, "rms_norm", T, {
-    rmsNormKernel<T><<<p.grid, rowBlockDim(p), 0, stream>>>(
-        static_cast<const T *>(x), static_cast<const T *>(weight),
-        static_cast<T *>(y), rows, cols, Acc<T>(eps));
+    dispatchFoldedType<T>(yType, "rms_norm", [&](auto tag) {
+      using Y = typename decltype(tag)::type;
+      rmsNormKernel<T, Y><<<p.grid, rowBlockDim(p), 0, stream>>>(
+          static_cast<const T *>(x), static_cast<const T *>(weight),
+          static_cast<Y *>(y), rows, cols, Acc<T>(eps));
+    });
   });
   checkLaunch("rms_norm");
 }

@@ -257,19 +257,22 @@ void softmaxForward(const void *in, void *out, ElemType type,
 void softmaxBackward(const void *grad, const void *output, void *result,
                      ElemType type, const DimSplit &split, cudaStream_t stream);
 
-/// Layer normalization of the rows of a dense `[rows, cols]` tensor;
-/// `weight` and `bias` (`[cols]`) may be null.
+/// Layer normalization of the rows of a dense `[rows, cols]` tensor of
+/// `type`; `weight` and `bias` (`[cols]` of `type`) may be null. `y` is of
+/// `yType`: `type`, or bf16 or f16 for an f32 `type` (a cast folded into
+/// the op: Fusion.h), rounded once.
 void layerNormForward(const void *x, const void *weight, const void *bias,
-                      void *y, ElemType type, int64_t rows, int64_t cols,
-                      double eps, cudaStream_t stream);
+                      void *y, ElemType type, ElemType yType, int64_t rows,
+                      int64_t cols, double eps, cudaStream_t stream);
 
 /// The input gradient of layer normalization (`weight` may be null) into
-/// `dx`; each row's mean and 1/std into `mean` and `rstd` (`[rows]` of the
-/// accumulation type: float, double for f64).
+/// `dx` (`type`, the input's); each row's mean and 1/std into `mean` and
+/// `rstd` (`[rows]` of the accumulation type: float, double for f64).
+/// `dy` is of `dyType`: `type`, or bf16 or f16 for an f32 `type`.
 void layerNormBackwardInput(const void *dy, const void *x, const void *weight,
                             void *dx, void *mean, void *rstd, ElemType type,
-                            int64_t rows, int64_t cols, double eps,
-                            cudaStream_t stream);
+                            ElemType dyType, int64_t rows, int64_t cols,
+                            double eps, cudaStream_t stream);
 
 /// The weight and bias gradients of layer normalization (`[cols]`, either
 /// null when not wanted) from the statistics `layerNormBackwardInput` left;
@@ -277,15 +280,15 @@ void layerNormBackwardInput(const void *dy, const void *x, const void *weight,
 /// of the accumulation type.
 void layerNormBackwardParams(const void *dy, const void *x, const void *mean,
                              const void *rstd, void *gradWeight, void *gradBias,
-                             void *partials, ElemType type, int64_t rows,
-                             int64_t cols, cudaStream_t stream);
+                             void *partials, ElemType type, ElemType dyType,
+                             int64_t rows, int64_t cols, cudaStream_t stream);
 
 /// RMS normalization of the rows of a dense `[rows, cols]` tensor, as
 /// PyTorch's composite computes it: normalized in the accumulation type,
 /// rounded to `type`, then times `weight` (`[cols]`, may be null) and
-/// rounded again.
+/// rounded again, to `yType` (`type`, or bf16 or f16 for an f32 `type`).
 void rmsNormForward(const void *x, const void *weight, void *y, ElemType type,
-                    int64_t rows, int64_t cols, double eps,
+                    ElemType yType, int64_t rows, int64_t cols, double eps,
                     cudaStream_t stream);
 
 } // namespace merak::runtime::cuda
