@@ -233,4 +233,22 @@ TEST(CudaAttentionTest, RowGridIsBounded) {
 }
 
 } // namespace
+TEST(CudaGemmTest, RowsThatAreNot16BytesApartAreStaged) {
+  // GPT-2's logits: 8192 rows of 50,257 bf16 (100,514 bytes apart).
+  EXPECT_EQ(stagedLeading(8192, 50257, 50257, 2), 50264);
+  EXPECT_EQ(stagedLeading(8192, 50257, 50257, 4), 50260);
+  EXPECT_EQ(stagedLeading(8192, 50257, 50257, 8), 50258);
+  // Aligned rows, a view of them (a slice of a wider matrix: only the
+  // distance between rows counts) and padded ones are read in place.
+  EXPECT_EQ(stagedLeading(8192, 768, 768, 2), 0);
+  EXPECT_EQ(stagedLeading(8192, 50257, 50264, 2), 0);
+  EXPECT_EQ(stagedLeading(8192, 50257, 50260, 4), 0);
+  // Small matrices and single rows are not worth the copies.
+  EXPECT_EQ(stagedLeading(1023, 1023, 1023, 2), 0);
+  EXPECT_EQ(stagedLeading(1, 1 << 22, 1 << 22, 2), 0);
+  EXPECT_EQ(stagedLeading(1025, 1023, 1023, 2), 0); // one short of 2^20
+  EXPECT_EQ(stagedLeading(1027, 1023, 1023, 2), 1024);
+  EXPECT_EQ(kStageElements, 1 << 20);
+}
+
 } // namespace merak::runtime::cuda

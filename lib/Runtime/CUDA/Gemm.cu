@@ -223,23 +223,32 @@ bool tryMatmul(const GemmDevice &dev, const Call &call) {
   return true;
 }
 
+/// The row-major `rows x cols` matrix at `data`, `ld` elements apart.
+View matrixView(ElemType type, void *data, int64_t rows, int64_t cols,
+                int64_t ld) {
+  View v;
+  v.data = data;
+  v.type = type;
+  v.rank = 2;
+  v.sizes[0] = rows;
+  v.sizes[1] = cols;
+  v.strides[0] = ld;
+  v.strides[1] = 1;
+  return v;
+}
+
 /// The `[m, n]` matrix at `c` (leading dimension `ldc`) set to `bias`
 /// repeated on every row.
 void fillRows(ElemType type, void *c, int64_t m, int64_t n, int64_t ldc,
               const void *bias, cudaStream_t stream) {
-  View dst;
-  dst.data = c;
-  dst.type = type;
-  dst.rank = 2;
-  dst.sizes[0] = m;
-  dst.sizes[1] = n;
-  dst.strides[0] = ldc;
-  dst.strides[1] = 1;
+  View dst = matrixView(type, c, m, n, ldc);
   View src = dst;
   src.data = const_cast<void *>(bias);
   src.strides[0] = 0;
   copyStrided(src, dst, stream);
 }
+
+void runStaged(const GemmDevice &dev, Call call);
 
 void run(const GemmDevice &dev, Call call) {
   if (call.m == 0 || call.n == 0 || call.batch == 0)
@@ -249,14 +258,7 @@ void run(const GemmDevice &dev, Call call) {
     for (int64_t i = 0; i < call.batch; ++i) {
       void *c = static_cast<char *>(call.c) +
                 i * call.strideC * int64_t(elemSize(call.outType));
-      View cv;
-      cv.data = c;
-      cv.type = call.outType;
-      cv.rank = 2;
-      cv.sizes[0] = call.m;
-      cv.sizes[1] = call.n;
-      cv.strides[0] = call.ldc;
-      cv.strides[1] = 1;
+      View cv = matrixView(call.outType, c, call.m, call.n, call.ldc);
       if (call.beta == 0)
         fill(cv, 0.0, dev.stream);
       else if (call.beta != 1)
@@ -273,6 +275,43 @@ void run(const GemmDevice &dev, Call call) {
   if (call.batch > INT32_MAX)
     throw CudaError("gemm: a batch of " + std::to_string(call.batch) +
                     " matrices (cuBLASLt takes at most 2^31 - 1)");
+  // A single product's matrices whose rows are not 16 bytes apart are
+  // staged through copies whose rows are (`stagedLeading`).
+  View finalC;
+  if (dev.scratch && call.batch == 1) {
+    int64_t size = int64_t(elemSize(call.type));
+    auto stage = [&](const void *&data, MatrixLayout &l, int64_t rows,
+                     int64_t cols) {
+      // The stored matrix: the transpose's rows and columns swap.
+      int64_t r = l.trans ? cols : rows, c = l.trans ? rows : cols;
+      int64_t ld = stagedLeading(r, c, l.ld, size);
+      if (ld == 0)
+        return;
+      View src = matrixView(call.type, const_cast<void *>(data), r, c, l.ld);
+      View dst = matrixView(call.type, dev.scratch(r * ld * size), r, c, ld);
+      copyStrided(src, dst, dev.stream);
+      data = dst.data;
+      l.ld = ld;
+    };
+    stage(call.a, call.la, call.m, call.k);
+    stage(call.b, call.lb, call.k, call.n);
+    int64_t outSize = int64_t(elemSize(call.outType));
+    if (int64_t ldc = stagedLeading(call.m, call.n, call.ldc, outSize);
+        ldc != 0 && call.beta == 0) {
+      finalC = matrixView(call.outType, call.c, call.m, call.n, call.ldc);
+      call.c = dev.scratch(call.m * ldc * outSize);
+      call.ldc = ldc;
+    }
+  }
+  runStaged(dev, call);
+  if (finalC.data) {
+    View staged = matrixView(call.outType, call.c, call.m, call.n, call.ldc);
+    copyStrided(staged, finalC, dev.stream);
+  }
+}
+
+/// `run` past its checks and staging.
+void runStaged(const GemmDevice &dev, Call call) {
   if (call.bias && call.type != ElemType::F64 && tryMatmul(dev, call))
     return;
   if (call.bias) {

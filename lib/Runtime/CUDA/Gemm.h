@@ -13,6 +13,8 @@
 
 #include "CudaCommon.h"
 
+#include <functional>
+
 namespace merak::runtime::cuda {
 
 /// How a GEMM reads a `rows x cols` matrix whose element (i, j) is at
@@ -164,8 +166,30 @@ MERAK_HD unsigned alignmentOf(uint64_t address) {
   return a;
 }
 
+/// The fewest elements of a matrix `gemm` stages (`stagedLeading`).
+constexpr int64_t kStageElements = int64_t(1) << 20;
+
+/// cuBLASLt's fast kernels take matrices whose rows start 16 bytes apart; a
+/// leading dimension that breaks that (the logits of a vocabulary of
+/// 50,257, an odd number of columns) leaves it kernels several times
+/// slower. For a stored `rows x cols` matrix `ld` elements of `elemBytes`
+/// apart, the leading dimension of the staged copy `gemm` makes of it
+/// (copied in, or written there and copied out: two passes over memory,
+/// less than the slow kernel loses), or 0 to use it in place: a single
+/// row, fewer than `kStageElements` elements, or rows already aligned.
+MERAK_HD int64_t stagedLeading(int64_t rows, int64_t cols, int64_t ld,
+                               int64_t elemBytes) {
+  if (rows <= 1 || cols <= 0 || elemBytes <= 0 || elemBytes > 16 ||
+      rows * cols < kStageElements || (ld * elemBytes) % 16 == 0)
+    return 0;
+  int64_t per = 16 / elemBytes;
+  return (cols + per - 1) / per * per;
+}
+
 /// What a GEMM needs of the backend: its cuBLASLt handle and workspace,
-/// the stream, TF32 for float32, and the counter of cuBLASLt calls.
+/// the stream, TF32 for float32, the counter of cuBLASLt calls, and
+/// device memory for staged matrices (`stagedLeading`; none staged when
+/// null), which stays valid until the op's kernels have run.
 struct GemmDevice {
   void *cublasLt = nullptr;
   void *workspace = nullptr;
@@ -173,6 +197,7 @@ struct GemmDevice {
   bool tf32 = false;
   cudaStream_t stream = nullptr;
   int64_t *calls = nullptr;
+  std::function<void *(int64_t bytes)> scratch;
 };
 
 /// `c = alpha * a @ b + beta * c (+ bias)` for stacks of one rank (>= 2)
