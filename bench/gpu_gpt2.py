@@ -175,12 +175,20 @@ def run(args):
         rows.append((name, seconds, tokens / seconds,
                      100 * tflops / args.peak_tflops, last_loss))
 
-    # The bf16 step also without fused kernels (--fuse-elementwise=off):
-    # what the fused elementwise chains and AdamW groups are worth; and
-    # with attention in the FlashAttention form.
-    for precision, fuse in (("fp32", "auto"), ("bf16", "auto"),
-                            ("bf16", "off"), ("bf16-flash", "auto")):
-        log = os.path.join(args.dir, "merak-%s-%s.jsonl" % (precision, fuse))
+    # The bf16 step also without fused kernels (--fuse-elementwise=off:
+    # neither elementwise chains, AdamW groups nor casts folded into the
+    # loss and the norms) and without staged GEMMs (--gemm-staging=false:
+    # the head's products on the logits' odd rows): what each is worth;
+    # and with attention in the FlashAttention form.
+    runs = (("fp32", "auto", True), ("bf16", "auto", True),
+            ("bf16", "off", True), ("bf16", "auto", False),
+            ("bf16-flash", "auto", True))
+    for precision, fuse, staging in runs:
+        label = "merak-exec %s%s%s" % (
+            precision, ", unfused" if fuse == "off" else "",
+            "" if staging else ", GEMMs not staged")
+        log = os.path.join(args.dir, "merak-%s-%s-%d.jsonl"
+                           % (precision, fuse, staging))
         if os.path.exists(log):
             os.remove(log)
         done = subprocess.run(
@@ -188,18 +196,17 @@ def run(args):
              os.path.join(args.dir, "gpt2-small-%s.mrp" % precision),
              "--device=cuda", "--init", weights, "--data", data,
              "--steps", str(count), "--log-jsonl", log,
-             "--fuse-elementwise=" + fuse],
+             "--fuse-elementwise=" + fuse,
+             "--gemm-staging=" + ("true" if staging else "false")],
             stdout=subprocess.DEVNULL)
         if done.returncode != 0:
-            print("merak-exec %s (fuse %s) failed with status %d"
-                  % (precision, fuse, done.returncode), file=sys.stderr)
+            print("%s failed with status %d" % (label, done.returncode),
+                  file=sys.stderr)
             continue
         with open(log) as f:
             records = [json.loads(line) for line in f if '"ms"' in line]
         ms = [r["ms"] for r in records]
-        add("merak-exec %s%s" % (precision,
-                                 ", unfused" if fuse == "off" else ""),
-            statistics.median(ms[args.warmup:]) / 1000,
+        add(label, statistics.median(ms[args.warmup:]) / 1000,
             records[-1].get("loss", float("nan")))
 
     model = model.cuda()

@@ -167,6 +167,10 @@ ABSL_FLAG(std::vector<std::string>, compile_fused_kernels, {},
 ABSL_FLAG(bool, tf32, false,
           "--device=cuda: float32 GEMMs on TF32 tensor cores (off: full "
           "float32, as PyTorch's default)");
+ABSL_FLAG(bool, gemm_staging, true,
+          "--device=cuda: a large GEMM matrix whose rows are not 16 bytes "
+          "apart (an odd vocabulary's logits) is copied to one whose rows "
+          "are, for cuBLASLt's fast kernels");
 ABSL_FLAG(std::string, comm, "auto",
           "Communicator for collectives: gloo, nccl, or auto (nccl for "
           "--device=cuda where the build has it and every local rank has a "
@@ -537,7 +541,9 @@ createBackend(const BackendEntry &entry, int threads) {
         {"gemm", absl::GetFlag(FLAGS_gemm)},
         {"blas-threads", absl::GetFlag(FLAGS_blas_threads) ? "1" : "0"}};
   else if (entry.name == "cuda")
-    options.settings = {{"tf32", absl::GetFlag(FLAGS_tf32) ? "1" : "0"}};
+    options.settings = {
+        {"tf32", absl::GetFlag(FLAGS_tf32) ? "1" : "0"},
+        {"gemm-staging", absl::GetFlag(FLAGS_gemm_staging) ? "1" : "0"}};
   return entry.create(options);
 }
 

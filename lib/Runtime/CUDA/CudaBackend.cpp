@@ -212,6 +212,7 @@ public:
       : arena(options.arena) {
     state.device = device;
     state.tf32 = options.tf32;
+    state.gemmStaging = options.gemmStaging;
   }
 
   absl::Status start() {

@@ -103,6 +103,8 @@ struct DeviceState {
   size_t gemmWorkspaceBytes = 0;
   /// TF32 tensor cores for float32 GEMMs (`--tf32`); off by default.
   bool tf32 = false;
+  /// GEMMs stage misaligned large matrices (`--gemm-staging`).
+  bool gemmStaging = true;
   /// cuDNN, created by the first convolution or batch norm.
   void *cudnn = nullptr;
 

@@ -20,6 +20,11 @@ createFromSettings(const DeviceOptions &options) {
         return absl::InvalidArgumentError(
             absl::StrCat("--tf32 must be 0 or 1, not '", value, "'"));
       cuda.tf32 = value == "1";
+    } else if (key == "gemm-staging") {
+      if (value != "0" && value != "1")
+        return absl::InvalidArgumentError(
+            absl::StrCat("--gemm-staging must be 0 or 1, not '", value, "'"));
+      cuda.gemmStaging = value == "1";
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("the cuda backend has no setting '", key, "'"));

@@ -27,9 +27,10 @@ GemmDevice gemmDevice(Ctx &c) {
   d.stream = c.stream();
   d.calls = &c.dev.gemmCalls;
   // Freed to the stream-ordered pool after the op: its kernels are queued.
-  d.scratch = [&c](int64_t bytes) {
-    return c.scratch(TensorType{DType::I64, {(bytes + 7) / 8}}).data();
-  };
+  if (c.dev.gemmStaging)
+    d.scratch = [&c](int64_t bytes) {
+      return c.scratch(TensorType{DType::I64, {(bytes + 7) / 8}}).data();
+    };
   return d;
 }
 

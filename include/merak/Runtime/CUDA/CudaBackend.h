@@ -30,6 +30,9 @@ struct CudaBackendOptions {
   /// TF32 tensor cores for float32 GEMMs (PyTorch's
   /// `allow_tf32`); off by default, as PyTorch's matmul default is.
   bool tf32 = false;
+  /// Stage a large GEMM matrix whose rows are not 16 bytes apart through
+  /// an aligned copy (`--gemm-staging`, lib/Runtime/CUDA/Gemm.h).
+  bool gemmStaging = true;
 };
 
 /// The backend on the chosen GPU, or an error saying why there is none (no
