@@ -16,6 +16,8 @@
 #     scaling, its scale by the rule and its first loss within 1e-3;
 #     GPT-2 run twice gives the same losses bit for bit;
 #     LLaMA with its fused kernels (the default) within 1e-6 of it unfused;
+#     GPT-2 in bf16 with the casts around its loss and layer norms folded
+#     into them (the default) within 1e-6 of it unfolded;
 #     GPT-2 and LLaMA with FlashAttention-form attention (tiled kernels)
 #     against PyTorch within 1e-4;
 #  3. where the machine has two GPUs or more, GPT-2 on two ranks with NCCL
@@ -261,6 +263,22 @@ if [[ -f $B/models/gpt2-bf16.mrp && -f $dir/ref.jsonl ]]; then
     row "gpt2 (adamw, bf16 mixed)" "$verdict" "$(tail -1 "$dir/bf16-compare.log")"
   else
     row "gpt2 (adamw, bf16 mixed)" FAIL "$(grep -m1 -i error "$dir/bf16.log" "$dir/bf16-ref.log" || tail -1 "$dir/bf16-ref.log")"
+  fi
+  # The casts folded into the loss and the layer norms (and the residual
+  # chains and AdamW groups fused), as by default, against the same step
+  # op by op: the folded kernels compute in float32 and round once where
+  # the casts did; within 1e-6, as LLaMA's fused kernels.
+  if [[ -f $dir/bf16.jsonl ]]; then
+    rm -f "$dir/bf16-unfolded.jsonl"
+    "$BIN/merak-exec" "$B/models/gpt2-bf16.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+      --data "$dir/batches.safetensors" --steps "$STEPS" --fuse-elementwise=off \
+      --log-jsonl "$dir/bf16-unfolded.jsonl" > "$dir/bf16-unfolded.log" 2>&1
+    if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/bf16.jsonl" "$dir/bf16-unfolded.jsonl" \
+        --rtol 1e-6 > "$dir/bf16-unfolded-compare.log" 2>&1; then
+      row "gpt2 bf16 casts folded vs not" ok "$(tail -1 "$dir/bf16-unfolded-compare.log")"
+    else
+      row "gpt2 bf16 casts folded vs not" FAIL "$(grep -m1 -i error "$dir/bf16-unfolded.log" || tail -1 "$dir/bf16-unfolded-compare.log")"
+    fi
   fi
 fi
 

@@ -104,6 +104,69 @@ TEST(CudaCommon, CoalesceMergesWhatEveryViewAllows) {
   EXPECT_EQ(ones[0].offsetOf(0), 0);
 }
 
+/// GPT-2's heads: attention output `[B, H, T, D]` read as `[B, T, H, D]`
+/// (a permute) into a dense copy; element `i` of the copy, as units.
+TEST(CudaCommon, CopiesMoveSeveralElementsWhereTheLastDimensionIsDense) {
+  alignas(16) static uint16_t storage[8];
+  View src = dense({2, 3, 4, 64}); // B, H, T, D
+  std::swap(src.sizes[1], src.sizes[2]);
+  std::swap(src.strides[1], src.strides[2]); // [B, T, H, D]
+  View dst = dense({2, 4, 3, 64});
+  src.data = dst.data = storage;
+  View views[2] = {src, dst};
+  coalesceDims(views, 2);
+  ASSERT_EQ(views[0].rank, 4);
+  View before[2] = {views[0], views[1]};
+  ASSERT_TRUE(vectorizeLast(views, 2, 8, 2));
+  EXPECT_EQ(views[0].sizes[3], 8);
+  EXPECT_EQ(views[1].sizes[3], 8);
+  // Unit u of the vectorized copy is elements [8u, 8u + 8) of the original.
+  for (int64_t u = 0; u < views[1].numel(); ++u)
+    for (int64_t k = 0; k < 8; ++k) {
+      EXPECT_EQ(views[0].offsetOf(u) * 8 + k, before[0].offsetOf(u * 8 + k));
+      EXPECT_EQ(views[1].offsetOf(u) * 8 + k, before[1].offsetOf(u * 8 + k));
+    }
+  // And in 32-bit arithmetic.
+  ASSERT_TRUE(fitsIndex32(views, 2, views[1].numel()));
+  for (uint32_t u = 0; u < uint32_t(views[1].numel()); ++u)
+    EXPECT_EQ(int64_t(offsetOf32(views[0], u)), views[0].offsetOf(u));
+}
+
+TEST(CudaCommon, CopiesMoveOneElementWhereUnitsDoNotFit) {
+  alignas(16) static uint16_t storage[16];
+  View v = dense({4, 6});
+  v.data = storage;
+  View one[1] = {v};
+  EXPECT_FALSE(vectorizeLast(one, 1, 8, 2)); // 6 is not a multiple of 8
+  EXPECT_TRUE(vectorizeLast(one, 1, 2, 2));  // 4 bytes: 3 units a row
+  EXPECT_EQ(one[0].sizes[1], 3);
+  EXPECT_EQ(one[0].strides[0], 3);
+  View t = dense({8, 8});
+  t.data = storage;
+  std::swap(t.strides[0], t.strides[1]); // a transpose: last stride 8
+  View two[1] = {t};
+  EXPECT_FALSE(vectorizeLast(two, 1, 8, 2));
+  View shifted = dense({4, 8});
+  shifted.data = storage + 1; // 2 bytes past a 16-byte boundary
+  View three[1] = {shifted};
+  EXPECT_FALSE(vectorizeLast(three, 1, 8, 2));
+  // A row stride that is not a multiple of the unit (a slice of 12 of 20).
+  View slice = dense({4, 8});
+  slice.data = storage;
+  slice.strides[0] = 20;
+  View four[1] = {slice};
+  EXPECT_FALSE(vectorizeLast(four, 1, 8, 2));
+  EXPECT_TRUE(vectorizeLast(four, 1, 4, 2));
+  EXPECT_EQ(four[0].strides[0], 5);
+  // Offsets past 2^31 - 1 need 64-bit arithmetic.
+  View big = dense({3, int64_t(1) << 30});
+  EXPECT_FALSE(fitsIndex32(&big, 1, big.numel()));
+  View wide = dense({2, 1000});
+  wide.strides[0] = int64_t(1) << 31;
+  EXPECT_FALSE(fitsIndex32(&wide, 1, wide.numel()));
+  EXPECT_TRUE(fitsIndex32(&v, 1, v.numel()));
+}
+
 TEST(CudaCommon, LaunchShapes) {
   Launch l = linearLaunch(1000, 256);
   EXPECT_EQ(l.block, 256u);

@@ -83,6 +83,27 @@ __global__ void sameTypeKernel(View src, View dst, int64_t n) {
     dst.ptr<T>()[dst.offsetOf(i)] = src.ptr<T>()[src.offsetOf(i)];
 }
 
+/// `sameTypeKernel` where `fitsIndex32` holds.
+template <typename T>
+__global__ void sameTypeKernel32(View src, View dst, uint32_t n) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += gridDim.x * blockDim.x)
+    dst.ptr<T>()[offsetOf32(dst, i)] = src.ptr<T>()[offsetOf32(src, i)];
+}
+
+/// A copy of unit `U` (an element, or `vectorizeLast`'s several), in
+/// 32-bit index arithmetic where it fits.
+template <typename U>
+void launchSameType(const View &src, const View &dst, cudaStream_t stream) {
+  int64_t n = dst.numel();
+  Launch l = linearLaunch(n);
+  View views[2] = {src, dst};
+  if (fitsIndex32(views, 2, n))
+    sameTypeKernel32<U><<<l.grid, l.block, 0, stream>>>(src, dst, uint32_t(n));
+  else
+    sameTypeKernel<U><<<l.grid, l.block, 0, stream>>>(src, dst, n);
+}
+
 template <typename T> __global__ void fillKernel(View dst, T value, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -160,9 +181,19 @@ void copyStrided(const View &src, const View &dst, cudaStream_t stream) {
   coalesceDims(views, 2);
   Launch l = linearLaunch(n);
   if (src.type == dst.type) {
-    MERAK_CUDA_DISPATCH_ALL(dst.type, "copy", T,
-                            sameTypeKernel<T><<<l.grid, l.block, 0, stream>>>(
-                                views[0], views[1], n));
+    // Several elements at a time where the last dimension is dense in both
+    // (a permute of the heads, a slice of a concatenation): 16 bytes, else
+    // 8 or 4, per access.
+    int64_t bytes = int64_t(elemSize(dst.type));
+    if (bytes < 16 && vectorizeLast(views, 2, 16 / bytes, bytes))
+      launchSameType<uint4>(views[0], views[1], stream);
+    else if (bytes < 8 && vectorizeLast(views, 2, 8 / bytes, bytes))
+      launchSameType<uint2>(views[0], views[1], stream);
+    else if (bytes < 4 && vectorizeLast(views, 2, 4 / bytes, bytes))
+      launchSameType<uint32_t>(views[0], views[1], stream);
+    else
+      MERAK_CUDA_DISPATCH_ALL(dst.type, "copy", T,
+                              launchSameType<T>(views[0], views[1], stream));
   } else {
     MERAK_CUDA_DISPATCH_ALL(dst.type, "convert", T,
                             convertKernel<T><<<l.grid, l.block, 0, stream>>>(
