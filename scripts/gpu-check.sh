@@ -208,21 +208,29 @@ if [[ -f $dir/merak.jsonl ]]; then
   fi
 fi
 
+# A row: rank program $2 (in $B/models) run with --fuse-elementwise=off in
+# directory $3 within 1e-6 of its run with fusion on ($3/$4), under the
+# name $1; $5 names the files of the unfused run.
+unfused_row() {
+  local name=$1 mrp=$2 d=$3 fused=$4 out=$5
+  rm -f "$d/$out.jsonl"
+  "$BIN/merak-exec" "$B/models/$mrp" --device "$DEVICE" --init "$d/weights.safetensors" \
+    --data "$d/batches.safetensors" --steps "$STEPS" --fuse-elementwise=off \
+    --log-jsonl "$d/$out.jsonl" > "$d/$out.log" 2>&1
+  if "$PY" "$B/src/test/e2e/compare_losses.py" "$d/$fused" "$d/$out.jsonl" \
+      --rtol 1e-6 > "$d/$out-compare.log" 2>&1; then
+    row "$name" ok "$(tail -1 "$d/$out-compare.log")"
+  else
+    row "$name" FAIL "$(grep -m1 -i error "$d/$out.log" || tail -1 "$d/$out-compare.log")"
+  fi
+}
+
 # Fused kernels (on by default, as in every row above) against the same
 # step op by op: LLaMA has the most chains (RMS norm, rotary embeddings,
 # SwiGLU, their gradients) and an AdamW group; within 1e-6.
 dir=$O/llama
 if [[ -f $dir/merak.jsonl ]]; then
-  rm -f "$dir/unfused.jsonl"
-  "$BIN/merak-exec" "$B/models/llama.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
-    --data "$dir/batches.safetensors" --steps "$STEPS" --fuse-elementwise=off \
-    --log-jsonl "$dir/unfused.jsonl" > "$dir/unfused.log" 2>&1
-  if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/merak.jsonl" "$dir/unfused.jsonl" \
-      --rtol 1e-6 > "$dir/unfused-compare.log" 2>&1; then
-    row "llama fused vs unfused" ok "$(tail -1 "$dir/unfused-compare.log")"
-  else
-    row "llama fused vs unfused" FAIL "$(grep -m1 -i error "$dir/unfused.log" || tail -1 "$dir/unfused-compare.log")"
-  fi
+  unfused_row "llama fused vs unfused" llama.mrp "$dir" merak.jsonl unfused
 fi
 
 # Attention in the FlashAttention form: the tiled kernels
@@ -269,16 +277,7 @@ if [[ -f $B/models/gpt2-bf16.mrp && -f $dir/ref.jsonl ]]; then
   # op by op: the folded kernels compute in float32 and round once where
   # the casts did; within 1e-6, as LLaMA's fused kernels.
   if [[ -f $dir/bf16.jsonl ]]; then
-    rm -f "$dir/bf16-unfolded.jsonl"
-    "$BIN/merak-exec" "$B/models/gpt2-bf16.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
-      --data "$dir/batches.safetensors" --steps "$STEPS" --fuse-elementwise=off \
-      --log-jsonl "$dir/bf16-unfolded.jsonl" > "$dir/bf16-unfolded.log" 2>&1
-    if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/bf16.jsonl" "$dir/bf16-unfolded.jsonl" \
-        --rtol 1e-6 > "$dir/bf16-unfolded-compare.log" 2>&1; then
-      row "gpt2 bf16 casts folded vs not" ok "$(tail -1 "$dir/bf16-unfolded-compare.log")"
-    else
-      row "gpt2 bf16 casts folded vs not" FAIL "$(grep -m1 -i error "$dir/bf16-unfolded.log" || tail -1 "$dir/bf16-unfolded-compare.log")"
-    fi
+    unfused_row "gpt2 bf16 casts folded vs not" gpt2-bf16.mrp "$dir" bf16.jsonl bf16-unfolded
   fi
 fi
 

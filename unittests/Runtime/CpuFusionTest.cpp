@@ -207,15 +207,10 @@ TEST(CpuFusion, FoldedCastsComputeTheSame) {
                      DType::F32, {5, 10}, loss);
     b.result(b.op(OpKind::Cast, {g}, DType::BF16, {5, 10}));
     ValueId dy = b.op(OpKind::Cast, {dyNarrow}, DType::F32, {4, 8});
-    Instruction back;
-    back.kind = OpKind::LayerNormBackward;
-    back.attrs = norm;
-    back.operands = {dy, x, w, bias};
-    back.results = {b.value(DType::F32, {4, 8}), b.value(DType::F32, {8}),
-                    b.value(DType::F32, {8})};
-    back.location = "test.py:99";
-    b.program.instructions.push_back(back);
-    for (ValueId v : back.results)
+    for (ValueId v :
+         b.ops(OpKind::LayerNormBackward, {dy, x, w, bias},
+               {{DType::F32, {4, 8}}, {DType::F32, {8}}, {DType::F32, {8}}},
+               norm))
       b.result(v);
 
     Program probe = b.program;

@@ -320,17 +320,29 @@ TEST(Fusion, AdamwGroupUpdatesEachTensorInPlace) {
 // foldCasts
 //===----------------------------------------------------------------------===//
 
+/// The loss of bf16 logits cast to f32.
+struct NarrowLogitsLoss {
+  ValueId logits, target, wide, loss;
+  explicit NarrowLogitsLoss(ProgramBuilder &b) {
+    logits = b.input(DType::BF16, {4, 10});
+    target = b.input(DType::I64, {4});
+    wide = b.op(OpKind::Cast, {logits}, DType::F32, {4, 10});
+    loss = b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {});
+  }
+};
+
 /// A mixed-precision program's head: bf16 logits cast to f32 for the loss
 /// and its gradient, the gradient cast back to bf16.
 struct LossHead {
   ProgramBuilder b;
   ValueId logits, target, wide, loss, grad, gradLogits, narrowGrad;
   explicit LossHead(bool returnWide = false) {
-    logits = b.input(DType::BF16, {4, 10});
-    target = b.input(DType::I64, {4});
+    NarrowLogitsLoss l(b);
+    logits = l.logits;
+    target = l.target;
+    wide = l.wide;
+    loss = l.loss;
     grad = b.input(DType::F32, {});
-    wide = b.op(OpKind::Cast, {logits}, DType::F32, {4, 10});
-    loss = b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {});
     gradLogits = b.op(OpKind::CrossEntropyBackward, {grad, wide, target},
                       DType::F32, {4, 10});
     narrowGrad = b.op(OpKind::Cast, {gradLogits}, DType::BF16, {4, 10});
@@ -373,16 +385,13 @@ TEST(FoldCasts, ACastTheProgramReturnsStays) {
 
 TEST(FoldCasts, AWideningCastStaysWhenAnyReaderTakesOnlyItsType) {
   ProgramBuilder b;
-  ValueId logits = b.input(DType::BF16, {4, 10});
-  ValueId target = b.input(DType::I64, {4});
-  ValueId wide = b.op(OpKind::Cast, {logits}, DType::F32, {4, 10});
-  ValueId loss = b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {});
-  ValueId doubled = b.op(OpKind::Add, {wide, wide});
-  b.result(loss);
+  NarrowLogitsLoss l(b);
+  ValueId doubled = b.op(OpKind::Add, {l.wide, l.wide});
+  b.result(l.loss);
   b.result(doubled);
   foldCasts(b.program);
   EXPECT_EQ(b.count(OpKind::Cast), 1);
-  EXPECT_EQ(b.program.instructions[1].operands[0], wide);
+  EXPECT_EQ(b.program.instructions[1].operands[0], l.wide);
 }
 
 TEST(FoldCasts, ANormWritesTheNarrowInputOfTheNextOp) {
@@ -427,24 +436,18 @@ TEST(FoldCasts, OnlyWhereTheOpComputesInFloat32) {
   ValueId x32 = b.input(DType::F32, {4, 8});
   ValueId dyNarrow = b.input(DType::BF16, {4, 8});
   ValueId dy = b.op(OpKind::Cast, {dyNarrow}, DType::F32, {4, 8});
-  Instruction back;
-  back.kind = OpKind::LayerNormBackward;
-  back.attrs = norm;
-  back.operands = {dy, x32, kNoValue, kNoValue};
-  back.results = {b.value(DType::F32, {4, 8}), b.value(DType::F32, {0}),
-                  b.value(DType::F32, {0})};
-  back.location = "test.py:9";
-  b.program.instructions.push_back(back);
+  auto backward = [&](ValueId grad, ValueId x, DType t) {
+    return b.ops(OpKind::LayerNormBackward, {grad, x, kNoValue, kNoValue},
+                 {{t, {4, 8}}, {t, {0}}, {t, {0}}}, norm)[0];
+  };
+  ValueId dx = backward(dy, x32, DType::F32);
   // ...but not an f64 one's.
   ValueId x64 = b.input(DType::F64, {4, 8});
   ValueId dy64 = b.op(OpKind::Cast, {dyNarrow}, DType::F64, {4, 8});
-  back.operands = {dy64, x64, kNoValue, kNoValue};
-  back.results = {b.value(DType::F64, {4, 8}), b.value(DType::F64, {0}),
-                  b.value(DType::F64, {0})};
-  b.program.instructions.push_back(back);
+  ValueId dx64 = backward(dy64, x64, DType::F64);
   b.result(half);
-  b.result(b.program.instructions[3].results[0]);
-  b.result(b.program.instructions[5].results[0]);
+  b.result(dx);
+  b.result(dx64);
   foldCasts(b.program);
   ASSERT_TRUE(planProgram(b.program).ok()) << printProgram(b.program);
   EXPECT_EQ(b.count(OpKind::Cast), 2) << printProgram(b.program);
@@ -455,11 +458,8 @@ TEST(FoldCasts, OnlyWhereTheOpComputesInFloat32) {
 
 TEST(FoldCasts, WaitsAndCollectivesRenumbered) {
   ProgramBuilder b;
-  ValueId logits = b.input(DType::BF16, {4, 10});
-  ValueId target = b.input(DType::I64, {4});
-  ValueId wide = b.op(OpKind::Cast, {logits}, DType::F32, {4, 10});
-  ValueId loss = b.op(OpKind::CrossEntropy, {wide, target}, DType::F32, {});
-  ValueId summed = b.op(OpKind::AllReduce, {loss});
+  NarrowLogitsLoss l(b);
+  ValueId summed = b.op(OpKind::AllReduce, {l.loss});
   b.program.instructions.back().waitAt = 3;
   Instruction wait;
   wait.kind = OpKind::Wait;

@@ -47,6 +47,20 @@ struct ProgramBuilder {
     program.instructions.push_back(inst);
     return v;
   }
+  /// Appends an instruction of several results; returns them.
+  std::vector<ValueId> ops(OpKind kind, std::vector<ValueId> operands,
+                           const std::vector<TensorType> &results,
+                           OpAttrs attrs = OpAttrs()) {
+    Instruction inst;
+    inst.kind = kind;
+    inst.attrs = attrs;
+    inst.operands = std::move(operands);
+    for (const TensorType &t : results)
+      inst.results.push_back(value(t.dtype, t.shape));
+    inst.location = "test.py:" + std::to_string(program.instructions.size());
+    program.instructions.push_back(inst);
+    return inst.results;
+  }
   /// Same type as operand 0.
   ValueId op(OpKind kind, std::vector<ValueId> operands,
              OpAttrs attrs = OpAttrs()) {
