@@ -232,6 +232,26 @@ TEST(CudaAttentionTest, RowGridIsBounded) {
   EXPECT_EQ(rowGrid(int64_t(1) << 40), unsigned(65535 * 16));
 }
 
+TEST(CudaAttentionTest, RowsUpTo1024ColumnsTakeAWarpEach) {
+  // Each lane holds the fewest of 4, 8, 16, 32 columns that cover a row.
+  EXPECT_EQ(warpRowColumns(1), 4);
+  EXPECT_EQ(warpRowColumns(128), 4);
+  EXPECT_EQ(warpRowColumns(129), 8);
+  EXPECT_EQ(warpRowColumns(257), 16);
+  EXPECT_EQ(warpRowColumns(512), 16);
+  EXPECT_EQ(warpRowColumns(1024), 32); // GPT-2's 1,024 positions
+  for (int64_t cols = 1; cols <= kWarpRowMaxColumns; ++cols)
+    ASSERT_GE(32 * warpRowColumns(cols), cols) << cols;
+  // Longer rows take a block each.
+  EXPECT_EQ(warpRowColumns(1025), 0);
+  // Eight warps a block, one row each; the grid bounded, warps looping.
+  EXPECT_EQ(warpRowGrid(0), 1u);
+  EXPECT_EQ(warpRowGrid(8), 1u);
+  EXPECT_EQ(warpRowGrid(9), 2u);
+  EXPECT_EQ(warpRowGrid(8 * 12 * 1024), 12288u);
+  EXPECT_EQ(warpRowGrid(int64_t(1) << 40), unsigned(65535 * 16));
+}
+
 } // namespace
 TEST(CudaGemmTest, RowsThatAreNot16BytesApartAreStaged) {
   // GPT-2's logits: 8192 rows of 50,257 bf16 (100,514 bytes apart).

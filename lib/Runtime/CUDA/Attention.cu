@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 namespace merak::runtime::cuda {
 namespace {
@@ -54,6 +55,66 @@ template <typename T, typename A> MERAK_DEVICE A applyMask(A s, bool m) {
 }
 template <typename T, typename A> MERAK_DEVICE A applyMask(A s, T m) {
   return s + toAcc(m);
+}
+
+/// `v` combined over the warp with `op` (a fixed butterfly), the same in
+/// every lane.
+template <typename A, typename Op> __device__ A warpReduce(A v, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/// The first row of this warp and the distance to its next one.
+__device__ void warpRows(int64_t &first, int64_t &step) {
+  first = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  step = gridDim.x * int64_t(blockDim.x) / 32;
+}
+
+/// `maskedSoftmaxKernel` for rows of at most `32 * N` columns: one warp a
+/// row, column `lane + 32 i` in the lane's register `i`, read once and
+/// written once, no barriers.
+template <typename T, typename M, int N>
+__global__ void maskedSoftmaxWarpKernel(T *scores, int64_t rows, int64_t cols,
+                                        const M *mask, MaskRows maskRows,
+                                        Acc<T> scale, bool divide) {
+  using A = Acc<T>;
+  const int lane = threadIdx.x % 32;
+  int64_t first, step;
+  warpRows(first, step);
+  for (int64_t row = first; row < rows; row += step) {
+    T *p = scores + row * cols;
+    const M *m = mask + maskRows.rows.offsetOf(row);
+    A s[N];
+    A mx = A(-INFINITY);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      int64_t j = lane + 32 * i;
+      s[i] = A(-INFINITY);
+      if (j < cols) {
+        A v = toAcc(p[j]);
+        v = divide ? v / scale : v * scale;
+        s[i] = applyMask<T, A>(v, m[j * maskRows.colStride]);
+        mx = s[i] > mx ? s[i] : mx;
+      }
+    }
+    mx = warpReduce(mx, MaxOp());
+    A sum = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (lane + 32 * i < cols) {
+        s[i] = mathExp(s[i] - mx);
+        sum += s[i];
+      }
+    sum = warpReduce(sum, SumOp());
+    A inv = A(1) / sum;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      int64_t j = lane + 32 * i;
+      if (j < cols)
+        p[j] = convertTo<T>(s[i] * inv);
+    }
+  }
 }
 
 template <typename T, typename M>
@@ -112,6 +173,58 @@ __global__ void softmaxBackwardKernel(const G *grad, const T *probs, T *out,
   }
 }
 
+/// `softmaxBackwardKernel` for rows of at most `32 * N` columns: one warp
+/// a row, the row's gradient and probabilities in registers.
+template <typename T, typename G, int N>
+__global__ void softmaxBackwardWarpKernel(const G *grad, const T *probs, T *out,
+                                          int64_t rows, int64_t cols,
+                                          Acc<T> scale, bool divide) {
+  using A = Acc<T>;
+  const int lane = threadIdx.x % 32;
+  int64_t first, step;
+  warpRows(first, step);
+  for (int64_t row = first; row < rows; row += step) {
+    const G *g = grad + row * cols;
+    const T *p = probs + row * cols;
+    T *o = out + row * cols;
+    A gs[N], ps[N];
+    A dot = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      int64_t j = lane + 32 * i;
+      gs[i] = ps[i] = A(0);
+      if (j < cols) {
+        gs[i] = A(toAcc(g[j]));
+        ps[i] = toAcc(p[j]);
+        dot += gs[i] * ps[i];
+      }
+    }
+    dot = warpReduce(dot, SumOp());
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      int64_t j = lane + 32 * i;
+      if (j < cols) {
+        A d = (gs[i] - dot) * ps[i];
+        o[j] = convertTo<T>(divide ? d / scale : d * scale);
+      }
+    }
+  }
+}
+
+/// Calls `f(std::integral_constant<int, N>())` for `warpRowColumns`'s N.
+template <typename F> void withWarpColumns(int n, F &&f) {
+  switch (n) {
+  case 4:
+    return f(std::integral_constant<int, 4>());
+  case 8:
+    return f(std::integral_constant<int, 8>());
+  case 16:
+    return f(std::integral_constant<int, 16>());
+  default:
+    return f(std::integral_constant<int, 32>());
+  }
+}
+
 /// Rows and columns of a dense `[..., cols]` tensor.
 void rowsOf(const View &v, int64_t &rows, int64_t &cols) {
   cols = v.rank > 0 ? v.sizes[v.rank - 1] : 1;
@@ -134,6 +247,25 @@ void maskedSoftmax(const View &scores, const View &mask, float scale,
   if (rows == 0 || cols == 0)
     return;
   MaskRows m = maskRowsOf(mask);
+  if (int n = warpRowColumns(cols)) {
+    unsigned grid = warpRowGrid(rows);
+    unsigned block = 32 * kWarpRowsPerBlock;
+    MERAK_CUDA_DISPATCH_FLOAT(scores.type, "masked softmax", T, {
+      withWarpColumns(n, [&](auto columns) {
+        constexpr int N = decltype(columns)::value;
+        if (mask.type == ElemType::Bool)
+          maskedSoftmaxWarpKernel<T, bool, N><<<grid, block, 0, stream>>>(
+              scores.ptr<T>(), rows, cols, mask.ptr<const bool>(), m,
+              Acc<T>(scale), divide);
+        else
+          maskedSoftmaxWarpKernel<T, T, N><<<grid, block, 0, stream>>>(
+              scores.ptr<T>(), rows, cols, mask.ptr<const T>(), m,
+              Acc<T>(scale), divide);
+      });
+    });
+    checkLaunch("masked softmax");
+    return;
+  }
   int block = rowBlock(cols);
   unsigned grid = rowGrid(rows);
   MERAK_CUDA_DISPATCH_FLOAT(scores.type, "masked softmax", T, {
@@ -162,6 +294,25 @@ void softmaxBackwardScaled(const View &grad, const View &probs, const View &out,
   rowsOf(grad, rows, cols);
   if (rows == 0 || cols == 0)
     return;
+  if (int n = warpRowColumns(cols)) {
+    unsigned grid = warpRowGrid(rows);
+    unsigned block = 32 * kWarpRowsPerBlock;
+    MERAK_CUDA_DISPATCH_FLOAT(probs.type, "softmax backward", T, {
+      withWarpColumns(n, [&](auto columns) {
+        constexpr int N = decltype(columns)::value;
+        if (grad.type == probs.type)
+          softmaxBackwardWarpKernel<T, T, N><<<grid, block, 0, stream>>>(
+              grad.ptr<const T>(), probs.ptr<const T>(), out.ptr<T>(), rows,
+              cols, Acc<T>(scale), divide);
+        else
+          softmaxBackwardWarpKernel<T, float, N><<<grid, block, 0, stream>>>(
+              grad.ptr<const float>(), probs.ptr<const T>(), out.ptr<T>(), rows,
+              cols, Acc<T>(scale), divide);
+      });
+    });
+    checkLaunch("softmax backward");
+    return;
+  }
   int block = rowBlock(cols);
   unsigned grid = rowGrid(rows);
   MERAK_CUDA_DISPATCH_FLOAT(probs.type, "softmax backward", T, {

@@ -36,6 +36,30 @@ MERAK_HD unsigned rowGrid(int64_t rows, int64_t maxBlocks = 65535LL * 16) {
   return unsigned(rows < 1 ? 1 : (rows < maxBlocks ? rows : maxBlocks));
 }
 
+/// Rows of at most 1,024 columns take one warp each, held in registers
+/// (`N` columns a lane, `warpRowColumns`), with no barrier between the
+/// passes over them; longer rows one block each.
+constexpr int kWarpRowMaxColumns = 1024;
+/// Warps of a block of the one-warp-per-row kernels.
+constexpr int kWarpRowsPerBlock = 8;
+/// How many columns each lane of a one-warp-per-row kernel holds for rows
+/// of `cols`: 4, 8, 16 or 32 (the fewest that cover the row), or 0 where
+/// the row is longer than `kWarpRowMaxColumns` (a block per row).
+MERAK_HD int warpRowColumns(int64_t cols) {
+  if (cols > kWarpRowMaxColumns)
+    return 0;
+  int n = 4;
+  while (32 * int64_t(n) < cols)
+    n *= 2;
+  return n;
+}
+/// Blocks of `kWarpRowsPerBlock` warps for `rows` rows, one warp each (the
+/// warps loop over rows beyond `maxBlocks` blocks).
+MERAK_HD unsigned warpRowGrid(int64_t rows, int64_t maxBlocks = 65535LL * 16) {
+  int64_t blocks = ceilDiv(rows > 0 ? rows : 1, kWarpRowsPerBlock);
+  return unsigned(blocks < maxBlocks ? blocks : maxBlocks);
+}
+
 /// `scores` (dense `[..., t, t]`, f16/bf16/f32/f64) replaced in place by
 /// `softmax(masked(scaled(scores)))` over the last dimension: scaled is
 /// `s * scale`, or `s / scale` with `divide`; `mask` (broadcast to the
