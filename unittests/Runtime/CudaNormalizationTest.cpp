@@ -92,6 +92,14 @@ TEST(CudaNormalization, RowPlanCoversEveryRow) {
   EXPECT_EQ(p.threads, 1024);
   EXPECT_EQ(p.rowsPerBlock, 1);
   EXPECT_EQ(p.grid, 3u);
+  // The norms: GPT-2 small's 8192 rows of 768 a warp each, eight a block.
+  p = rowPlan(8192, 768, kNormColumnsPerThread);
+  EXPECT_EQ(p.threads, 32);
+  EXPECT_EQ(p.rowsPerBlock, 8);
+  EXPECT_EQ(p.grid, 1024u);
+  p = rowPlan(8192, 4096, kNormColumnsPerThread);
+  EXPECT_EQ(p.threads, 128);
+  EXPECT_EQ(p.rowsPerBlock, 2);
 }
 
 TEST(CudaNormalization, ColumnChunksCoverTheRows) {

@@ -369,7 +369,7 @@ void layerNormForward(const void *x, const void *weight, const void *bias,
                       int64_t cols, double eps, cudaStream_t stream) {
   if (rows == 0 || cols == 0)
     return;
-  RowPlan p = rowPlan(rows, cols);
+  RowPlan p = rowPlan(rows, cols, kNormColumnsPerThread);
   MERAK_CUDA_DISPATCH_FLOAT(type, "layer_norm", T, {
     dispatchFoldedType<T>(yType, "layer_norm", [&](auto tag) {
       using Y = typename decltype(tag)::type;
@@ -388,7 +388,7 @@ void layerNormBackwardInput(const void *dy, const void *x, const void *weight,
                             double eps, cudaStream_t stream) {
   if (rows == 0 || cols == 0)
     return;
-  RowPlan p = rowPlan(rows, cols);
+  RowPlan p = rowPlan(rows, cols, kNormColumnsPerThread);
   MERAK_CUDA_DISPATCH_FLOAT(type, "layer_norm_backward", T, {
     dispatchFoldedType<T>(dyType, "layer_norm_backward", [&](auto tag) {
       using D = typename decltype(tag)::type;
@@ -443,7 +443,7 @@ void rmsNormForward(const void *x, const void *weight, void *y, ElemType type,
                     cudaStream_t stream) {
   if (rows == 0 || cols == 0)
     return;
-  RowPlan p = rowPlan(rows, cols);
+  RowPlan p = rowPlan(rows, cols, kNormColumnsPerThread);
   MERAK_CUDA_DISPATCH_FLOAT(type, "rms_norm", T, {
     dispatchFoldedType<T>(yType, "rms_norm", [&](auto tag) {
       using Y = typename decltype(tag)::type;

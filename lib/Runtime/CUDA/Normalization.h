@@ -87,6 +87,12 @@ MERAK_HD RowPlan rowPlan(int64_t rows, int64_t cols, int perThread = 4) {
 /// The most rows one block of a `RowPlan` holds (the shared memory the
 /// block reductions size for).
 constexpr int kMaxRowsPerBlock = 8;
+/// Columns per thread of the layer and RMS norm kernels' `RowPlan`: a
+/// model's hidden size (768 to 1,024) takes one warp a row, eight rows a
+/// block, its reductions shuffles with no barrier; rows of 4,096 take 128
+/// threads. (A block of 256 threads a row of 768, three elements each and
+/// barriers in every reduction, left those kernels waiting on latency.)
+constexpr int kNormColumnsPerThread = 32;
 
 /// A sum over the rows of a `[rows, cols]` matrix, column by column, in a
 /// fixed order without atomics: the rows split into `chunks` chunks of
