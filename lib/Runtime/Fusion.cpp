@@ -330,7 +330,8 @@ void foldCasts(Program &program) {
     if (to == DType::F32) {
       // Widening: every reader takes the narrow operand itself.
       const auto &rs = readers[c];
-      if (returned.count(c) || rs.empty() || !std::all_of(rs.begin(), rs.end(), [&](auto r) {
+      if (returned.count(c) || rs.empty() ||
+          !std::all_of(rs.begin(), rs.end(), [&](auto r) {
             return takesAnyOperand(r.first, r.second);
           }))
         continue;

@@ -171,12 +171,12 @@ public:
                 foldedComputeType(*call.program, inst)) {
           // Casts folded into the op (Fusion.h): it computes in `compute`.
           CastFolding f = castFolding(inst.kind);
-          runWidened(
-              kernel, call, inst, c, [&](size_t k) -> std::optional<DType> {
-                if (k < 32 && (f.operands >> k & 1))
-                  return *compute;
-                return std::nullopt;
-              });
+          runWidened(kernel, call, inst, c,
+                     [&](size_t k) -> std::optional<DType> {
+                       if (k < 32 && (f.operands >> k & 1))
+                         return *compute;
+                       return std::nullopt;
+                     });
         } else {
           ArenaScope slots(call, inst);
           kernel(c);

@@ -325,8 +325,7 @@ void dispatchFoldedType(ElemType io, const char *what, F &&f) {
       return f(TypeTag<float>());
     break;
   case ElemType::BF16:
-    if constexpr (std::is_same_v<T, float> ||
-                  std::is_same_v<T, __nv_bfloat16>)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>)
       return f(TypeTag<__nv_bfloat16>());
     break;
   case ElemType::F16:

@@ -57,8 +57,8 @@ void registerLossKernels(KernelTable &table) {
     CudaTensor &out = c.result(0);
     crossEntropyForward(logits.data, target.data, out.data(), terms.data(),
                         logits.type, elemTypeOf(dtype), target.type, rows,
-                        classes, c.a.ignoreIndex, c.a.labelSmoothing,
-                        reduction, c.stream());
+                        classes, c.a.ignoreIndex, c.a.labelSmoothing, reduction,
+                        c.stream());
   });
   table.add(OpKind::CrossEntropyBackward, [](Ctx &c) {
     auto [rows, classes] = logitShape(c, 1);

@@ -392,12 +392,11 @@ void layerNormBackwardInput(const void *dy, const void *x, const void *weight,
   MERAK_CUDA_DISPATCH_FLOAT(type, "layer_norm_backward", T, {
     dispatchFoldedType<T>(dyType, "layer_norm_backward", [&](auto tag) {
       using D = typename decltype(tag)::type;
-      layerNormBackwardInputKernel<T, D>
-          <<<p.grid, rowBlockDim(p), 0, stream>>>(
-              static_cast<const D *>(dy), static_cast<const T *>(x),
-              static_cast<const T *>(weight), static_cast<T *>(dx),
-              static_cast<Acc<T> *>(mean), static_cast<Acc<T> *>(rstd), rows,
-              cols, Acc<T>(eps));
+      layerNormBackwardInputKernel<T, D><<<p.grid, rowBlockDim(p), 0, stream>>>(
+          static_cast<const D *>(dy), static_cast<const T *>(x),
+          static_cast<const T *>(weight), static_cast<T *>(dx),
+          static_cast<Acc<T> *>(mean), static_cast<Acc<T> *>(rstd), rows, cols,
+          Acc<T>(eps));
     });
   });
   checkLaunch("layer_norm_backward");
