@@ -343,9 +343,11 @@ void foldCasts(Program &program) {
       program.values[c].definedBy = -1;
     } else {
       // Narrowing an f32 result that nothing else reads: its producer
-      // writes the narrow value.
+      // writes the narrow value. (Not a narrow result narrowed again: the
+      // op would round once where the casts rounded twice.)
       int p = producer[x];
-      if (p < 0 || returned.count(x) || readers[x].size() != 1)
+      if (from != DType::F32 || p < 0 || returned.count(x) ||
+          readers[x].size() != 1)
         continue;
       Instruction &inst = program.instructions[p];
       CastFolding f = castFolding(inst.kind);

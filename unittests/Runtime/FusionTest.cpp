@@ -406,6 +406,11 @@ TEST(FoldCasts, ANormWritesTheNarrowInputOfTheNextOp) {
   ValueId narrow = b.op(OpKind::Cast, {y}, DType::BF16, {4, 8});
   ValueId r = b.op(OpKind::RmsNorm, {x, w}, norm);
   ValueId half = b.op(OpKind::Cast, {r}, DType::F16, {4, 8});
+  // Rounded twice (to bf16, then to f16): the second cast stays.
+  ValueId twice = b.op(OpKind::LayerNorm, {x, w, bias}, norm);
+  ValueId once = b.op(OpKind::Cast, {twice}, DType::BF16, {4, 8});
+  ValueId again = b.op(OpKind::Cast, {once}, DType::F16, {4, 8});
+  b.result(again);
   // Read twice: the norm's f32 result must stay.
   ValueId r2 = b.op(OpKind::RmsNorm, {x, w}, norm);
   ValueId kept = b.op(OpKind::Cast, {r2}, DType::BF16, {4, 8});
@@ -414,13 +419,17 @@ TEST(FoldCasts, ANormWritesTheNarrowInputOfTheNextOp) {
     b.result(v);
   foldCasts(b.program);
   ASSERT_TRUE(planProgram(b.program).ok()) << printProgram(b.program);
-  EXPECT_EQ(b.count(OpKind::Cast), 1) << printProgram(b.program);
+  EXPECT_EQ(b.count(OpKind::Cast), 2) << printProgram(b.program);
   const auto &insts = b.program.instructions;
   EXPECT_EQ(insts[0].results, (std::vector<ValueId>{narrow}));
   EXPECT_EQ(insts[1].results, (std::vector<ValueId>{half}));
-  EXPECT_EQ(insts[2].results, (std::vector<ValueId>{r2}));
-  EXPECT_EQ(insts[3].operands, (std::vector<ValueId>{r2}));
-  EXPECT_EQ(insts[3].results, (std::vector<ValueId>{kept}));
+  EXPECT_EQ(insts[2].results, (std::vector<ValueId>{once}));
+  EXPECT_EQ(insts[3].kind, OpKind::Cast);
+  EXPECT_EQ(insts[3].operands, (std::vector<ValueId>{once}));
+  EXPECT_EQ(insts[3].results, (std::vector<ValueId>{again}));
+  EXPECT_EQ(insts[4].results, (std::vector<ValueId>{r2}));
+  EXPECT_EQ(insts[5].operands, (std::vector<ValueId>{r2}));
+  EXPECT_EQ(insts[5].results, (std::vector<ValueId>{kept}));
 }
 
 TEST(FoldCasts, OnlyWhereTheOpComputesInFloat32) {
