@@ -171,6 +171,10 @@ ABSL_FLAG(bool, gemm_staging, true,
           "--device=cuda: a large GEMM matrix whose rows are not 16 bytes "
           "apart (an odd vocabulary's logits) is copied to one whose rows "
           "are, for cuBLASLt's fast kernels");
+ABSL_FLAG(std::string, flash_kernels, "registers",
+          "--device=cuda: the FlashAttention form's bf16 and f16 kernels: "
+          "registers (each tile's products kept in registers) or wmma "
+          "(WMMA fragments through shared memory)");
 ABSL_FLAG(std::string, comm, "auto",
           "Communicator for collectives: gloo, nccl, or auto (nccl for "
           "--device=cuda where the build has it and every local rank has a "
@@ -543,7 +547,8 @@ createBackend(const BackendEntry &entry, int threads) {
   else if (entry.name == "cuda")
     options.settings = {
         {"tf32", absl::GetFlag(FLAGS_tf32) ? "1" : "0"},
-        {"gemm-staging", absl::GetFlag(FLAGS_gemm_staging) ? "1" : "0"}};
+        {"gemm-staging", absl::GetFlag(FLAGS_gemm_staging) ? "1" : "0"},
+        {"flash-kernels", absl::GetFlag(FLAGS_flash_kernels)}};
   return entry.create(options);
 }
 

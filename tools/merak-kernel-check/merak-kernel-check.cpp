@@ -60,6 +60,9 @@ ABSL_FLAG(int64_t, max_case_bytes, 0,
           "--write-expected: leave out cases whose results take more bytes "
           "than this (0: none); a check skips the cases its file lacks");
 ABSL_FLAG(bool, tf32, false, "--device=cuda: TF32 GEMMs");
+ABSL_FLAG(std::string, flash_kernels, "registers",
+          "--device=cuda: the FlashAttention form's bf16 and f16 kernels "
+          "(registers or wmma), as merak-exec's flag");
 ABSL_FLAG(int64_t, time, 0,
           "Instead of writing or checking results: run each case's op this "
           "many times more after a first run and print its median time");
@@ -664,8 +667,10 @@ int main(int argc, char **argv) {
   if (!entry.ok())
     return fail(std::string(entry.status().message()));
   DeviceOptions options;
-  if ((*entry)->name == "cuda")
+  if ((*entry)->name == "cuda") {
     options.settings["tf32"] = absl::GetFlag(FLAGS_tf32) ? "1" : "0";
+    options.settings["flash-kernels"] = absl::GetFlag(FLAGS_flash_kernels);
+  }
   absl::StatusOr<std::unique_ptr<Backend>> backend = (*entry)->create(options);
   if (!backend.ok())
     return fail(std::string(backend.status().message()));

@@ -255,4 +255,272 @@ TEST(CudaFlashAttention, TensorCoreLaunchCoversEveryRow) {
       }
 }
 
+
+//===----------------------------------------------------------------------===//
+// The register-tile form
+//===----------------------------------------------------------------------===//
+
+TEST(CudaFlashAttention, FragmentLayoutsArePtxs) {
+  // PTX ISA, mma.m16n8k16 with 16-bit operands: lane 5 is group 1, pair 1.
+  EXPECT_EQ(fragGroup(5), 1);
+  EXPECT_EQ(fragPair(5), 1);
+  const int aRows[4] = {1, 9, 1, 9}, aCols[4] = {2, 2, 10, 10};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(fragARow(5, r), aRows[r]) << r;
+    EXPECT_EQ(fragACol(5, r), aCols[r]) << r;
+  }
+  EXPECT_EQ(fragBRow(5, 0), 2);
+  EXPECT_EQ(fragBRow(5, 1), 10);
+  EXPECT_EQ(fragBCol(5), 1);
+  const int cRows[4] = {1, 1, 9, 9}, cCols[4] = {2, 3, 2, 3};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(fragCRow(5, i), cRows[i]) << i;
+    EXPECT_EQ(fragCCol(5, i), cCols[i]) << i;
+  }
+  EXPECT_EQ(fragARow(31, 3), 15);
+  EXPECT_EQ(fragACol(31, 3), 14);
+  EXPECT_EQ(fragCRow(31, 3), 15);
+  EXPECT_EQ(fragCCol(31, 3), 7);
+}
+
+TEST(CudaFlashAttention, FragmentsCoverTheirMatricesOnce) {
+  std::vector<int> a(16 * 16), b(16 * 8), c(16 * 8);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int r = 0; r < 4; ++r)
+      for (int x = 0; x < 2; ++x)
+        ++a[fragARow(lane, r) * 16 + fragACol(lane, r) + x];
+    for (int r = 0; r < 2; ++r)
+      for (int x = 0; x < 2; ++x)
+        ++b[(fragBRow(lane, r) + x) * 8 + fragBCol(lane)];
+    for (int i = 0; i < 4; ++i)
+      ++c[fragCRow(lane, i) * 8 + fragCCol(lane, i)];
+  }
+  for (int x : a)
+    EXPECT_EQ(x, 1);
+  for (int x : b)
+    EXPECT_EQ(x, 1);
+  for (int x : c)
+    EXPECT_EQ(x, 1);
+}
+
+TEST(CudaFlashAttention, AccumulatorTilesAreTheNextLeftOperand) {
+  // Register r of a left operand, made of accumulator tile fragFromTile(r)
+  // (columns 8 x that on), elements fragFromC(r) and the next: the same
+  // (row, column) pairs the operand's layout asks for.
+  for (int lane = 0; lane < 32; ++lane)
+    for (int r = 0; r < 4; ++r) {
+      int i = fragFromC(r), tile = fragFromTile(r);
+      EXPECT_EQ(fragCRow(lane, i), fragARow(lane, r));
+      EXPECT_EQ(fragCRow(lane, i + 1), fragARow(lane, r));
+      EXPECT_EQ(8 * tile + fragCCol(lane, i), fragACol(lane, r));
+      EXPECT_EQ(8 * tile + fragCCol(lane, i + 1), fragACol(lane, r) + 1);
+    }
+  // The lanes an xor of 1, 2 or 3 reaches hold the same rows.
+  for (int lane = 0; lane < 32; ++lane)
+    for (int x = 1; x < 4; ++x)
+      EXPECT_EQ(fragGroup(lane ^ x), fragGroup(lane));
+}
+
+/// One warp's register-tile forward over 16 query rows, emulated lane by
+/// lane with the fragment layouts above (each m16n8k16 step rebuilt from
+/// the lanes' registers), against the direct softmax: the kernel's
+/// algorithm, tile by tile, in float.
+struct EmulatedWarp {
+  // A step: the lanes' registers in, the lanes' accumulators updated.
+  static void mma(float (&c)[32][4], const float (&a)[32][4][2],
+                  const float (&b)[32][2][2]) {
+    float am[16][16], bm[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int r = 0; r < 4; ++r)
+        for (int x = 0; x < 2; ++x)
+          am[fragARow(lane, r)][fragACol(lane, r) + x] = a[lane][r][x];
+      for (int r = 0; r < 2; ++r)
+        for (int x = 0; x < 2; ++x)
+          bm[fragBRow(lane, r) + x][fragBCol(lane)] = b[lane][r][x];
+    }
+    for (int lane = 0; lane < 32; ++lane)
+      for (int i = 0; i < 4; ++i) {
+        float sum = 0;
+        for (int k = 0; k < 16; ++k)
+          sum += am[fragCRow(lane, i)][k] * bm[k][fragCCol(lane, i)];
+        c[lane][i] += sum;
+      }
+  }
+};
+
+TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
+  const int rows = 16, d = 32, e = 16, t = 150;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<float> q(rows * d), k(t * d), v(t * e);
+  for (float &x : q)
+    x = u(rng);
+  for (float &x : k)
+    x = u(rng);
+  for (float &x : v)
+    x = u(rng);
+  // Row r sees keys up to 40 + 7 r (a causal-like mask); row 3 none.
+  auto visible = [](int r, int key) { return r != 3 && key <= 40 + 7 * r; };
+  const float scale = 0.25f;
+  float o[32][2][4] = {}; // e / 8 tiles
+  OnlineSoftmax<float> soft[32][2];
+  for (int j0 = 0; j0 < t; j0 += kMmaKeys) {
+    float s[8][32][4] = {};
+    for (int j = 0; j < 8; ++j)
+      for (int kb = 0; kb < d / 16; ++kb) {
+        float a[32][4][2], b[32][2][2];
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int r = 0; r < 4; ++r)
+            for (int x = 0; x < 2; ++x)
+              a[lane][r][x] = q[fragARow(lane, r) * d + kb * 16 +
+                                fragACol(lane, r) + x];
+          int key = j0 + 8 * j + fragBCol(lane);
+          for (int r = 0; r < 2; ++r)
+            for (int x = 0; x < 2; ++x)
+              b[lane][r][x] =
+                  key < t ? k[key * d + kb * 16 + fragBRow(lane, r) + x] : 0;
+        }
+        EmulatedWarp::mma(s[j], a, b);
+      }
+    float tileMax[32][2];
+    for (int lane = 0; lane < 32; ++lane)
+      for (int h = 0; h < 2; ++h)
+        tileMax[lane][h] = -INFINITY;
+    for (int j = 0; j < 8; ++j)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < 4; ++i) {
+          int r = fragCRow(lane, i), key = j0 + 8 * j + fragCCol(lane, i);
+          float x = key < t && visible(r, key) ? s[j][lane][i] * scale
+                                               : -INFINITY;
+          s[j][lane][i] = x;
+          tileMax[lane][i >> 1] = std::max(tileMax[lane][i >> 1], x);
+        }
+    float sums[32][2] = {};
+    for (int lane = 0; lane < 32; ++lane)
+      for (int h = 0; h < 2; ++h) {
+        float m = -INFINITY;
+        for (int x = 0; x < 4; ++x)
+          m = std::max(m, tileMax[lane ^ x][h]);
+        float factor = soft[lane][h].absorb(m);
+        for (int nt = 0; nt < e / 8; ++nt)
+          for (int i = 2 * h; i < 2 * h + 2; ++i)
+            o[lane][nt][i] *= factor;
+      }
+    for (int j = 0; j < 8; ++j)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < 4; ++i) {
+          float p = soft[lane][i >> 1].weight(s[j][lane][i]);
+          s[j][lane][i] = p;
+          sums[lane][i >> 1] += p;
+        }
+    for (int lane = 0; lane < 32; ++lane)
+      for (int h = 0; h < 2; ++h) {
+        float sum = 0;
+        for (int x = 0; x < 4; ++x)
+          sum += sums[lane ^ x][h];
+        soft[lane][h].add(sum);
+      }
+    // The probabilities, as they are, the left operand of the values.
+    for (int kk = 0; kk < 4; ++kk)
+      for (int nt = 0; nt < e / 8; ++nt) {
+        float a[32][4][2], b[32][2][2], c[32][4];
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int r = 0; r < 4; ++r)
+            for (int x = 0; x < 2; ++x)
+              a[lane][r][x] =
+                  s[2 * kk + fragFromTile(r)][lane][fragFromC(r) + x];
+          for (int r = 0; r < 2; ++r)
+            for (int x = 0; x < 2; ++x) {
+              int key = j0 + 16 * kk + fragBRow(lane, r) + x;
+              b[lane][r][x] =
+                  key < t ? v[key * e + nt * 8 + fragBCol(lane)] : 0;
+            }
+          for (int i = 0; i < 4; ++i)
+            c[lane][i] = o[lane][nt][i];
+        }
+        EmulatedWarp::mma(c, a, b);
+        for (int lane = 0; lane < 32; ++lane)
+          for (int i = 0; i < 4; ++i)
+            o[lane][nt][i] = c[lane][i];
+      }
+  }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      int r = fragCRow(lane, i);
+      // The direct softmax of row r.
+      std::vector<double> w(t);
+      double mx = -INFINITY, total = 0;
+      for (int key = 0; key < t; ++key) {
+        double dot = 0;
+        for (int x = 0; x < d; ++x)
+          dot += double(q[r * d + x]) * k[key * d + x];
+        w[key] = visible(r, key) ? dot * scale : -INFINITY;
+        mx = std::max(mx, w[key]);
+      }
+      for (double &x : w)
+        total += x == -INFINITY ? 0 : std::exp(x - mx);
+      if (r == 3) {
+        EXPECT_EQ(soft[lane][i >> 1].logSumExp(), -INFINITY);
+        EXPECT_TRUE(std::isnan(o[lane][0][i] / soft[lane][i >> 1].l));
+        continue;
+      }
+      EXPECT_NEAR(soft[lane][i >> 1].logSumExp(), mx + std::log(total),
+                  1e-4);
+      for (int nt = 0; nt < e / 8; ++nt) {
+        int col = nt * 8 + fragCCol(lane, i);
+        double want = 0;
+        for (int key = 0; key < t; ++key)
+          if (w[key] != -INFINITY)
+            want += std::exp(w[key] - mx) / total * v[key * e + col];
+        EXPECT_NEAR(o[lane][nt][i] / soft[lane][i >> 1].l, want, 1e-4)
+            << "row " << r << " column " << col;
+      }
+    }
+}
+
+TEST(CudaFlashAttention, RegisterTileShapesAndLayout) {
+  for (int64_t d = 16; d <= 128; d += 16)
+    for (int64_t e = 16; e <= 128; e += 16) {
+      EXPECT_EQ(flashRegUnsupported(FlashKernel::Forward, d, e), nullptr);
+      bool small = d <= 64 && e <= 64;
+      for (FlashKernel kernel :
+           {FlashKernel::KeyValueGrad, FlashKernel::QueryGrad})
+        EXPECT_EQ(flashRegUnsupported(kernel, d, e) == nullptr, small)
+            << d << " " << e;
+      for (FlashKernel kernel : {FlashKernel::Forward,
+                                 FlashKernel::KeyValueGrad,
+                                 FlashKernel::QueryGrad}) {
+        FlashRegLayout l = flashRegLayout(kernel, d, e);
+        bool grads = kernel != FlashKernel::Forward;
+        bool kv = kernel == FlashKernel::KeyValueGrad;
+        std::vector<std::pair<int64_t, int64_t>> arrays = {
+            {l.q, kMmaRows * mmaPitch16(d) * 2},
+            {l.k, kMmaKeys * mmaPitch16(d) * 2},
+            {l.v, kMmaKeys * mmaPitch16(e) * 2},
+            {l.g, grads ? kMmaRows * mmaPitch16(e) * 2 : 0},
+            {l.bias, kMmaRows * regBiasPitch() * 4},
+            {l.lse, kv ? kMmaRows * 4 : 0},
+            {l.sums, kv ? kMmaRows * 4 : 0},
+            {l.maskRow, kMmaRows * 8}};
+        int64_t end = 0;
+        for (auto [at, bytes] : arrays) {
+          if (bytes == 0)
+            continue;
+          EXPECT_EQ(at % 128, 0);
+          EXPECT_GE(at, end);
+          end = at + bytes;
+        }
+        EXPECT_LE(end, l.bytes);
+        EXPECT_LE(l.bytes, 163 * 1024) << d << " " << e;
+        // Operand registers load 32-bit pairs: even pitches.
+        EXPECT_EQ(mmaPitch16(d) % 2, 0);
+        FlashLaunch launch = flashRegLaunch(kernel, 96, 1000, d, e);
+        EXPECT_EQ(launch.sharedBytes, l.bytes);
+        EXPECT_EQ(int64_t(launch.tiles) * kMmaRows, 1024);
+      }
+    }
+  EXPECT_GE(regBiasPitch(), kMmaKeys);
+  EXPECT_EQ(kRegThreads / 32 * kMmaWarpRows, kMmaRows);
+}
+
 } // namespace

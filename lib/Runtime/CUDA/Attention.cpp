@@ -40,7 +40,7 @@ void flashAttention(Ctx &c) {
   View q = c.contiguous(0), k = c.contiguous(1), v = c.contiguous(2);
   flashAttentionForward(q, k, v, scoresMask(c, 3, q), c.result(0).view(),
                         c.result(1).view(), attentionScale(c), c.a.scaleDivides,
-                        c.stream());
+                        c.dev.flashRegisterTiles, c.stream());
 }
 
 /// grad, query, key, value, mask, log-sum-exp, output -> grad_query,
@@ -53,7 +53,8 @@ void flashAttentionGrad(Ctx &c) {
   flashAttentionBackward(g, q, k, v, scoresMask(c, 4, q), out, lse,
                          c.result(0).view(), c.result(1).view(),
                          c.result(2).view(), sums.ptr<float>(),
-                         attentionScale(c), c.a.scaleDivides, c.stream());
+                         attentionScale(c), c.a.scaleDivides,
+                         c.dev.flashRegisterTiles, c.stream());
 }
 
 /// query, key, value, mask -> result, probs.

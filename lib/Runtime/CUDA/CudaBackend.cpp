@@ -213,6 +213,7 @@ public:
     state.device = device;
     state.tf32 = options.tf32;
     state.gemmStaging = options.gemmStaging;
+    state.flashRegisterTiles = options.flashRegisterTiles;
   }
 
   absl::Status start() {

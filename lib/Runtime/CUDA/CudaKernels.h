@@ -105,6 +105,10 @@ struct DeviceState {
   bool tf32 = false;
   /// GEMMs stage misaligned large matrices (`--gemm-staging`).
   bool gemmStaging = true;
+  /// The FlashAttention form's tensor-core kernels keep their tiles in
+  /// registers (`--flash-kernels=registers`), else WMMA fragments through
+  /// shared memory (`wmma`).
+  bool flashRegisterTiles = true;
   /// cuDNN, created by the first convolution or batch norm.
   void *cudnn = nullptr;
 

@@ -25,6 +25,11 @@ createFromSettings(const DeviceOptions &options) {
         return absl::InvalidArgumentError(
             absl::StrCat("--gemm-staging must be 0 or 1, not '", value, "'"));
       cuda.gemmStaging = value == "1";
+    } else if (key == "flash-kernels") {
+      if (value != "registers" && value != "wmma")
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--flash-kernels must be registers or wmma, not '", value, "'"));
+      cuda.flashRegisterTiles = value == "registers";
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("the cuda backend has no setting '", key, "'"));

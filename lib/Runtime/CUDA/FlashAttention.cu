@@ -813,6 +813,442 @@ __global__ void __launch_bounds__(kMmaThreads)
 #endif
 }
 
+//===----------------------------------------------------------------------===//
+// The register-tile form
+//===----------------------------------------------------------------------===//
+
+MERAK_DEVICE uint16_t bitsOf(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+MERAK_DEVICE uint16_t bitsOf(__half x) { return __half_as_ushort(x); }
+
+/// Two elements as one 32-bit operand register: `lo` in the low half.
+template <typename T> MERAK_DEVICE uint32_t packPair(float lo, float hi) {
+  return uint32_t(bitsOf(convertTo<T>(lo))) |
+         uint32_t(bitsOf(convertTo<T>(hi))) << 16;
+}
+/// The adjacent shared elements `p[0]`, `p[1]` (an even offset).
+template <typename T> MERAK_DEVICE uint32_t sharedPair(const T *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+/// The shared elements `p[0]` and `p[pitch]` (a column's two rows).
+template <typename T>
+MERAK_DEVICE uint32_t sharedColumnPair(const T *p, int pitch) {
+  return uint32_t(bitsOf(p[0])) | uint32_t(bitsOf(p[pitch])) << 16;
+}
+
+/// `c += A B` for one 16 x 8 x 16 step, float accumulation.
+template <typename T>
+MERAK_DEVICE void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                           uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+#endif
+}
+
+/// A warp's left operand for `KB` blocks of 16 columns (those below
+/// `cols`) of its 16 rows at `rows` (pitch `pitch`) in shared memory.
+template <typename T, int KB>
+MERAK_DEVICE void loadLeft(uint32_t (&a)[KB][4], const T *rows, int pitch,
+                           int cols, int lane) {
+#pragma unroll
+  for (int kb = 0; kb < KB; ++kb)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      a[kb][r] = kb * 16 < cols
+                     ? sharedPair(rows + fragARow(lane, r) * pitch + kb * 16 +
+                                  fragACol(lane, r))
+                     : 0u;
+}
+
+/// `acc[j] = A B_j^T` for the 8 eight-row tiles j of the 64 rows at `b`
+/// (pitch `pitch`): scores from query and key rows, or output-gradient
+/// products from output-gradient and value rows; the inner dimension in
+/// `KB` blocks of 16 (those below `cols`), in order.
+template <typename T, int KB>
+MERAK_DEVICE void productRows(float (&acc)[8][4], const uint32_t (&a)[KB][4],
+                              const T *b, int pitch, int cols, int lane) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      acc[j][i] = 0.0f;
+    const T *row = b + (8 * j + fragBCol(lane)) * pitch;
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb)
+      if (kb * 16 < cols)
+        mma16816<T>(acc[j], a[kb], sharedPair(row + kb * 16 + fragBRow(lane, 0)),
+                    sharedPair(row + kb * 16 + fragBRow(lane, 1)));
+  }
+}
+
+/// `out[x] += W B` for the warp's 16 rows: W the 16 x 64 weights in
+/// accumulator layout (`w[j]`: columns 8j..8j+7, rounded to `T`), B the 64
+/// rows at `b` (pitch `pitch`), `NT` tiles of 8 output columns (those below
+/// `cols`). The 64 in order, 16 at a time.
+template <typename T, int NT>
+MERAK_DEVICE void accumulateWeighted(float (&out)[NT][4],
+                                     const float (&w)[8][4], const T *b,
+                                     int pitch, int cols, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t a[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float *c = w[2 * kk + fragFromTile(r)];
+      a[r] = packPair<T>(c[fragFromC(r)], c[fragFromC(r) + 1]);
+    }
+    const T *k0 = b + (16 * kk + fragBRow(lane, 0)) * pitch + fragBCol(lane);
+    const T *k1 = b + (16 * kk + fragBRow(lane, 1)) * pitch + fragBCol(lane);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      if (nt * 8 < cols)
+        mma16816<T>(out[nt], a, sharedColumnPair(k0 + nt * 8, pitch),
+                    sharedColumnPair(k1 + nt * 8, pitch));
+  }
+}
+
+/// The largest (or the sum) of a value over the four lanes holding a row.
+MERAK_DEVICE float quadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+MERAK_DEVICE float quadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/// A mask element as a score bias: `false` and `-inf` mask (`-inf`), a
+/// float mask adds.
+MERAK_DEVICE float maskBias(bool m) { return m ? 0.0f : -INFINITY; }
+template <typename M> MERAK_DEVICE float maskBias(M m) { return toAcc(m); }
+
+/// Stages the mask of query rows [i0, i0 + 64) (mask rows at `maskRow`)
+/// and keys [j0, j0 + 64) as float biases, row r at `bias + r *
+/// regBiasPitch()`; outside the sequence `-inf`. Returns whether any score
+/// of the tile is let through (a barrier: every thread calls it; the
+/// biases are visible after it).
+template <typename M>
+__device__ bool stageBias(float *bias, const M *mask, const int64_t *maskRow,
+                          int64_t colStride, int64_t t, int64_t i0,
+                          int64_t j0) {
+  const int pitch = int(regBiasPitch());
+  int visible = 0;
+  for (int idx = threadIdx.x; idx < kMmaRows * kMmaKeys; idx += blockDim.x) {
+    int r = idx / kMmaKeys, c = idx % kMmaKeys;
+    float x = -INFINITY;
+    if (i0 + r < t && j0 + c < t)
+      x = maskBias(mask[maskRow[r] + (j0 + c) * colStride]);
+    bias[r * pitch + c] = x;
+    visible |= x != -INFINITY;
+  }
+  return __syncthreads_or(visible) != 0;
+}
+
+/// A score `dot` scaled and masked by its staged bias.
+MERAK_DEVICE float biasedScore(float dot, float bias, float scale,
+                               bool divide) {
+  float s = divide ? dot / scale : dot * scale;
+  return bias == -INFINITY ? -INFINITY : s + bias;
+}
+
+/// Stores a warp's accumulators (`NT` tiles of 8 columns, those below
+/// `cols`) of its rows `first + fragCRow` below `t` into the dense
+/// `[t, cols]` matrix `dst`, divided by `divisor[h]` (rows g, g + 8).
+template <typename T, int NT>
+MERAK_DEVICE void storeFragments(T *dst, const float (&acc)[NT][4],
+                                 const float (&divisor)[2], int64_t first,
+                                 int64_t t, int cols, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t row = first + fragCRow(lane, 2 * h);
+    if (row >= t)
+      continue;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      if (nt * 8 < cols) {
+        int64_t at = row * cols + nt * 8 + fragCCol(lane, 2 * h);
+        *reinterpret_cast<uint32_t *>(dst + at) =
+            packPair<T>(acc[nt][2 * h] / divisor[h],
+                        acc[nt][2 * h + 1] / divisor[h]);
+      }
+  }
+}
+
+/// A register-tile kernel's shared arrays (flashRegLayout).
+template <typename T> struct RegTiles {
+  T *q, *k, *v, *g;
+  float *bias, *lse, *sums;
+  int64_t *maskRow;
+  int pd, pe;
+};
+
+template <typename T>
+MERAK_DEVICE RegTiles<T> regTiles(unsigned char *base, FlashKernel kernel,
+                                  int d, int e) {
+  const FlashRegLayout l = flashRegLayout(kernel, d, e);
+  RegTiles<T> m;
+  m.q = reinterpret_cast<T *>(base + l.q);
+  m.k = reinterpret_cast<T *>(base + l.k);
+  m.v = reinterpret_cast<T *>(base + l.v);
+  m.g = reinterpret_cast<T *>(base + l.g);
+  m.bias = reinterpret_cast<float *>(base + l.bias);
+  m.lse = reinterpret_cast<float *>(base + l.lse);
+  m.sums = reinterpret_cast<float *>(base + l.sums);
+  m.maskRow = reinterpret_cast<int64_t *>(base + l.maskRow);
+  m.pd = int(mmaPitch16(d));
+  m.pe = int(mmaPitch16(e));
+  return m;
+}
+
+/// Forward: a block per 64 query rows, a warp per 16; `KB` blocks of 16
+/// hold the query's head dimension, `NT` tiles of 8 the value's.
+template <typename T, typename M, int KB, int NT>
+__global__ void __launch_bounds__(kRegThreads)
+    flashRegForwardKernel(const T *q, const T *k, const T *v, const M *mask,
+                          MaskRows maskRows, T *out, float *lse, int64_t n,
+                          int64_t t, int d, int e, float scale, bool divide) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char regShared[];
+  const RegTiles<T> m = regTiles<T>(regShared, FlashKernel::Forward, d, e);
+  const int pd = m.pd, pe = m.pe, pb = int(regBiasPitch());
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t i0 = int64_t(blockIdx.x) * kMmaRows;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *kb = k + b * t * d, *vb = v + b * t * e;
+  loadTile16(m.q, q + b * t * d + i0 * d, t - i0, kMmaRows, d, pd);
+  loadMaskRows<kMmaRows>(m.maskRow, maskRows, b, t, i0);
+  __syncthreads();
+  uint32_t qa[KB][4];
+  loadLeft<T, KB>(qa, m.q + warp * kMmaWarpRows * pd, pd, d, lane);
+  float o[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o[nt][i] = 0.0f;
+  OnlineSoftmax<float> rows[2]; // rows fragCRow(lane, 0) and (lane, 2)
+  const float *warpBias = m.bias + warp * kMmaWarpRows * pb;
+  for (int64_t j0 = 0; j0 < t; j0 += kMmaKeys) {
+    __syncthreads(); // the last tile's keys, values and biases are read
+    if (!stageBias(m.bias, mask, m.maskRow, maskRows.colStride, t, i0, j0))
+      continue;
+    loadTile16(m.k, kb + j0 * d, t - j0, kMmaKeys, d, pd);
+    loadTile16(m.v, vb + j0 * e, t - j0, kMmaKeys, e, pe);
+    __syncthreads();
+    float s[8][4];
+    productRows<T, KB>(s, qa, m.k, pd, d, lane);
+    float tileMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float x = biasedScore(
+            s[j][i],
+            warpBias[fragCRow(lane, i) * pb + 8 * j + fragCCol(lane, i)],
+            scale, divide);
+        s[j][i] = x;
+        tileMax[i >> 1] = fmaxf(tileMax[i >> 1], x);
+      }
+    float factor[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      factor[h] = rows[h].absorb(quadMax(tileMax[h]));
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float p = rows[i >> 1].weight(s[j][i]);
+        s[j][i] = p;
+        sum[i >> 1] += p;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      rows[h].add(quadSum(sum[h]));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o[nt][i] *= factor[i >> 1];
+    accumulateWeighted<T, NT>(o, s, m.v, pe, e, lane);
+  }
+  // A fully masked row: 0 / 0, NaN, as PyTorch's softmax gives.
+  const int64_t first = i0 + warp * kMmaWarpRows;
+  const float divisor[2] = {rows[0].l, rows[1].l};
+  storeFragments<T, NT>(out + b * t * e, o, divisor, first, t, e, lane);
+  if (fragPair(lane) == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int64_t i = first + fragCRow(lane, 2 * h);
+      if (i < t)
+        lse[b * t + i] = rows[h].logSumExp();
+    }
+#else
+  __trap();
+#endif
+}
+
+/// Key and value gradients: a block per 64 keys, a warp per 16 of them,
+/// over every tile of query rows (head dimensions up to 64).
+template <typename T, typename M>
+__global__ void __launch_bounds__(kRegThreads)
+    flashRegKeyValueGradKernel(const T *grad, const T *q, const T *k,
+                               const T *v, const M *mask, MaskRows maskRows,
+                               const float *lse, const float *rowSums, T *gk,
+                               T *gv, int64_t n, int64_t t, int d, int e,
+                               float scale, bool divide) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char regShared[];
+  const RegTiles<T> m = regTiles<T>(regShared, FlashKernel::KeyValueGrad, d, e);
+  const int pd = m.pd, pe = m.pe, pb = int(regBiasPitch());
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t j0 = int64_t(blockIdx.x) * kMmaKeys;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *qb = q + b * t * d, *gb = grad + b * t * e;
+  loadTile16(m.k, k + b * t * d + j0 * d, t - j0, kMmaKeys, d, pd);
+  loadTile16(m.v, v + b * t * e + j0 * e, t - j0, kMmaKeys, e, pe);
+  __syncthreads();
+  uint32_t ka[4][4], va[4][4];
+  loadLeft<T, 4>(ka, m.k + warp * kMmaWarpRows * pd, pd, d, lane);
+  loadLeft<T, 4>(va, m.v + warp * kMmaWarpRows * pe, pe, e, lane);
+  float dk[8][4], dv[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      dk[nt][i] = dv[nt][i] = 0.0f;
+  // The warp's keys are the rows of its products (scores transposed).
+  const int keyRow = warp * kMmaWarpRows;
+  for (int64_t i0 = 0; i0 < t; i0 += kMmaRows) {
+    __syncthreads(); // the last tile's rows, biases and mask rows are read
+    loadMaskRows<kMmaRows>(m.maskRow, maskRows, b, t, i0);
+    __syncthreads();
+    if (!stageBias(m.bias, mask, m.maskRow, maskRows.colStride, t, i0, j0))
+      continue;
+    loadTile16(m.q, qb + i0 * d, t - i0, kMmaRows, d, pd);
+    loadTile16(m.g, gb + i0 * e, t - i0, kMmaRows, e, pe);
+    for (int r = threadIdx.x; r < kMmaRows; r += blockDim.x) {
+      bool inside = i0 + r < t;
+      m.lse[r] = inside ? lse[b * t + i0 + r] : 0.0f;
+      m.sums[r] = inside ? rowSums[b * t + i0 + r] : 0.0f;
+    }
+    __syncthreads();
+    float st[8][4], dpt[8][4];
+    productRows<T, 4>(st, ka, m.q, pd, d, lane);
+    productRows<T, 4>(dpt, va, m.g, pe, e, lane);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        int c = keyRow + fragCRow(lane, i), r = 8 * j + fragCCol(lane, i);
+        float p = 0.0f, ds = 0.0f;
+        if (i0 + r < t && j0 + c < t) {
+          float s = biasedScore(st[j][i], m.bias[r * pb + c], scale, divide);
+          p = mathExp(s - m.lse[r]);
+          float g = p * (dpt[j][i] - m.sums[r]);
+          ds = divide ? g / scale : g * scale;
+        }
+        st[j][i] = p;
+        dpt[j][i] = ds;
+      }
+    accumulateWeighted<T, 8>(dv, st, m.g, pe, e, lane);
+    accumulateWeighted<T, 8>(dk, dpt, m.q, pd, d, lane);
+  }
+  const float one[2] = {1.0f, 1.0f};
+  int64_t first = j0 + keyRow;
+  storeFragments<T, 8>(gv + b * t * e, dv, one, first, t, e, lane);
+  storeFragments<T, 8>(gk + b * t * d, dk, one, first, t, d, lane);
+#else
+  __trap();
+#endif
+}
+
+/// Query gradients: a block per 64 query rows, a warp per 16 of them, over
+/// every tile of keys (head dimensions up to 64).
+template <typename T, typename M>
+__global__ void __launch_bounds__(kRegThreads)
+    flashRegQueryGradKernel(const T *grad, const T *q, const T *k, const T *v,
+                            const M *mask, MaskRows maskRows, const float *lse,
+                            const float *rowSums, T *gq, int64_t n, int64_t t,
+                            int d, int e, float scale, bool divide) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char regShared[];
+  const RegTiles<T> m = regTiles<T>(regShared, FlashKernel::QueryGrad, d, e);
+  const int pd = m.pd, pe = m.pe, pb = int(regBiasPitch());
+  int64_t b = flashStack();
+  if (b >= n)
+    return;
+  int64_t i0 = int64_t(blockIdx.x) * kMmaRows;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T *kb = k + b * t * d, *vb = v + b * t * e;
+  loadTile16(m.q, q + b * t * d + i0 * d, t - i0, kMmaRows, d, pd);
+  loadTile16(m.g, grad + b * t * e + i0 * e, t - i0, kMmaRows, e, pe);
+  loadMaskRows<kMmaRows>(m.maskRow, maskRows, b, t, i0);
+  __syncthreads();
+  uint32_t qa[4][4], ga[4][4];
+  loadLeft<T, 4>(qa, m.q + warp * kMmaWarpRows * pd, pd, d, lane);
+  loadLeft<T, 4>(ga, m.g + warp * kMmaWarpRows * pe, pe, e, lane);
+  const int64_t first = i0 + warp * kMmaWarpRows;
+  float rowLse[2], rowSum[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t i = first + fragCRow(lane, 2 * h);
+    rowLse[h] = i < t ? lse[b * t + i] : 0.0f;
+    rowSum[h] = i < t ? rowSums[b * t + i] : 0.0f;
+  }
+  float dq[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      dq[nt][i] = 0.0f;
+  const float *warpBias = m.bias + warp * kMmaWarpRows * pb;
+  for (int64_t j0 = 0; j0 < t; j0 += kMmaKeys) {
+    __syncthreads(); // the last tile's keys, values and biases are read
+    if (!stageBias(m.bias, mask, m.maskRow, maskRows.colStride, t, i0, j0))
+      continue;
+    loadTile16(m.k, kb + j0 * d, t - j0, kMmaKeys, d, pd);
+    loadTile16(m.v, vb + j0 * e, t - j0, kMmaKeys, e, pe);
+    __syncthreads();
+    float s[8][4], dp[8][4];
+    productRows<T, 4>(s, qa, m.k, pd, d, lane);
+    productRows<T, 4>(dp, ga, m.v, pe, e, lane);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        int r = fragCRow(lane, i), c = 8 * j + fragCCol(lane, i);
+        float ds = 0.0f;
+        if (first + r < t && j0 + c < t) {
+          float x = biasedScore(s[j][i], warpBias[r * pb + c], scale, divide);
+          float p = mathExp(x - rowLse[i >> 1]);
+          float g = p * (dp[j][i] - rowSum[i >> 1]);
+          ds = divide ? g / scale : g * scale;
+        }
+        s[j][i] = ds;
+      }
+    accumulateWeighted<T, 8>(dq, s, m.k, pd, d, lane);
+  }
+  const float one[2] = {1.0f, 1.0f};
+  storeFragments<T, 8>(gq + b * t * d, dq, one, first, t, d, lane);
+#else
+  __trap();
+#endif
+}
+
 /// Stacks, rows and head dimensions of dense `[n, t, d]` views.
 struct FlashShape {
   int64_t n = 0, t = 0, d = 0, e = 0;
@@ -843,6 +1279,9 @@ FlashShape flashShape(const View &q, const View &k, const View &v,
     fail(why);
   return s;
 }
+
+static_assert(kMmaThreads == kFlashThreads && kRegThreads == kFlashThreads,
+              "launchFlash launches every form with kFlashThreads");
 
 /// Launches `kernel` with `l`, raising its shared-memory limit first when
 /// it needs more than the default 48 KiB.
@@ -886,7 +1325,8 @@ template <typename Body> void dispatchMmaType(ElemType type, Body body) {
 
 void flashAttentionForward(const View &q, const View &k, const View &v,
                            const View &mask, const View &out, const View &lse,
-                           float scale, bool divide, cudaStream_t stream) {
+                           float scale, bool divide, bool registerTiles,
+                           cudaStream_t stream) {
   const char *what = "flash attention";
   FlashShape s = flashShape(q, k, v, mask, what);
   if (!out.isContiguous() || out.type != q.type ||
@@ -898,7 +1338,7 @@ void flashAttentionForward(const View &q, const View &k, const View &v,
     return;
   if (mmaTakes(s, {&q, &k, &v, &out})) {
     flashMmaForward(q, k, v, mask, out, lse, s.n, s.t, s.d, s.e, scale, divide,
-                    stream);
+                    registerTiles, stream);
     return;
   }
   MaskRows m = maskRowsOf(mask);
@@ -922,7 +1362,8 @@ void flashAttentionBackward(const View &grad, const View &q, const View &k,
                             const View &v, const View &mask, const View &out,
                             const View &lse, const View &gq, const View &gk,
                             const View &gv, float *rowSums, float scale,
-                            bool divide, cudaStream_t stream) {
+                            bool divide, bool registerTiles,
+                            cudaStream_t stream) {
   const char *what = "flash attention backward";
   FlashShape s = flashShape(q, k, v, mask, what);
   auto dense = [&](const View &x, int64_t numel) {
@@ -945,7 +1386,7 @@ void flashAttentionBackward(const View &grad, const View &q, const View &k,
     checkLaunch(what);
     if (mmaTakes(s, {&grad, &q, &k, &v, &gq, &gk, &gv})) {
       flashMmaBackward(grad, q, k, v, mask, lse, rowSums, gq, gk, gv, s.n, s.t,
-                       s.d, s.e, scale, divide, stream);
+                       s.d, s.e, scale, divide, registerTiles, stream);
       return;
     }
     int64_t acc = int64_t(sizeof(Acc<T>));
@@ -984,9 +1425,32 @@ void flashAttentionBackward(const View &grad, const View &q, const View &k,
 void flashMmaForward(const View &q, const View &k, const View &v,
                      const View &mask, const View &out, const View &lse,
                      int64_t n, int64_t t, int64_t d, int64_t e, float scale,
-                     bool divide, cudaStream_t stream) {
+                     bool divide, bool registerTiles, cudaStream_t stream) {
   const char *what = "flash attention (tensor cores)";
   MaskRows m = maskRowsOf(mask);
+  if (registerTiles && !flashRegUnsupported(FlashKernel::Forward, d, e)) {
+    FlashLaunch l = flashRegLaunch(FlashKernel::Forward, n, t, d, e);
+    bool wide = d > 64 || e > 64;
+    dispatchMmaType(q.type, [&](auto zero) {
+      using T = decltype(zero);
+      auto run = [&](auto kernel, auto maskPtr) {
+        launchFlash(kernel, l, stream, what, q.ptr<const T>(),
+                    k.ptr<const T>(), v.ptr<const T>(), maskPtr, m,
+                    out.ptr<T>(), lse.ptr<float>(), n, t, int(d), int(e),
+                    scale, divide);
+      };
+      if (mask.type == ElemType::Bool) {
+        const bool *mp = mask.ptr<const bool>();
+        wide ? run(flashRegForwardKernel<T, bool, 8, 16>, mp)
+             : run(flashRegForwardKernel<T, bool, 4, 8>, mp);
+      } else {
+        const T *mp = mask.ptr<const T>();
+        wide ? run(flashRegForwardKernel<T, T, 8, 16>, mp)
+             : run(flashRegForwardKernel<T, T, 4, 8>, mp);
+      }
+    });
+    return;
+  }
   FlashLaunch l = flashMmaLaunch(FlashKernel::Forward, n, t, d, e);
   dispatchMmaType(q.type, [&](auto zero) {
     using T = decltype(zero);
@@ -1027,22 +1491,49 @@ void launchMmaBackward(const View &grad, const View &q, const View &k,
               rowSums, gq.ptr<T>(), n, t, int(d), int(e), scale, divide);
 }
 
+template <typename T, typename M>
+void launchRegBackward(const View &grad, const View &q, const View &k,
+                       const View &v, const View &mask, const View &lse,
+                       const float *rowSums, const View &gq, const View &gk,
+                       const View &gv, int64_t n, int64_t t, int64_t d,
+                       int64_t e, float scale, bool divide,
+                       cudaStream_t stream) {
+  const char *what = "flash attention backward (tensor cores)";
+  MaskRows m = maskRowsOf(mask);
+  launchFlash(flashRegKeyValueGradKernel<T, M>,
+              flashRegLaunch(FlashKernel::KeyValueGrad, n, t, d, e), stream,
+              what, grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+              v.ptr<const T>(), mask.ptr<const M>(), m, lse.ptr<const float>(),
+              rowSums, gk.ptr<T>(), gv.ptr<T>(), n, t, int(d), int(e), scale,
+              divide);
+  launchFlash(flashRegQueryGradKernel<T, M>,
+              flashRegLaunch(FlashKernel::QueryGrad, n, t, d, e), stream, what,
+              grad.ptr<const T>(), q.ptr<const T>(), k.ptr<const T>(),
+              v.ptr<const T>(), mask.ptr<const M>(), m, lse.ptr<const float>(),
+              rowSums, gq.ptr<T>(), n, t, int(d), int(e), scale, divide);
+}
+
 } // namespace
 
 void flashMmaBackward(const View &grad, const View &q, const View &k,
                       const View &v, const View &mask, const View &lse,
                       const float *rowSums, const View &gq, const View &gk,
                       const View &gv, int64_t n, int64_t t, int64_t d,
-                      int64_t e, float scale, bool divide,
+                      int64_t e, float scale, bool divide, bool registerTiles,
                       cudaStream_t stream) {
   bool wide = flashMmaDimBlocks(d, e) > 4;
+  bool registers =
+      registerTiles && !flashRegUnsupported(FlashKernel::KeyValueGrad, d, e);
   dispatchMmaType(q.type, [&](auto zero) {
     using T = decltype(zero);
     auto run = [&](auto launch) {
       launch(grad, q, k, v, mask, lse, rowSums, gq, gk, gv, n, t, d, e, scale,
              divide, stream);
     };
-    if (mask.type == ElemType::Bool)
+    if (registers)
+      mask.type == ElemType::Bool ? run(launchRegBackward<T, bool>)
+                                  : run(launchRegBackward<T, T>);
+    else if (mask.type == ElemType::Bool)
       wide ? run(launchMmaBackward<T, bool, 8>)
            : run(launchMmaBackward<T, bool, 4>);
     else

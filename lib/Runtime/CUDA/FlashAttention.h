@@ -254,26 +254,137 @@ MERAK_HD FlashLaunch flashMmaLaunch(FlashKernel kernel, int64_t n, int64_t t,
   return l;
 }
 
+//===----------------------------------------------------------------------===//
+// The register-tile form (bf16 and f16, FlashAttention-2's layout)
+//===----------------------------------------------------------------------===//
+//
+// The same three kernels on `mma.sync.m16n8k16` (PTX) with every product's
+// result kept in registers: 64 query rows by 64 keys a tile, four warps of
+// a block each owning 16 rows (or keys). A warp's query (or key) fragments
+// are loaded once; a tile's scores come back in the accumulator layout,
+// which is, two 8-column tiles side by side, the layout of the next
+// product's left operand, so the probabilities (rounded to the element
+// type) feed the value product without a trip through shared memory, and
+// the output accumulators stay in registers for the whole sequence. Row
+// maxima and sums combine the four lanes that hold a row (an xor
+// butterfly: the same value in each). The mask tile is staged once per
+// tile in shared memory as float biases (`-inf` masks). Shapes are those
+// of the WMMA kernels above, whose form `--flash-kernels=wmma` keeps; the
+// backward takes head dimensions up to 64 (its accumulators and operands
+// fill the registers), the WMMA kernels the larger ones.
+//
+// The fragment layouts are PTX's for m16n8k16 with 16-bit operands: a
+// lane's group is `lane / 4`, its pair `lane % 4`; the functions below
+// give the (row, column) each register holds and are unit-tested.
+
+/// A lane's group (its rows: the group and the group + 8) and pair.
+MERAK_HD int fragGroup(int lane) { return lane >> 2; }
+MERAK_HD int fragPair(int lane) { return lane & 3; }
+/// A (16 x 16, row-major): 32-bit register `r` (0..3) of `lane` holds the
+/// elements (row, col) and (row, col + 1).
+MERAK_HD int fragARow(int lane, int r) { return fragGroup(lane) + (r & 1) * 8; }
+MERAK_HD int fragACol(int lane, int r) {
+  return fragPair(lane) * 2 + (r >> 1) * 8;
+}
+/// B (16 x 8, k by n): register `r` (0..1) holds (k, n) and (k + 1, n).
+MERAK_HD int fragBRow(int lane, int r) { return fragPair(lane) * 2 + r * 8; }
+MERAK_HD int fragBCol(int lane) { return fragGroup(lane); }
+/// The accumulator (16 x 8 floats): element `i` (0..3).
+MERAK_HD int fragCRow(int lane, int i) {
+  return fragGroup(lane) + (i >> 1) * 8;
+}
+MERAK_HD int fragCCol(int lane, int i) { return fragPair(lane) * 2 + (i & 1); }
+/// The left operand's register `r` built from two accumulator tiles (the
+/// 16 x 16 block's columns 0-7 and 8-15): tile `r / 2`, its elements
+/// `fragFromC(r)` and the next.
+MERAK_HD int fragFromTile(int r) { return r >> 1; }
+MERAK_HD int fragFromC(int r) { return (r & 1) * 2; }
+
+/// Threads of a register-tile block (four warps).
+constexpr int kRegThreads = 128;
+/// Float pitch of the staged mask tile.
+MERAK_HD int64_t regBiasPitch() { return kMmaKeys + 4; }
+
+/// Why the register-tile kernel `kernel` cannot take head dimensions `d`
+/// and `e` (beyond flashMmaUnsupported), or null.
+MERAK_HD const char *flashRegUnsupported(FlashKernel kernel, int64_t d,
+                                         int64_t e) {
+  if (const char *why = flashMmaUnsupported(d, e))
+    return why;
+  if (kernel != FlashKernel::Forward && (d > 64 || e > 64))
+    return "the register-tile backward takes head dimensions up to 64";
+  return nullptr;
+}
+
+/// Where each shared array of a register-tile kernel starts (bytes, each
+/// 128-byte aligned): 16-bit tiles `q`, `k`, `v`, `g` (the output
+/// gradient; backward only), pitches mmaPitch16; the float mask tile
+/// `bias` (rows: query rows, pitch regBiasPitch); `lse` and `sums` (per
+/// query row; the key and value gradients only); `maskRow` (64-bit, per
+/// query row).
+struct FlashRegLayout {
+  int64_t q = 0, k = 0, v = 0, g = 0, bias = 0, lse = 0, sums = 0,
+          maskRow = 0;
+  int64_t bytes = 0;
+};
+
+MERAK_HD FlashRegLayout flashRegLayout(FlashKernel kernel, int64_t d,
+                                       int64_t e) {
+  FlashRegLayout l;
+  int64_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    int64_t here = at;
+    at += (bytes + 127) / 128 * 128;
+    return here;
+  };
+  l.q = take(kMmaRows * mmaPitch16(d) * 2);
+  l.k = take(kMmaKeys * mmaPitch16(d) * 2);
+  l.v = take(kMmaKeys * mmaPitch16(e) * 2);
+  if (kernel != FlashKernel::Forward)
+    l.g = take(kMmaRows * mmaPitch16(e) * 2);
+  l.bias = take(kMmaRows * regBiasPitch() * 4);
+  if (kernel == FlashKernel::KeyValueGrad) {
+    l.lse = take(kMmaRows * 4);
+    l.sums = take(kMmaRows * 4);
+  }
+  l.maskRow = take(kMmaRows * 8);
+  l.bytes = at;
+  return l;
+}
+
+/// The grid of a register-tile kernel: a block per 64 query rows (or
+/// keys) and stack.
+MERAK_HD FlashLaunch flashRegLaunch(FlashKernel kernel, int64_t n, int64_t t,
+                                    int64_t d, int64_t e) {
+  FlashLaunch l = flashMmaLaunch(kernel, n, t, d, e);
+  l.sharedBytes = flashRegLayout(kernel, d, e).bytes;
+  return l;
+}
+
 /// The tensor-core forms of flashAttentionForward and flashAttentionBackward
 /// below, for bf16 and f16 operands whose shapes flashMmaUnsupported takes
 /// (the caller checks); `rowSums` as there.
 void flashMmaForward(const View &q, const View &k, const View &v,
                      const View &mask, const View &out, const View &lse,
                      int64_t n, int64_t t, int64_t d, int64_t e, float scale,
-                     bool divide, cudaStream_t stream);
+                     bool divide, bool registerTiles, cudaStream_t stream);
 void flashMmaBackward(const View &grad, const View &q, const View &k,
                       const View &v, const View &mask, const View &lse,
                       const float *rowSums, const View &gq, const View &gk,
                       const View &gv, int64_t n, int64_t t, int64_t d,
-                      int64_t e, float scale, bool divide, cudaStream_t stream);
+                      int64_t e, float scale, bool divide, bool registerTiles,
+                      cudaStream_t stream);
 
 /// masked_attention, FlashAttention form: `q`, `k` `[n, t, d]`, `v`
 /// `[n, t, e]`, all dense and of one floating type; `mask` broadcast to
 /// the scores `[..., t, t]` (bool, or additive of that type); `out`
-/// `[n, t, e]` of that type, `lse` `[n, t]` f32.
+/// `[n, t, e]` of that type, `lse` `[n, t]` f32. bf16 and f16 run on
+/// tensor cores, in registers unless `registerTiles` is false (the WMMA
+/// kernels).
 void flashAttentionForward(const View &q, const View &k, const View &v,
                            const View &mask, const View &out, const View &lse,
-                           float scale, bool divide, cudaStream_t stream);
+                           float scale, bool divide, bool registerTiles,
+                           cudaStream_t stream);
 
 /// Its backward: the gradients `gq`, `gk` (`[n, t, d]`), `gv` (`[n, t,
 /// e]`) of `grad` (`[n, t, e]`), from the forward's `out` and `lse`.
@@ -282,7 +393,8 @@ void flashAttentionBackward(const View &grad, const View &q, const View &k,
                             const View &v, const View &mask, const View &out,
                             const View &lse, const View &gq, const View &gk,
                             const View &gv, float *rowSums, float scale,
-                            bool divide, cudaStream_t stream);
+                            bool divide, bool registerTiles,
+                            cudaStream_t stream);
 
 } // namespace merak::runtime::cuda
 

@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   /// Stage a large GEMM matrix whose rows are not 16 bytes apart through
   /// an aligned copy (`--gemm-staging`, lib/Runtime/CUDA/Gemm.h).
   bool gemmStaging = true;
+  /// The FlashAttention form's bf16 and f16 kernels keep their tiles in
+  /// registers (`--flash-kernels=registers`), or run the WMMA kernels
+  /// (`wmma`); lib/Runtime/CUDA/FlashAttention.h.
+  bool flashRegisterTiles = true;
 };
 
 /// The backend on the chosen GPU, or an error saying why there is none (no
