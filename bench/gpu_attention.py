@@ -8,8 +8,9 @@ each sequence length, GPT-2 small's attention shape (batch 4, 12 heads of
 64, bfloat16, a causal boolean mask), in one invocation on the same GPU:
 
   * merak-kernel-check --time: masked_attention and its backward in the
-    FlashAttention form (FlashAttention.h: the rows' log-sum-exp kept),
-    and, up to --max-probs-seq, in the probabilities form (cuBLASLt GEMMs
+    FlashAttention form (FlashAttention.h: the rows' log-sum-exp kept), on
+    the register-tile kernels and again on the WMMA ones
+    (--flash-kernels=wmma), and, up to --max-probs-seq, in the probabilities form (cuBLASLt GEMMs
     around softmax kernels; the probabilities take batch x heads x T x T);
   * torch.nn.functional.scaled_dot_product_attention(is_causal=True), its
     forward and its backward (autograd), timed with CUDA events.
@@ -119,18 +120,26 @@ def main():
             all_cases += cases(seq, *shape, "bf16", "probs")
     with open(args.out, "w") as f:
         json.dump(all_cases, f, indent=0)
-    done = subprocess.run(
-        [args.kernel_check, "--cases", args.out, "--device", args.device,
-         "--time", str(args.repeats)],
-        capture_output=True, text=True)
-    merak = {}
-    for line in done.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[0] == "time":
-            merak[parts[1]] = float(parts[2])
-    if done.returncode != 0:
-        sys.stderr.write(done.stdout + done.stderr)
-        sys.exit("merak-kernel-check failed")
+    def timed_cases(*extra):
+        done = subprocess.run(
+            [args.kernel_check, "--cases", args.out, "--device", args.device,
+             "--time", str(args.repeats)] + list(extra),
+            capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.stderr.write(done.stdout + done.stderr)
+            sys.exit("merak-kernel-check failed")
+        times = {}
+        for line in done.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "time":
+                times[parts[1]] = float(parts[2])
+        return times
+
+    merak = timed_cases()
+    # The FlashAttention form again on its WMMA kernels.
+    for name, ms in timed_cases("--filter", "/flash-",
+                                "--flash-kernels", "wmma").items():
+        merak[name + "/wmma"] = ms
 
     sdpa = {}
     if args.device == "cuda":
@@ -149,6 +158,8 @@ def main():
             op = ("masked_attention" if kind == "forward"
                   else "masked_attention_backward")
             runs = [("merak flash", "%s/flash-bf16-%d" % (op, seq)),
+                    ("merak flash (WMMA)",
+                     "%s/flash-bf16-%d/wmma" % (op, seq)),
                     ("merak probabilities", "%s/probs-bf16-%d" % (op, seq))]
             base = sdpa[seq][index] if seq in sdpa else None
             for label, name in runs:

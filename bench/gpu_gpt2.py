@@ -23,7 +23,8 @@ Two halves, because the GPU machine has no compiler:
       them, over the GPU's dense bfloat16 peak, --peak-tflops, 989 for an
       H100 SXM), and the ratio of each to merak-exec's bfloat16 run; then
       each kernel family's share of merak-exec's bfloat16 steps (with
-      attention in either form), and the 20 ops (by result types) that
+      attention in either form; the FlashAttention form also on its WMMA
+      kernels, --flash-kernels=wmma), and the 20 ops (by result types) that
       take the most of each, from a `--profile-json` run (each op waited
       for, so the shares are the kernels' own times). A merak-exec run
       that fails is reported and left out of the table.
@@ -179,16 +180,21 @@ def run(args):
     # neither elementwise chains, AdamW groups nor casts folded into the
     # loss and the norms) and without staged GEMMs (--gemm-staging=false:
     # the head's products on the logits' odd rows): what each is worth;
-    # and with attention in the FlashAttention form.
-    runs = (("fp32", "auto", True), ("bf16", "auto", True),
-            ("bf16", "off", True), ("bf16", "auto", False),
-            ("bf16-flash", "auto", True))
-    for precision, fuse, staging in runs:
-        label = "merak-exec %s%s%s" % (
+    # and with attention in the FlashAttention form, on the register-tile
+    # kernels (the default) and on the WMMA ones (--flash-kernels=wmma).
+    runs = (("fp32", "auto", True, "registers"),
+            ("bf16", "auto", True, "registers"),
+            ("bf16", "off", True, "registers"),
+            ("bf16", "auto", False, "registers"),
+            ("bf16-flash", "auto", True, "registers"),
+            ("bf16-flash", "auto", True, "wmma"))
+    for precision, fuse, staging, flash in runs:
+        label = "merak-exec %s%s%s%s" % (
             precision, ", unfused" if fuse == "off" else "",
-            "" if staging else ", GEMMs not staged")
-        log = os.path.join(args.dir, "merak-%s-%s-%d.jsonl"
-                           % (precision, fuse, staging))
+            "" if staging else ", GEMMs not staged",
+            ", WMMA kernels" if flash == "wmma" else "")
+        log = os.path.join(args.dir, "merak-%s-%s-%d-%s.jsonl"
+                           % (precision, fuse, staging, flash))
         if os.path.exists(log):
             os.remove(log)
         done = subprocess.run(
@@ -197,7 +203,8 @@ def run(args):
              "--device=cuda", "--init", weights, "--data", data,
              "--steps", str(count), "--log-jsonl", log,
              "--fuse-elementwise=" + fuse,
-             "--gemm-staging=" + ("true" if staging else "false")],
+             "--gemm-staging=" + ("true" if staging else "false"),
+             "--flash-kernels=" + flash],
             stdout=subprocess.DEVNULL)
         if done.returncode != 0:
             print("%s failed with status %d" % (label, done.returncode),

@@ -6,7 +6,8 @@
 # programs, kernel cases), and prints a table:
 #
 #  1. every kernel case (test/cuda/cases) on the GPU against the CPU
-#     backend's results (ATen's kernels);
+#     backend's results (ATen's kernels), and the FlashAttention-form
+#     cases again on the WMMA kernels (--flash-kernels=wmma);
 #  2. each model fixture trained 10 steps on the GPU, every loss
 #     against PyTorch eager (the fixture's module, not its trace) on the
 #     same GPU from the same weights and
@@ -114,6 +115,16 @@ if wanted kernels; then
   grep -v "^ok " "$O/kernels.txt" | head -60
   summary=$(tail -1 "$O/kernels.txt")
   row "kernel cases" "$([[ $status == 0 ]] && echo ok || echo FAIL)" "$summary"
+  # The FlashAttention form's bf16 and f16 cases again on the WMMA
+  # kernels (the cases above ran the register-tile ones, the default).
+  if [[ $DEVICE == cuda ]]; then
+    "$BIN/merak-kernel-check" --cases "$B/cases/flash_attention.json" --device cuda \
+      --flash-kernels wmma --expected "$B/cases/expected.safetensors" > "$O/kernels-wmma.txt" 2>&1
+    status=$?
+    grep -v "^ok " "$O/kernels-wmma.txt" | head -20
+    row "flash attention cases, --flash-kernels=wmma" "$([[ $status == 0 ]] && echo ok || echo FAIL)" \
+      "$(tail -1 "$O/kernels-wmma.txt")"
+  fi
 fi
 
 echo "== models"
