@@ -478,6 +478,194 @@ TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
     }
 }
 
+/// The register-tile backward's two kernels, one warp of each emulated
+/// lane by lane (every product an m16n8k16 step rebuilt from the lanes'
+/// registers), against the direct gradients: the key and value gradients
+/// of keys 16-31 (the scores transposed: keys are the rows of the warp's
+/// products) and the query gradients of rows 16-31, over every tile of
+/// the other side, with masked scores, a fully masked row and tile edges.
+TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
+  const int t = 90, d = 32, e = 16;
+  const float scale = 0.3f;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.5, 1.5);
+  auto draw = [&](int n) {
+    std::vector<float> x(n);
+    for (float &v : x)
+      v = u(rng);
+    return x;
+  };
+  std::vector<float> q = draw(t * d), k = draw(t * d), v = draw(t * e),
+                     go = draw(t * e);
+  auto visible = [](int row, int key) {
+    return row != 20 && key <= row + 5 && (row + key) % 7 != 3;
+  };
+  auto bias = [&](int row, int key) {
+    return visible(row, key) ? 0.0f : -INFINITY;
+  };
+  // The direct computation, in double.
+  std::vector<double> pr(t * t), lse(t), sums(t), gq(t * d), gk(t * d),
+      gv(t * e);
+  for (int i = 0; i < t; ++i) {
+    double mx = -INFINITY, total = 0;
+    for (int j = 0; j < t; ++j) {
+      double dot = 0;
+      for (int x = 0; x < d; ++x)
+        dot += double(q[i * d + x]) * k[j * d + x];
+      pr[i * t + j] = visible(i, j) ? dot * scale : -INFINITY;
+      mx = std::max(mx, pr[i * t + j]);
+    }
+    for (int j = 0; j < t; ++j)
+      total += pr[i * t + j] == -INFINITY ? 0 : std::exp(pr[i * t + j] - mx);
+    lse[i] = total == 0 ? -INFINITY : mx + std::log(total);
+    for (int j = 0; j < t; ++j)
+      pr[i * t + j] = total == 0 || pr[i * t + j] == -INFINITY
+                          ? 0
+                          : std::exp(pr[i * t + j] - lse[i]);
+    for (int c = 0; c < e; ++c) {
+      double out = 0;
+      for (int j = 0; j < t; ++j)
+        out += pr[i * t + j] * v[j * e + c];
+      sums[i] += go[i * e + c] * out;
+    }
+  }
+  for (int i = 0; i < t; ++i)
+    for (int j = 0; j < t; ++j) {
+      double dp = 0;
+      for (int c = 0; c < e; ++c)
+        dp += double(go[i * e + c]) * v[j * e + c];
+      double p = pr[i * t + j], ds = p * (dp - sums[i]) * scale;
+      for (int c = 0; c < e; ++c)
+        gv[j * e + c] += p * go[i * e + c];
+      for (int x = 0; x < d; ++x) {
+        gq[i * d + x] += ds * k[j * d + x];
+        gk[j * d + x] += ds * q[i * d + x];
+      }
+    }
+  // The row of the warp's left operand (16 rows from `base` of `a`, inner
+  // dimension `n`) times 8 rows from `first` of `b`: acc[j] for j < 8.
+  auto products = [&](float(&acc)[8][32][4], const std::vector<float> &a,
+                      int base, const std::vector<float> &b, int first, int n) {
+    for (int j = 0; j < 8; ++j) {
+      for (auto &lane : acc[j])
+        for (float &x : lane)
+          x = 0;
+      for (int kb = 0; kb < n / 16; ++kb) {
+        float fa[32][4][2], fb[32][2][2];
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int r = 0; r < 4; ++r)
+            for (int x = 0; x < 2; ++x)
+              fa[lane][r][x] = a[(base + fragARow(lane, r)) * n + kb * 16 +
+                                 fragACol(lane, r) + x];
+          int row = first + 8 * j + fragBCol(lane);
+          for (int r = 0; r < 2; ++r)
+            for (int x = 0; x < 2; ++x)
+              fb[lane][r][x] =
+                  row < t ? b[row * n + kb * 16 + fragBRow(lane, r) + x] : 0;
+        }
+        EmulatedWarp::mma(acc[j], fa, fb);
+      }
+    }
+  };
+  // out += W B: W in accumulator layout (16 x 64), B 64 rows from
+  // `first` of `b` (width n).
+  auto weighted = [&](float(&out)[4][32][4], const float(&w)[8][32][4],
+                      const std::vector<float> &b, int first, int n) {
+    for (int kk = 0; kk < 4; ++kk)
+      for (int nt = 0; nt < n / 8; ++nt) {
+        float fa[32][4][2], fb[32][2][2];
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int r = 0; r < 4; ++r)
+            for (int x = 0; x < 2; ++x)
+              fa[lane][r][x] =
+                  w[2 * kk + fragFromTile(r)][lane][fragFromC(r) + x];
+          for (int r = 0; r < 2; ++r)
+            for (int x = 0; x < 2; ++x) {
+              int row = first + 16 * kk + fragBRow(lane, r) + x;
+              fb[lane][r][x] =
+                  row < t ? b[row * n + nt * 8 + fragBCol(lane)] : 0;
+            }
+        }
+        EmulatedWarp::mma(out[nt], fa, fb);
+      }
+  };
+  auto check = [&](const float(&got)[4][32][4], int base, int n,
+                   const std::vector<double> &want, const char *what) {
+    for (int nt = 0; nt < n / 8; ++nt)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < 4; ++i) {
+          int row = base + fragCRow(lane, i), col = nt * 8 + fragCCol(lane, i);
+          EXPECT_NEAR(got[nt][lane][i], want[row * n + col], 1e-4)
+              << what << " row " << row << " column " << col;
+        }
+  };
+  // Key and value gradients of keys 16-31 (the block of keys 0-63).
+  {
+    const int keys = 16;
+    float dk[4][32][4] = {}, dv[4][32][4] = {};
+    for (int i0 = 0; i0 < t; i0 += kMmaRows) {
+      float st[8][32][4], dpt[8][32][4];
+      products(st, k, keys, q, i0, d);
+      products(dpt, v, keys, go, i0, e);
+      for (int j = 0; j < 8; ++j)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int i = 0; i < 4; ++i) {
+            int key = keys + fragCRow(lane, i),
+                row = i0 + 8 * j + fragCCol(lane, i);
+            FlashScoreGrad g;
+            if (row < t && key < t)
+              g = flashScoreGrad(st[j][lane][i], bias(row, key),
+                                 dpt[j][lane][i], float(lse[row]),
+                                 float(sums[row]), scale, false);
+            st[j][lane][i] = g.p;
+            dpt[j][lane][i] = g.ds;
+          }
+      // Row 20 is fully masked: its log-sum-exp is -inf, and the kernel,
+      // like the op, gives its scores' gradients NaN; drop it here.
+      for (int j = 0; j < 8; ++j)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int i = 0; i < 4; ++i)
+            if (i0 + 8 * j + fragCCol(lane, i) == 20) {
+              EXPECT_TRUE(std::isnan(st[j][lane][i]));
+              st[j][lane][i] = dpt[j][lane][i] = 0;
+            }
+      weighted(dv, st, go, i0, e);
+      weighted(dk, dpt, q, i0, d);
+    }
+    check(dv, keys, e, gv, "value gradient");
+    check(dk, keys, d, gk, "key gradient");
+  }
+  // Query gradients of rows 16-31 (the block of rows 0-63).
+  {
+    const int rows = 16;
+    float dq[4][32][4] = {};
+    for (int j0 = 0; j0 < t; j0 += kMmaKeys) {
+      float s[8][32][4], dp[8][32][4];
+      products(s, q, rows, k, j0, d);
+      products(dp, go, rows, v, j0, e);
+      for (int j = 0; j < 8; ++j)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int i = 0; i < 4; ++i) {
+            int row = rows + fragCRow(lane, i),
+                key = j0 + 8 * j + fragCCol(lane, i);
+            FlashScoreGrad g;
+            if (row < t && key < t && row != 20)
+              g = flashScoreGrad(s[j][lane][i], bias(row, key), dp[j][lane][i],
+                                 float(lse[row]), float(sums[row]), scale,
+                                 false);
+            s[j][lane][i] = g.ds;
+          }
+      weighted(dq, s, k, j0, d);
+    }
+    for (int nt = 0; nt < d / 8; ++nt)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < 4; ++i)
+          if (rows + fragCRow(lane, i) == 20)
+            dq[nt][lane][i] = 0; // (gq's row 20 is 0 too)
+    check(dq, rows, d, gq, "query gradient");
+  }
+}
+
 TEST(CudaFlashAttention, RegisterTileShapesAndLayout) {
   for (int64_t d = 16; d <= 128; d += 16)
     for (int64_t e = 16; e <= 128; e += 16) {

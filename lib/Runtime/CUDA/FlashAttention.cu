@@ -954,13 +954,6 @@ __device__ bool stageBias(float *bias, const M *mask, const int64_t *maskRow,
   return __syncthreads_or(visible) != 0;
 }
 
-/// A score `dot` scaled and masked by its staged bias.
-MERAK_DEVICE float biasedScore(float dot, float bias, float scale,
-                               bool divide) {
-  float s = divide ? dot / scale : dot * scale;
-  return bias == -INFINITY ? -INFINITY : s + bias;
-}
-
 /// Stores a warp's accumulators (`NT` tiles of 8 columns, those below
 /// `cols`) of its rows `first + fragCRow` below `t` into the dense
 /// `[t, cols]` matrix `dst`, divided by `divisor[h]` (rows g, g + 8).
@@ -1054,10 +1047,10 @@ __global__ void __launch_bounds__(kRegThreads)
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        float x = biasedScore(
+        float x = flashBiasedScore(
             s[j][i],
-            warpBias[fragCRow(lane, i) * pb + 8 * j + fragCCol(lane, i)],
-            scale, divide);
+            warpBias[fragCRow(lane, i) * pb + 8 * j + fragCCol(lane, i)], scale,
+            divide);
         s[j][i] = x;
         tileMax[i >> 1] = fmaxf(tileMax[i >> 1], x);
       }
@@ -1154,15 +1147,12 @@ __global__ void __launch_bounds__(kRegThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         int c = keyRow + fragCRow(lane, i), r = 8 * j + fragCCol(lane, i);
-        float p = 0.0f, ds = 0.0f;
-        if (i0 + r < t && j0 + c < t) {
-          float s = biasedScore(st[j][i], m.bias[r * pb + c], scale, divide);
-          p = mathExp(s - m.lse[r]);
-          float g = p * (dpt[j][i] - m.sums[r]);
-          ds = divide ? g / scale : g * scale;
-        }
-        st[j][i] = p;
-        dpt[j][i] = ds;
+        FlashScoreGrad g;
+        if (i0 + r < t && j0 + c < t)
+          g = flashScoreGrad(st[j][i], m.bias[r * pb + c], dpt[j][i], m.lse[r],
+                             m.sums[r], scale, divide);
+        st[j][i] = g.p;
+        dpt[j][i] = g.ds;
       }
     accumulateWeighted<T, 8>(dv, st, m.g, pe, e, lane);
     accumulateWeighted<T, 8>(dk, dpt, m.q, pd, d, lane);
@@ -1231,14 +1221,11 @@ __global__ void __launch_bounds__(kRegThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         int r = fragCRow(lane, i), c = 8 * j + fragCCol(lane, i);
-        float ds = 0.0f;
-        if (first + r < t && j0 + c < t) {
-          float x = biasedScore(s[j][i], warpBias[r * pb + c], scale, divide);
-          float p = mathExp(x - rowLse[i >> 1]);
-          float g = p * (dp[j][i] - rowSum[i >> 1]);
-          ds = divide ? g / scale : g * scale;
-        }
-        s[j][i] = ds;
+        FlashScoreGrad g;
+        if (first + r < t && j0 + c < t)
+          g = flashScoreGrad(s[j][i], warpBias[r * pb + c], dp[j][i],
+                             rowLse[i >> 1], rowSum[i >> 1], scale, divide);
+        s[j][i] = g.ds;
       }
     accumulateWeighted<T, 8>(dq, s, m.k, pd, d, lane);
   }

@@ -300,6 +300,31 @@ MERAK_HD int fragCCol(int lane, int i) { return fragPair(lane) * 2 + (i & 1); }
 MERAK_HD int fragFromTile(int r) { return r >> 1; }
 MERAK_HD int fragFromC(int r) { return (r & 1) * 2; }
 
+/// A score from its product `dot`: scaled, and masked by its staged bias
+/// (`-inf` masks, anything else adds).
+MERAK_HD float flashBiasedScore(float dot, float bias, float scale,
+                                bool divide) {
+  float s = divide ? dot / scale : dot * scale;
+  return bias == -INFINITY ? -INFINITY : s + bias;
+}
+
+/// The backward's probability `p` of a score and its gradient `ds`, from
+/// the score's product `dot` and bias, the product `dp` of the row's
+/// output gradient and the key's value, and the row's log-sum-exp and
+/// `sum(grad * output)`.
+struct FlashScoreGrad {
+  float p = 0, ds = 0;
+};
+MERAK_HD FlashScoreGrad flashScoreGrad(float dot, float bias, float dp,
+                                       float lse, float rowSum, float scale,
+                                       bool divide) {
+  FlashScoreGrad r;
+  r.p = mathExp(flashBiasedScore(dot, bias, scale, divide) - lse);
+  float g = r.p * (dp - rowSum);
+  r.ds = divide ? g / scale : g * scale;
+  return r;
+}
+
 /// Threads of a register-tile block (four warps).
 constexpr int kRegThreads = 128;
 /// Float pitch of the staged mask tile.
