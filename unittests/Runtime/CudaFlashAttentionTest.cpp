@@ -186,6 +186,21 @@ TEST(CudaFlashAttention, TensorCoreShapes) {
   EXPECT_EQ(kMmaWarpRows * (kMmaThreads / 32), kMmaKeys);
 }
 
+/// Every array of a shared-memory layout (offset, bytes; empty ones
+/// skipped) 128-byte aligned, in order, without overlap, within `total`.
+void expectInOrderAndAligned(
+    const std::vector<std::pair<int64_t, int64_t>> &arrays, int64_t total) {
+  int64_t end = 0;
+  for (auto [at, bytes] : arrays) {
+    if (bytes == 0)
+      continue;
+    EXPECT_EQ(at % 128, 0);
+    EXPECT_GE(at, end);
+    end = at + bytes;
+  }
+  EXPECT_LE(end, total);
+}
+
 TEST(CudaFlashAttention, TensorCoreLayoutAlignsEveryFragment) {
   // WMMA loads and stores need a 32-byte aligned first element and a pitch
   // of 16 bytes; a tile's 16-row blocks and 16-column blocks must keep both.
@@ -213,15 +228,7 @@ TEST(CudaFlashAttention, TensorCoreLayoutAlignsEveryFragment) {
             {l.lse, kernel == FlashKernel::KeyValueGrad ? kMmaRows * 4 : 0},
             {l.sums, kernel == FlashKernel::KeyValueGrad ? kMmaRows * 4 : 0},
             {l.maskRow, kMmaRows * 8}};
-        int64_t end = 0;
-        for (auto [at, bytes] : arrays) {
-          if (bytes == 0)
-            continue;
-          EXPECT_EQ(at % 128, 0);
-          EXPECT_GE(at, end);
-          end = at + bytes;
-        }
-        EXPECT_LE(end, l.bytes);
+        expectInOrderAndAligned(arrays, l.bytes);
         // sm_80's largest block allowance (163 KiB; sm_90: 227 KiB).
         EXPECT_LE(l.bytes, 163 * 1024) << d << " " << e;
         // Pitches of 16 bytes; 16-row blocks 32-byte aligned.
@@ -321,81 +328,121 @@ TEST(CudaFlashAttention, AccumulatorTilesAreTheNextLeftOperand) {
       EXPECT_EQ(fragGroup(lane ^ x), fragGroup(lane));
 }
 
-/// One warp's register-tile forward over 16 query rows, emulated lane by
-/// lane with the fragment layouts above (each m16n8k16 step rebuilt from
-/// the lanes' registers), against the direct softmax: the kernel's
-/// algorithm, tile by tile, in float.
-struct EmulatedWarp {
-  // A step: the lanes' registers in, the lanes' accumulators updated.
-  static void mma(float (&c)[32][4], const float (&a)[32][4][2],
-                  const float (&b)[32][2][2]) {
-    float am[16][16], bm[16][8];
-    for (int lane = 0; lane < 32; ++lane) {
-      for (int r = 0; r < 4; ++r)
-        for (int x = 0; x < 2; ++x)
-          am[fragARow(lane, r)][fragACol(lane, r) + x] = a[lane][r][x];
-      for (int r = 0; r < 2; ++r)
-        for (int x = 0; x < 2; ++x)
-          bm[fragBRow(lane, r) + x][fragBCol(lane)] = b[lane][r][x];
-    }
-    for (int lane = 0; lane < 32; ++lane)
-      for (int i = 0; i < 4; ++i) {
-        float sum = 0;
-        for (int k = 0; k < 16; ++k)
-          sum += am[fragCRow(lane, i)][k] * bm[k][fragCCol(lane, i)];
-        c[lane][i] += sum;
-      }
-  }
-};
+// A warp of the register-tile kernels emulated lane by lane: each
+// m16n8k16 step rebuilt from the 32 lanes' registers by the fragment
+// layouts above. Accumulators are [tile][lane][element].
+using Tiles8 = float[8][32][4];
+using Tiles4 = float[4][32][4];
 
+/// One step: the lanes' registers in, the lanes' accumulators updated.
+void emulatedMma(float (&c)[32][4], const float (&a)[32][4][2],
+                 const float (&b)[32][2][2]) {
+  float am[16][16], bm[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int r = 0; r < 4; ++r)
+      for (int x = 0; x < 2; ++x)
+        am[fragARow(lane, r)][fragACol(lane, r) + x] = a[lane][r][x];
+    for (int r = 0; r < 2; ++r)
+      for (int x = 0; x < 2; ++x)
+        bm[fragBRow(lane, r) + x][fragBCol(lane)] = b[lane][r][x];
+  }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      float sum = 0;
+      for (int k = 0; k < 16; ++k)
+        sum += am[fragCRow(lane, i)][k] * bm[k][fragCCol(lane, i)];
+      c[lane][i] += sum;
+    }
+}
+
+/// productRows: the warp's 16 rows from `base` of `a` (inner dimension
+/// `n`) times rows 8j.. of the 64 from `first` of `b` (rows past `t` are
+/// zero), acc[j] for j < 8.
+void products(Tiles8 &acc, const std::vector<float> &a, int base,
+              const std::vector<float> &b, int first, int n, int t) {
+  for (int j = 0; j < 8; ++j) {
+    for (auto &lane : acc[j])
+      for (float &x : lane)
+        x = 0;
+    for (int kb = 0; kb < n / 16; ++kb) {
+      float fa[32][4][2], fb[32][2][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r)
+          for (int x = 0; x < 2; ++x)
+            fa[lane][r][x] = a[(base + fragARow(lane, r)) * n + kb * 16 +
+                               fragACol(lane, r) + x];
+        int row = first + 8 * j + fragBCol(lane);
+        for (int r = 0; r < 2; ++r)
+          for (int x = 0; x < 2; ++x)
+            fb[lane][r][x] =
+                row < t ? b[row * n + kb * 16 + fragBRow(lane, r) + x] : 0;
+      }
+      emulatedMma(acc[j], fa, fb);
+    }
+  }
+}
+
+/// accumulateWeighted: out += W B, W the 16 x 64 weights in accumulator
+/// layout, B the 64 rows from `first` of `b` (width `n`, rows past `t`
+/// zero).
+void weighted(Tiles4 &out, const Tiles8 &w, const std::vector<float> &b,
+              int first, int n, int t) {
+  for (int kk = 0; kk < 4; ++kk)
+    for (int nt = 0; nt < n / 8; ++nt) {
+      float fa[32][4][2], fb[32][2][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r)
+          for (int x = 0; x < 2; ++x)
+            fa[lane][r][x] =
+                w[2 * kk + fragFromTile(r)][lane][fragFromC(r) + x];
+        for (int r = 0; r < 2; ++r)
+          for (int x = 0; x < 2; ++x) {
+            int row = first + 16 * kk + fragBRow(lane, r) + x;
+            fb[lane][r][x] = row < t ? b[row * n + nt * 8 + fragBCol(lane)] : 0;
+          }
+      }
+      emulatedMma(out[nt], fa, fb);
+    }
+}
+
+std::vector<float> drawn(std::mt19937 &rng, int n) {
+  std::uniform_real_distribution<float> u(-1.5, 1.5);
+  std::vector<float> x(n);
+  for (float &v : x)
+    v = u(rng);
+  return x;
+}
+
+/// The register-tile forward of one warp (16 query rows) against the
+/// direct softmax: the kernel's algorithm, tile by tile, in float, with
+/// masked keys, a fully masked row and keys past a tile edge.
 TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
   const int rows = 16, d = 32, e = 16, t = 150;
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-2, 2);
-  std::vector<float> q(rows * d), k(t * d), v(t * e);
-  for (float &x : q)
-    x = u(rng);
-  for (float &x : k)
-    x = u(rng);
-  for (float &x : v)
-    x = u(rng);
+  std::vector<float> q = drawn(rng, rows * d), k = drawn(rng, t * d),
+                     v = drawn(rng, t * e);
   // Row r sees keys up to 40 + 7 r (a causal-like mask); row 3 none.
   auto visible = [](int r, int key) { return r != 3 && key <= 40 + 7 * r; };
   const float scale = 0.25f;
-  float o[32][2][4] = {}; // e / 8 tiles
-  OnlineSoftmax<float> soft[32][2];
+  Tiles4 o = {};
+  OnlineSoftmax<float> soft[32][2]; // a lane's rows g and g + 8
   for (int j0 = 0; j0 < t; j0 += kMmaKeys) {
-    float s[8][32][4] = {};
-    for (int j = 0; j < 8; ++j)
-      for (int kb = 0; kb < d / 16; ++kb) {
-        float a[32][4][2], b[32][2][2];
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int r = 0; r < 4; ++r)
-            for (int x = 0; x < 2; ++x)
-              a[lane][r][x] = q[fragARow(lane, r) * d + kb * 16 +
-                                fragACol(lane, r) + x];
-          int key = j0 + 8 * j + fragBCol(lane);
-          for (int r = 0; r < 2; ++r)
-            for (int x = 0; x < 2; ++x)
-              b[lane][r][x] =
-                  key < t ? k[key * d + kb * 16 + fragBRow(lane, r) + x] : 0;
-        }
-        EmulatedWarp::mma(s[j], a, b);
-      }
-    float tileMax[32][2];
-    for (int lane = 0; lane < 32; ++lane)
-      for (int h = 0; h < 2; ++h)
-        tileMax[lane][h] = -INFINITY;
+    Tiles8 s;
+    products(s, q, 0, k, j0, d, t);
+    float tileMax[32][2], sums[32][2] = {};
+    for (auto &lane : tileMax)
+      lane[0] = lane[1] = -INFINITY;
     for (int j = 0; j < 8; ++j)
       for (int lane = 0; lane < 32; ++lane)
         for (int i = 0; i < 4; ++i) {
           int r = fragCRow(lane, i), key = j0 + 8 * j + fragCCol(lane, i);
-          float x = key < t && visible(r, key) ? s[j][lane][i] * scale
-                                               : -INFINITY;
+          float x = flashBiasedScore(
+              s[j][lane][i], key < t && visible(r, key) ? 0.0f : -INFINITY,
+              scale, false);
           s[j][lane][i] = x;
           tileMax[lane][i >> 1] = std::max(tileMax[lane][i >> 1], x);
         }
-    float sums[32][2] = {};
+    // The four lanes of a row (xor 1, 2, 3) combine their maxima and sums.
     for (int lane = 0; lane < 32; ++lane)
       for (int h = 0; h < 2; ++h) {
         float m = -INFINITY;
@@ -404,7 +451,7 @@ TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
         float factor = soft[lane][h].absorb(m);
         for (int nt = 0; nt < e / 8; ++nt)
           for (int i = 2 * h; i < 2 * h + 2; ++i)
-            o[lane][nt][i] *= factor;
+            o[nt][lane][i] *= factor;
       }
     for (int j = 0; j < 8; ++j)
       for (int lane = 0; lane < 32; ++lane)
@@ -421,32 +468,12 @@ TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
         soft[lane][h].add(sum);
       }
     // The probabilities, as they are, the left operand of the values.
-    for (int kk = 0; kk < 4; ++kk)
-      for (int nt = 0; nt < e / 8; ++nt) {
-        float a[32][4][2], b[32][2][2], c[32][4];
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int r = 0; r < 4; ++r)
-            for (int x = 0; x < 2; ++x)
-              a[lane][r][x] =
-                  s[2 * kk + fragFromTile(r)][lane][fragFromC(r) + x];
-          for (int r = 0; r < 2; ++r)
-            for (int x = 0; x < 2; ++x) {
-              int key = j0 + 16 * kk + fragBRow(lane, r) + x;
-              b[lane][r][x] =
-                  key < t ? v[key * e + nt * 8 + fragBCol(lane)] : 0;
-            }
-          for (int i = 0; i < 4; ++i)
-            c[lane][i] = o[lane][nt][i];
-        }
-        EmulatedWarp::mma(c, a, b);
-        for (int lane = 0; lane < 32; ++lane)
-          for (int i = 0; i < 4; ++i)
-            o[lane][nt][i] = c[lane][i];
-      }
+    weighted(o, s, v, j0, e, t);
   }
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
       int r = fragCRow(lane, i);
+      const OnlineSoftmax<float> &row = soft[lane][i >> 1];
       // The direct softmax of row r.
       std::vector<double> w(t);
       double mx = -INFINITY, total = 0;
@@ -457,22 +484,21 @@ TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
         w[key] = visible(r, key) ? dot * scale : -INFINITY;
         mx = std::max(mx, w[key]);
       }
-      for (double &x : w)
+      for (double x : w)
         total += x == -INFINITY ? 0 : std::exp(x - mx);
       if (r == 3) {
-        EXPECT_EQ(soft[lane][i >> 1].logSumExp(), -INFINITY);
-        EXPECT_TRUE(std::isnan(o[lane][0][i] / soft[lane][i >> 1].l));
+        EXPECT_EQ(row.logSumExp(), -INFINITY);
+        EXPECT_TRUE(std::isnan(o[0][lane][i] / row.l));
         continue;
       }
-      EXPECT_NEAR(soft[lane][i >> 1].logSumExp(), mx + std::log(total),
-                  1e-4);
+      EXPECT_NEAR(row.logSumExp(), mx + std::log(total), 1e-4);
       for (int nt = 0; nt < e / 8; ++nt) {
         int col = nt * 8 + fragCCol(lane, i);
         double want = 0;
         for (int key = 0; key < t; ++key)
           if (w[key] != -INFINITY)
             want += std::exp(w[key] - mx) / total * v[key * e + col];
-        EXPECT_NEAR(o[lane][nt][i] / soft[lane][i >> 1].l, want, 1e-4)
+        EXPECT_NEAR(o[nt][lane][i] / row.l, want, 1e-4)
             << "row " << r << " column " << col;
       }
     }
@@ -488,15 +514,8 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
   const int t = 90, d = 32, e = 16;
   const float scale = 0.3f;
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-1.5, 1.5);
-  auto draw = [&](int n) {
-    std::vector<float> x(n);
-    for (float &v : x)
-      v = u(rng);
-    return x;
-  };
-  std::vector<float> q = draw(t * d), k = draw(t * d), v = draw(t * e),
-                     go = draw(t * e);
+  std::vector<float> q = drawn(rng, t * d), k = drawn(rng, t * d),
+                     v = drawn(rng, t * e), go = drawn(rng, t * e);
   auto visible = [](int row, int key) {
     return row != 20 && key <= row + 5 && (row + key) % 7 != 3;
   };
@@ -542,53 +561,6 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
         gk[j * d + x] += ds * q[i * d + x];
       }
     }
-  // The row of the warp's left operand (16 rows from `base` of `a`, inner
-  // dimension `n`) times 8 rows from `first` of `b`: acc[j] for j < 8.
-  auto products = [&](float(&acc)[8][32][4], const std::vector<float> &a,
-                      int base, const std::vector<float> &b, int first, int n) {
-    for (int j = 0; j < 8; ++j) {
-      for (auto &lane : acc[j])
-        for (float &x : lane)
-          x = 0;
-      for (int kb = 0; kb < n / 16; ++kb) {
-        float fa[32][4][2], fb[32][2][2];
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int r = 0; r < 4; ++r)
-            for (int x = 0; x < 2; ++x)
-              fa[lane][r][x] = a[(base + fragARow(lane, r)) * n + kb * 16 +
-                                 fragACol(lane, r) + x];
-          int row = first + 8 * j + fragBCol(lane);
-          for (int r = 0; r < 2; ++r)
-            for (int x = 0; x < 2; ++x)
-              fb[lane][r][x] =
-                  row < t ? b[row * n + kb * 16 + fragBRow(lane, r) + x] : 0;
-        }
-        EmulatedWarp::mma(acc[j], fa, fb);
-      }
-    }
-  };
-  // out += W B: W in accumulator layout (16 x 64), B 64 rows from
-  // `first` of `b` (width n).
-  auto weighted = [&](float(&out)[4][32][4], const float(&w)[8][32][4],
-                      const std::vector<float> &b, int first, int n) {
-    for (int kk = 0; kk < 4; ++kk)
-      for (int nt = 0; nt < n / 8; ++nt) {
-        float fa[32][4][2], fb[32][2][2];
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int r = 0; r < 4; ++r)
-            for (int x = 0; x < 2; ++x)
-              fa[lane][r][x] =
-                  w[2 * kk + fragFromTile(r)][lane][fragFromC(r) + x];
-          for (int r = 0; r < 2; ++r)
-            for (int x = 0; x < 2; ++x) {
-              int row = first + 16 * kk + fragBRow(lane, r) + x;
-              fb[lane][r][x] =
-                  row < t ? b[row * n + nt * 8 + fragBCol(lane)] : 0;
-            }
-        }
-        EmulatedWarp::mma(out[nt], fa, fb);
-      }
-  };
   auto check = [&](const float(&got)[4][32][4], int base, int n,
                    const std::vector<double> &want, const char *what) {
     for (int nt = 0; nt < n / 8; ++nt)
@@ -602,11 +574,11 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
   // Key and value gradients of keys 16-31 (the block of keys 0-63).
   {
     const int keys = 16;
-    float dk[4][32][4] = {}, dv[4][32][4] = {};
+    Tiles4 dk = {}, dv = {};
     for (int i0 = 0; i0 < t; i0 += kMmaRows) {
-      float st[8][32][4], dpt[8][32][4];
-      products(st, k, keys, q, i0, d);
-      products(dpt, v, keys, go, i0, e);
+      Tiles8 st, dpt;
+      products(st, k, keys, q, i0, d, t);
+      products(dpt, v, keys, go, i0, e, t);
       for (int j = 0; j < 8; ++j)
         for (int lane = 0; lane < 32; ++lane)
           for (int i = 0; i < 4; ++i) {
@@ -629,8 +601,8 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
               EXPECT_TRUE(std::isnan(st[j][lane][i]));
               st[j][lane][i] = dpt[j][lane][i] = 0;
             }
-      weighted(dv, st, go, i0, e);
-      weighted(dk, dpt, q, i0, d);
+      weighted(dv, st, go, i0, e, t);
+      weighted(dk, dpt, q, i0, d, t);
     }
     check(dv, keys, e, gv, "value gradient");
     check(dk, keys, d, gk, "key gradient");
@@ -638,11 +610,11 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
   // Query gradients of rows 16-31 (the block of rows 0-63).
   {
     const int rows = 16;
-    float dq[4][32][4] = {};
+    Tiles4 dq = {};
     for (int j0 = 0; j0 < t; j0 += kMmaKeys) {
-      float s[8][32][4], dp[8][32][4];
-      products(s, q, rows, k, j0, d);
-      products(dp, go, rows, v, j0, e);
+      Tiles8 s, dp;
+      products(s, q, rows, k, j0, d, t);
+      products(dp, go, rows, v, j0, e, t);
       for (int j = 0; j < 8; ++j)
         for (int lane = 0; lane < 32; ++lane)
           for (int i = 0; i < 4; ++i) {
@@ -655,7 +627,7 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
                                  false);
             s[j][lane][i] = g.ds;
           }
-      weighted(dq, s, k, j0, d);
+      weighted(dq, s, k, j0, d, t);
     }
     for (int nt = 0; nt < d / 8; ++nt)
       for (int lane = 0; lane < 32; ++lane)
@@ -690,15 +662,7 @@ TEST(CudaFlashAttention, RegisterTileShapesAndLayout) {
             {l.lse, kv ? kMmaRows * 4 : 0},
             {l.sums, kv ? kMmaRows * 4 : 0},
             {l.maskRow, kMmaRows * 8}};
-        int64_t end = 0;
-        for (auto [at, bytes] : arrays) {
-          if (bytes == 0)
-            continue;
-          EXPECT_EQ(at % 128, 0);
-          EXPECT_GE(at, end);
-          end = at + bytes;
-        }
-        EXPECT_LE(end, l.bytes);
+        expectInOrderAndAligned(arrays, l.bytes);
         EXPECT_LE(l.bytes, 163 * 1024) << d << " " << e;
         // Operand registers load 32-bit pairs: even pitches.
         EXPECT_EQ(mmaPitch16(d) % 2, 0);

@@ -185,6 +185,42 @@ MERAK_HD int flashMmaDimBlocks(int64_t d, int64_t e) {
   return (d > e ? d : e) <= 64 ? 4 : 8;
 }
 
+/// Offsets into a block's shared memory, each 128-byte aligned.
+struct SharedOffsets {
+  int64_t at = 0;
+  /// The next array of `bytes` bytes.
+  MERAK_HD int64_t take(int64_t bytes) {
+    int64_t here = at;
+    at += (bytes + 127) / 128 * 128;
+    return here;
+  }
+};
+
+/// The 16-bit operand tiles both tensor-core forms start with: `q`, `k`,
+/// `v` and, in the backward kernels, `g` (the output gradient), at pitches
+/// mmaPitch16.
+MERAK_HD void takeOperandTiles(SharedOffsets &at, FlashKernel kernel, int64_t d,
+                               int64_t e, int64_t &q, int64_t &k, int64_t &v,
+                               int64_t &g) {
+  q = at.take(kMmaRows * mmaPitch16(d) * 2);
+  k = at.take(kMmaKeys * mmaPitch16(d) * 2);
+  v = at.take(kMmaKeys * mmaPitch16(e) * 2);
+  if (kernel != FlashKernel::Forward)
+    g = at.take(kMmaRows * mmaPitch16(e) * 2);
+}
+
+/// The per-row arrays both tensor-core forms end with: the key and value
+/// gradients' `lse` and `sums` (float), and every kernel's `maskRow`
+/// (64-bit).
+MERAK_HD void takeRowArrays(SharedOffsets &at, FlashKernel kernel, int64_t &lse,
+                            int64_t &sums, int64_t &maskRow) {
+  if (kernel == FlashKernel::KeyValueGrad) {
+    lse = at.take(kMmaRows * 4);
+    sums = at.take(kMmaRows * 4);
+  }
+  maskRow = at.take(kMmaRows * 8);
+}
+
 /// Where each shared array of a tensor-core kernel starts (bytes, every one
 /// 128-byte aligned) and the total. Tiles of 16-bit elements: `q`, `k`,
 /// `v`, `g` (the output gradient), `p` (probabilities), `ds` (score
@@ -203,14 +239,8 @@ struct FlashMmaLayout {
 MERAK_HD FlashMmaLayout flashMmaLayout(FlashKernel kernel, int64_t d,
                                        int64_t e) {
   FlashMmaLayout l;
-  int64_t at = 0;
-  auto take = [&at](int64_t bytes) {
-    int64_t here = at;
-    at += (bytes + 127) / 128 * 128;
-    return here;
-  };
-  const int64_t pd = mmaPitch16(d), pe = mmaPitch16(e),
-                pk = mmaPitch16(kMmaKeys);
+  SharedOffsets at;
+  const int64_t pk = mmaPitch16(kMmaKeys);
   // Two 64-wide float tiles (the second at kMmaSecond), or one row of
   // accumulators of either dimension, per warp row.
   int64_t widest = kMmaSecond + mmaPitch32(kMmaKeys);
@@ -220,24 +250,16 @@ MERAK_HD FlashMmaLayout flashMmaLayout(FlashKernel kernel, int64_t d,
     widest = mmaPitch32(e);
   l.scratchPitch = widest;
   const int64_t warps = kMmaThreads / 32;
-  l.q = take(kMmaRows * pd * 2);
-  l.k = take(kMmaKeys * pd * 2);
-  l.v = take(kMmaKeys * pe * 2);
-  if (kernel != FlashKernel::Forward)
-    l.g = take(kMmaRows * pe * 2);
-  l.scratch = take(warps * kMmaWarpRows * widest * 4);
+  takeOperandTiles(at, kernel, d, e, l.q, l.k, l.v, l.g);
+  l.scratch = at.take(warps * kMmaWarpRows * widest * 4);
   if (kernel != FlashKernel::QueryGrad)
-    l.p = take(kMmaRows * pk * 2);
+    l.p = at.take(kMmaRows * pk * 2);
   if (kernel != FlashKernel::Forward)
-    l.ds = take(kMmaRows * pk * 2);
+    l.ds = at.take(kMmaRows * pk * 2);
   if (kernel == FlashKernel::Forward)
-    l.out = take(kMmaRows * mmaPitch32(e) * 4);
-  if (kernel == FlashKernel::KeyValueGrad) {
-    l.lse = take(kMmaRows * 4);
-    l.sums = take(kMmaRows * 4);
-  }
-  l.maskRow = take(kMmaRows * 8);
-  l.bytes = at;
+    l.out = at.take(kMmaRows * mmaPitch32(e) * 4);
+  takeRowArrays(at, kernel, l.lse, l.sums, l.maskRow);
+  l.bytes = at.at;
   return l;
 }
 
@@ -356,24 +378,11 @@ struct FlashRegLayout {
 MERAK_HD FlashRegLayout flashRegLayout(FlashKernel kernel, int64_t d,
                                        int64_t e) {
   FlashRegLayout l;
-  int64_t at = 0;
-  auto take = [&at](int64_t bytes) {
-    int64_t here = at;
-    at += (bytes + 127) / 128 * 128;
-    return here;
-  };
-  l.q = take(kMmaRows * mmaPitch16(d) * 2);
-  l.k = take(kMmaKeys * mmaPitch16(d) * 2);
-  l.v = take(kMmaKeys * mmaPitch16(e) * 2);
-  if (kernel != FlashKernel::Forward)
-    l.g = take(kMmaRows * mmaPitch16(e) * 2);
-  l.bias = take(kMmaRows * regBiasPitch() * 4);
-  if (kernel == FlashKernel::KeyValueGrad) {
-    l.lse = take(kMmaRows * 4);
-    l.sums = take(kMmaRows * 4);
-  }
-  l.maskRow = take(kMmaRows * 8);
-  l.bytes = at;
+  SharedOffsets at;
+  takeOperandTiles(at, kernel, d, e, l.q, l.k, l.v, l.g);
+  l.bias = at.take(kMmaRows * regBiasPitch() * 4);
+  takeRowArrays(at, kernel, l.lse, l.sums, l.maskRow);
+  l.bytes = at.at;
   return l;
 }
 
