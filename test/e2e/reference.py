@@ -6,7 +6,7 @@ Usage:
                          [--momentum M] [--dampening D] [--nesterov]
                          [--weight-decay WD] [--betas B1 B2] [--eps E]
                          [--threads T] [--dtype float32|float64]
-                         [--device cpu|cuda] [--fixture NAME]
+                         [--device cpu|cuda [--no-cudnn]] [--fixture NAME]
                          [--lora ADAPTERS.safetensors --lora-alpha A]
                          [--eval-data val.safetensors --eval-batches M
                           [--eval-every N] --out-eval-jsonl val.jsonl]
@@ -246,6 +246,10 @@ def run(args):
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+        # Without cuDNN, convolutions and batch norm run PyTorch's own
+        # kernels (convolutions as im2col and cuBLAS GEMMs): no Winograd or
+        # FFT algorithm, whose float32 results lose digits.
+        torch.backends.cudnn.enabled = not args.no_cudnn
     module = torch.jit.load(args.model, map_location=device)
     if args.fixture:
         module = eager_fixture(args.fixture, module, device)
@@ -358,6 +362,9 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--device", default="cpu",
                         help="where PyTorch trains: cpu (default) or cuda")
+    parser.add_argument("--no-cudnn", action="store_true",
+                        help="--device cuda: PyTorch's own kernels in place "
+                        "of cuDNN's (torch.backends.cudnn.enabled = False)")
     parser.add_argument("--fixture", metavar="NAME",
                         help="train the fixture's eager module with the "
                         "archive's weights instead of the trace")
