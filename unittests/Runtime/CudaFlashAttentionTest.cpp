@@ -330,9 +330,9 @@ TEST(CudaFlashAttention, AccumulatorTilesAreTheNextLeftOperand) {
 
 // A warp of the register-tile kernels emulated lane by lane: each
 // m16n8k16 step rebuilt from the 32 lanes' registers by the fragment
-// layouts above. Accumulators are [tile][lane][element].
-using Tiles8 = float[8][32][4];
-using Tiles4 = float[4][32][4];
+// layouts above. Accumulators are [tile][lane][element]: eight tiles of
+// 8 columns (64 keys, or head dimensions up to 64).
+using Tiles = float[8][32][4];
 
 /// One step: the lanes' registers in, the lanes' accumulators updated.
 void emulatedMma(float (&c)[32][4], const float (&a)[32][4][2],
@@ -358,7 +358,7 @@ void emulatedMma(float (&c)[32][4], const float (&a)[32][4][2],
 /// productRows: the warp's 16 rows from `base` of `a` (inner dimension
 /// `n`) times rows 8j.. of the 64 from `first` of `b` (rows past `t` are
 /// zero), acc[j] for j < 8.
-void products(Tiles8 &acc, const std::vector<float> &a, int base,
+void products(Tiles &acc, const std::vector<float> &a, int base,
               const std::vector<float> &b, int first, int n, int t) {
   for (int j = 0; j < 8; ++j) {
     for (auto &lane : acc[j])
@@ -385,7 +385,7 @@ void products(Tiles8 &acc, const std::vector<float> &a, int base,
 /// accumulateWeighted: out += W B, W the 16 x 64 weights in accumulator
 /// layout, B the 64 rows from `first` of `b` (width `n`, rows past `t`
 /// zero).
-void weighted(Tiles4 &out, const Tiles8 &w, const std::vector<float> &b,
+void weighted(Tiles &out, const Tiles &w, const std::vector<float> &b,
               int first, int n, int t) {
   for (int kk = 0; kk < 4; ++kk)
     for (int nt = 0; nt < n / 8; ++nt) {
@@ -415,19 +415,29 @@ std::vector<float> drawn(std::mt19937 &rng, int n) {
 
 /// The register-tile forward of one warp (16 query rows) against the
 /// direct softmax: the kernel's algorithm, tile by tile, in float, with
-/// masked keys, a fully masked row and keys past a tile edge.
-TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
-  const int rows = 16, d = 32, e = 16, t = 150;
-  std::mt19937 rng(7);
+/// masked keys, a fully masked row and keys past a tile edge; sequence
+/// `t`, head dimensions `d` and `e` (multiples of 16 up to 64), scores
+/// divided by the scale or multiplied, a boolean mask or an additive one.
+void checkRegisterTileForward(int t, int d, int e, bool divide, bool additive) {
+  SCOPED_TRACE(::testing::Message() << "t " << t << ", d " << d << ", e " << e
+                                    << (divide ? ", divided" : "")
+                                    << (additive ? ", additive mask" : ""));
+  const int rows = 16;
+  std::mt19937 rng(7 + t + d + e);
   std::vector<float> q = drawn(rng, rows * d), k = drawn(rng, t * d),
                      v = drawn(rng, t * e);
   // Row r sees keys up to 40 + 7 r (a causal-like mask); row 3 none.
   auto visible = [](int r, int key) { return r != 3 && key <= 40 + 7 * r; };
-  const float scale = 0.25f;
-  Tiles4 o = {};
+  auto bias = [&](int r, int key) {
+    if (key >= t || !visible(r, key))
+      return -INFINITY;
+    return additive ? 0.25f * float((3 * r + key) % 5) - 0.5f : 0.0f;
+  };
+  const float scale = divide ? 4.0f : 0.25f;
+  Tiles o = {};
   OnlineSoftmax<float> soft[32][2]; // a lane's rows g and g + 8
   for (int j0 = 0; j0 < t; j0 += kMmaKeys) {
-    Tiles8 s;
+    Tiles s;
     products(s, q, 0, k, j0, d, t);
     float tileMax[32][2], sums[32][2] = {};
     for (auto &lane : tileMax)
@@ -436,9 +446,8 @@ TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
       for (int lane = 0; lane < 32; ++lane)
         for (int i = 0; i < 4; ++i) {
           int r = fragCRow(lane, i), key = j0 + 8 * j + fragCCol(lane, i);
-          float x = flashBiasedScore(
-              s[j][lane][i], key < t && visible(r, key) ? 0.0f : -INFINITY,
-              scale, false);
+          float x =
+              flashBiasedScore(s[j][lane][i], bias(r, key), scale, divide);
           s[j][lane][i] = x;
           tileMax[lane][i >> 1] = std::max(tileMax[lane][i >> 1], x);
         }
@@ -481,7 +490,9 @@ TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
         double dot = 0;
         for (int x = 0; x < d; ++x)
           dot += double(q[r * d + x]) * k[key * d + x];
-        w[key] = visible(r, key) ? dot * scale : -INFINITY;
+        w[key] = visible(r, key)
+                     ? (divide ? dot / scale : dot * scale) + bias(r, key)
+                     : -INFINITY;
         mx = std::max(mx, w[key]);
       }
       for (double x : w)
@@ -504,23 +515,37 @@ TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
     }
 }
 
+TEST(CudaFlashAttention, RegisterTileForwardMatchesTheDirectOne) {
+  checkRegisterTileForward(150, 32, 16, false, false);
+  checkRegisterTileForward(200, 64, 64, true, true);
+  checkRegisterTileForward(70, 48, 32, false, true);
+}
+
 /// The register-tile backward's two kernels, one warp of each emulated
 /// lane by lane (every product an m16n8k16 step rebuilt from the lanes'
 /// registers), against the direct gradients: the key and value gradients
 /// of keys 16-31 (the scores transposed: keys are the rows of the warp's
 /// products) and the query gradients of rows 16-31, over every tile of
 /// the other side, with masked scores, a fully masked row and tile edges.
-TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
-  const int t = 90, d = 32, e = 16;
-  const float scale = 0.3f;
-  std::mt19937 rng(11);
+/// Sequence `t`, head dimensions `d` and `e` (multiples of 16 up to 64),
+/// scores divided by the scale or multiplied, a boolean mask or an additive
+/// one.
+void checkRegisterTileBackward(int t, int d, int e, bool divide,
+                               bool additive) {
+  SCOPED_TRACE(::testing::Message() << "t " << t << ", d " << d << ", e " << e
+                                    << (divide ? ", divided" : "")
+                                    << (additive ? ", additive mask" : ""));
+  const float scale = divide ? 2.5f : 0.3f;
+  std::mt19937 rng(11 + t + d + e);
   std::vector<float> q = drawn(rng, t * d), k = drawn(rng, t * d),
                      v = drawn(rng, t * e), go = drawn(rng, t * e);
   auto visible = [](int row, int key) {
     return row != 20 && key <= row + 5 && (row + key) % 7 != 3;
   };
   auto bias = [&](int row, int key) {
-    return visible(row, key) ? 0.0f : -INFINITY;
+    if (!visible(row, key))
+      return -INFINITY;
+    return additive ? 0.25f * float((3 * row + key) % 5) - 0.5f : 0.0f;
   };
   // The direct computation, in double.
   std::vector<double> pr(t * t), lse(t), sums(t), gq(t * d), gk(t * d),
@@ -531,7 +556,9 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
       double dot = 0;
       for (int x = 0; x < d; ++x)
         dot += double(q[i * d + x]) * k[j * d + x];
-      pr[i * t + j] = visible(i, j) ? dot * scale : -INFINITY;
+      pr[i * t + j] = visible(i, j)
+                          ? (divide ? dot / scale : dot * scale) + bias(i, j)
+                          : -INFINITY;
       mx = std::max(mx, pr[i * t + j]);
     }
     for (int j = 0; j < t; ++j)
@@ -553,7 +580,8 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
       double dp = 0;
       for (int c = 0; c < e; ++c)
         dp += double(go[i * e + c]) * v[j * e + c];
-      double p = pr[i * t + j], ds = p * (dp - sums[i]) * scale;
+      double p = pr[i * t + j], ds = p * (dp - sums[i]);
+      ds = divide ? ds / scale : ds * scale;
       for (int c = 0; c < e; ++c)
         gv[j * e + c] += p * go[i * e + c];
       for (int x = 0; x < d; ++x) {
@@ -561,7 +589,7 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
         gk[j * d + x] += ds * q[i * d + x];
       }
     }
-  auto check = [&](const float(&got)[4][32][4], int base, int n,
+  auto check = [&](const Tiles &got, int base, int n,
                    const std::vector<double> &want, const char *what) {
     for (int nt = 0; nt < n / 8; ++nt)
       for (int lane = 0; lane < 32; ++lane)
@@ -574,9 +602,9 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
   // Key and value gradients of keys 16-31 (the block of keys 0-63).
   {
     const int keys = 16;
-    Tiles4 dk = {}, dv = {};
+    Tiles dk = {}, dv = {};
     for (int i0 = 0; i0 < t; i0 += kMmaRows) {
-      Tiles8 st, dpt;
+      Tiles st, dpt;
       products(st, k, keys, q, i0, d, t);
       products(dpt, v, keys, go, i0, e, t);
       for (int j = 0; j < 8; ++j)
@@ -588,7 +616,7 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
             if (row < t && key < t)
               g = flashScoreGrad(st[j][lane][i], bias(row, key),
                                  dpt[j][lane][i], float(lse[row]),
-                                 float(sums[row]), scale, false);
+                                 float(sums[row]), scale, divide);
             st[j][lane][i] = g.p;
             dpt[j][lane][i] = g.ds;
           }
@@ -610,9 +638,9 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
   // Query gradients of rows 16-31 (the block of rows 0-63).
   {
     const int rows = 16;
-    Tiles4 dq = {};
+    Tiles dq = {};
     for (int j0 = 0; j0 < t; j0 += kMmaKeys) {
-      Tiles8 s, dp;
+      Tiles s, dp;
       products(s, q, rows, k, j0, d, t);
       products(dp, go, rows, v, j0, e, t);
       for (int j = 0; j < 8; ++j)
@@ -624,7 +652,7 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
             if (row < t && key < t && row != 20)
               g = flashScoreGrad(s[j][lane][i], bias(row, key), dp[j][lane][i],
                                  float(lse[row]), float(sums[row]), scale,
-                                 false);
+                                 divide);
             s[j][lane][i] = g.ds;
           }
       weighted(dq, s, k, j0, d, t);
@@ -636,6 +664,13 @@ TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
             dq[nt][lane][i] = 0; // (gq's row 20 is 0 too)
     check(dq, rows, d, gq, "query gradient");
   }
+}
+
+TEST(CudaFlashAttention, RegisterTileBackwardMatchesTheDirectOne) {
+  checkRegisterTileBackward(90, 32, 16, false, false);
+  // GPT-2's heads, a sequence past two tiles, division, an additive mask.
+  checkRegisterTileBackward(130, 64, 64, true, true);
+  checkRegisterTileBackward(64, 16, 48, false, true);
 }
 
 TEST(CudaFlashAttention, RegisterTileShapesAndLayout) {
