@@ -13,7 +13,7 @@
 # scripts/gpu-bundle.sh carried there:
 #   scripts/gpu-session.sh BUNDLE.tar.xz OUT_DIR
 # Time limits (seconds): CHECK_T (each instance, 250), SAN_T (each
-# compute-sanitizer run, 60), ATT_T (70), BENCH_T (150); BENCH_ARGS for
+# compute-sanitizer run, 60), ATT_T (70), BENCH_T (180); BENCH_ARGS for
 # bench/gpu_gpt2.py run (default --no-compile: torch.compile's compilation
 # takes a minute or more; pass "" to time it too).
 set -u
@@ -46,7 +46,7 @@ timeout "${ATT_T:-70}" python3 bench/gpu_attention.py --kernel-check "$B/bin/mer
   --out "$B/attention-cases.json" > "$OUT/attention.md" 2>&1
 elapsed "attention benchmark: status $?"
 cat "$OUT/attention.md"
-timeout "${BENCH_T:-150}" python3 bench/gpu_gpt2.py run --dir "$B/bench" \
+timeout "${BENCH_T:-180}" python3 bench/gpu_gpt2.py run --dir "$B/bench" \
   --merak-exec "$B/bin/merak-exec" ${BENCH_ARGS---no-compile} > "$OUT/bench.md" 2>&1
 elapsed "GPT-2 small benchmark: status $?"
 cat "$OUT/bench.md"
