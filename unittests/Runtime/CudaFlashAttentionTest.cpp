@@ -262,7 +262,6 @@ TEST(CudaFlashAttention, TensorCoreLaunchCoversEveryRow) {
       }
 }
 
-
 //===----------------------------------------------------------------------===//
 // The register-tile form
 //===----------------------------------------------------------------------===//
@@ -682,9 +681,9 @@ TEST(CudaFlashAttention, RegisterTileShapesAndLayout) {
            {FlashKernel::KeyValueGrad, FlashKernel::QueryGrad})
         EXPECT_EQ(flashRegUnsupported(kernel, d, e) == nullptr, small)
             << d << " " << e;
-      for (FlashKernel kernel : {FlashKernel::Forward,
-                                 FlashKernel::KeyValueGrad,
-                                 FlashKernel::QueryGrad}) {
+      for (FlashKernel kernel :
+           {FlashKernel::Forward, FlashKernel::KeyValueGrad,
+            FlashKernel::QueryGrad}) {
         FlashRegLayout l = flashRegLayout(kernel, d, e);
         bool grads = kernel != FlashKernel::Forward;
         bool kv = kernel == FlashKernel::KeyValueGrad;

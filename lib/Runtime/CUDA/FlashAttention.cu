@@ -817,13 +817,15 @@ __global__ void __launch_bounds__(kMmaThreads)
 // The register-tile form
 //===----------------------------------------------------------------------===//
 
-MERAK_DEVICE uint16_t bitsOf(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+MERAK_DEVICE uint16_t bitsOf(__nv_bfloat16 x) {
+  return __bfloat16_as_ushort(x);
+}
 MERAK_DEVICE uint16_t bitsOf(__half x) { return __half_as_ushort(x); }
 
 /// Two elements as one 32-bit operand register: `lo` in the low half.
 template <typename T> MERAK_DEVICE uint32_t packPair(float lo, float hi) {
-  return uint32_t(bitsOf(convertTo<T>(lo))) |
-         uint32_t(bitsOf(convertTo<T>(hi))) << 16;
+  uint32_t low = bitsOf(convertTo<T>(lo)), high = bitsOf(convertTo<T>(hi));
+  return low | high << 16;
 }
 /// The adjacent shared elements `p[0]`, `p[1]` (an even offset).
 template <typename T> MERAK_DEVICE uint32_t sharedPair(const T *p) {
@@ -864,10 +866,9 @@ MERAK_DEVICE void loadLeft(uint32_t (&a)[KB][4], const T *rows, int pitch,
   for (int kb = 0; kb < KB; ++kb)
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      a[kb][r] = kb * 16 < cols
-                     ? sharedPair(rows + fragARow(lane, r) * pitch + kb * 16 +
-                                  fragACol(lane, r))
-                     : 0u;
+      a[kb][r] = kb * 16 < cols ? sharedPair(rows + fragARow(lane, r) * pitch +
+                                             kb * 16 + fragACol(lane, r))
+                                : 0u;
 }
 
 /// `acc[j] = A B_j^T` for the 8 eight-row tiles j of the 64 rows at `b`
@@ -886,7 +887,8 @@ MERAK_DEVICE void productRows(float (&acc)[8][4], const uint32_t (&a)[KB][4],
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb)
       if (kb * 16 < cols)
-        mma16816<T>(acc[j], a[kb], sharedPair(row + kb * 16 + fragBRow(lane, 0)),
+        mma16816<T>(acc[j], a[kb],
+                    sharedPair(row + kb * 16 + fragBRow(lane, 0)),
                     sharedPair(row + kb * 16 + fragBRow(lane, 1)));
   }
 }
@@ -970,9 +972,8 @@ MERAK_DEVICE void storeFragments(T *dst, const float (&acc)[NT][4],
     for (int nt = 0; nt < NT; ++nt)
       if (nt * 8 < cols) {
         int64_t at = row * cols + nt * 8 + fragCCol(lane, 2 * h);
-        *reinterpret_cast<uint32_t *>(dst + at) =
-            packPair<T>(acc[nt][2 * h] / divisor[h],
-                        acc[nt][2 * h + 1] / divisor[h]);
+        *reinterpret_cast<uint32_t *>(dst + at) = packPair<T>(
+            acc[nt][2 * h] / divisor[h], acc[nt][2 * h + 1] / divisor[h]);
       }
   }
 }
@@ -1421,10 +1422,9 @@ void flashMmaForward(const View &q, const View &k, const View &v,
     dispatchMmaType(q.type, [&](auto zero) {
       using T = decltype(zero);
       auto run = [&](auto kernel, auto maskPtr) {
-        launchFlash(kernel, l, stream, what, q.ptr<const T>(),
-                    k.ptr<const T>(), v.ptr<const T>(), maskPtr, m,
-                    out.ptr<T>(), lse.ptr<float>(), n, t, int(d), int(e),
-                    scale, divide);
+        launchFlash(kernel, l, stream, what, q.ptr<const T>(), k.ptr<const T>(),
+                    v.ptr<const T>(), maskPtr, m, out.ptr<T>(),
+                    lse.ptr<float>(), n, t, int(d), int(e), scale, divide);
       };
       if (mask.type == ElemType::Bool) {
         const bool *mp = mask.ptr<const bool>();

@@ -370,8 +370,7 @@ MERAK_HD const char *flashRegUnsupported(FlashKernel kernel, int64_t d,
 /// query row; the key and value gradients only); `maskRow` (64-bit, per
 /// query row).
 struct FlashRegLayout {
-  int64_t q = 0, k = 0, v = 0, g = 0, bias = 0, lse = 0, sums = 0,
-          maskRow = 0;
+  int64_t q = 0, k = 0, v = 0, g = 0, bias = 0, lse = 0, sums = 0, maskRow = 0;
   int64_t bytes = 0;
 };
 
