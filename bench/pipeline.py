@@ -82,14 +82,18 @@ def main():
     p.add_argument("--repeat", type=int, default=3,
                    help="with --p2p: runs of each transport")
     args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="merak-bench-pipeline-") as work:
+        return measure(args, work)
 
+
+def measure(args, work):
+    """Traces the model into `work`, compiles each schedule and runs it."""
     import torch
     import merak_safetensors
     import merak_trace
     import models
     import train_step  # the same GPT-2 configuration as bench-train-step
 
-    work = tempfile.mkdtemp(prefix="merak-bench-pipeline-")
     torch.manual_seed(0)
     model = models.GPT2(train_step.make_config(args)).train()
     m, pp = args.microbatches, args.pp

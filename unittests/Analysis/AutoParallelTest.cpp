@@ -11,12 +11,15 @@
 #include "merak/Analysis/AutoParallel.h"
 #include "merak/Analysis/PipelineSchedule.h"
 
+#include "ScratchDir.h"
+
 #include "gtest/gtest.h"
 
 #include <fstream>
 
 using namespace merak;
 using namespace merak::autoparallel;
+using merak::testing::ScratchDir;
 
 namespace {
 
@@ -400,7 +403,8 @@ TEST(AutoParallel, SearchPicksTheFastestPlanThatFits) {
 TEST(AutoParallel, CalibrationScalesGemmsAndTheRest) {
   // One device predicts 12 s of GEMMs (4 layers x 3 GFLOP at 1 GFLOP/s);
   // a run measured 24 s of them: GEMMs take twice as long.
-  std::string path = ::testing::TempDir() + "/calibration.json";
+  ScratchDir scratch;
+  std::string path = scratch.file("calibration.json");
   {
     std::ofstream out(path);
     out << R"({"ops": {"merak.linear": {"ms_per_step": 20000},
@@ -431,7 +435,8 @@ TEST(AutoParallel, APipelinedProfileSetsTheForwardShare) {
   // spent as long in forward tasks as in backward ones: forward counts
   // 1.5 times and backward 0.75 times, the total unchanged; the kernel
   // scales come from the step's profile listed beside it (here after it).
-  std::string dir = ::testing::TempDir();
+  ScratchDir scratch;
+  std::string dir = scratch.path;
   {
     std::ofstream out(dir + "/split.json");
     out << R"({"ops": {"merak.linear": {"ms_per_step": 600}},
@@ -474,7 +479,8 @@ TEST(AutoParallel, APipelinedProfileSetsTheTaskOverhead) {
   // 24 s of it in kernels (the optimizer's update runs outside the tasks):
   // 2 s beyond the kernels over 4 tasks, 0.5 s a task, the forward share
   // unchanged (the gradient sums cost nothing at this memory bandwidth).
-  std::string dir = ::testing::TempDir();
+  ScratchDir scratch;
+  std::string dir = scratch.path;
   {
     std::ofstream out(dir + "/step.json");
     out << R"({"ops": {"merak.linear": {"ms_per_step": 12000}}})";
@@ -567,7 +573,8 @@ TEST(AutoParallel, CalibrationScalesEachOpShapeByItsOwnTime) {
   // The run timed the head's linear at twice the model's figure (its
   // shape listed by itself), the other linears at the figure (what is
   // left of the name's time), the backward ops at it.
-  std::string path = ::testing::TempDir() + "/calibration-shapes.json";
+  ScratchDir scratch;
+  std::string path = scratch.file("calibration-shapes.json");
   {
     std::ofstream out(path);
     out << R"({"ops": {"merak.linear": {"ms_per_step": 5000},
@@ -630,7 +637,8 @@ TEST(AutoParallel, CalibrationScalesActivationsByTheMeasuredPeak) {
   // One device: 16 MB of parameters, as much gradient and twice that of
   // AdamW state, and 4 x 8 MB of activations kept. A run that peaked at
   // 112 MB had 48 MB where 32 were predicted: activations count 1.5 times.
-  std::string path = ::testing::TempDir() + "/calibration-memory.json";
+  ScratchDir scratch;
+  std::string path = scratch.file("calibration-memory.json");
   {
     std::ofstream out(path);
     out << R"({"ops": {"merak.linear": {"ms_per_step": 12000}},

@@ -3,6 +3,8 @@
 #include "merak/Runtime/Checkpoint.h"
 #include "merak/Runtime/Safetensors.h"
 
+#include "ScratchDir.h"
+
 #include "gtest/gtest.h"
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 using namespace merak::runtime;
+using merak::testing::ScratchDir;
 
 namespace {
 
@@ -63,14 +66,8 @@ bool sameBytes(const HostTensor &a, const HostTensor &b) {
 class CheckpointTest : public ::testing::Test {
 protected:
   CheckpointTest() {
-    std::string tmpl = ::testing::TempDir() + "merak-checkpoint-XXXXXX";
-    dir = mkdtemp(tmpl.data());
     global = {
         {"a", iota({4, 6}, 0)}, {"b", iota({4}, 100)}, {"c", iota({8}, 200)}};
-  }
-  ~CheckpointTest() override {
-    std::string command = "rm -rf '" + dir + "'";
-    (void)!std::system(command.c_str());
   }
 
   /// Saves `global` as the sharded checkpoint `id` from every rank of 2x2:
@@ -96,7 +93,8 @@ protected:
     return path;
   }
 
-  std::string dir;
+  ScratchDir scratch{"merak-checkpoint"};
+  std::string dir = scratch.path;
   std::map<std::string, HostTensor> global;
 };
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -187,9 +188,26 @@ TEST(FileRendezvousTest, TheDirectoryComesFromTheEnvironment) {
 // child process.
 using FileRendezvousDeathTest = ::testing::Test;
 
+/// A death test's directory: the child process (which runs the test from
+/// its start again) takes the one its parent made, so that the parent
+/// removes what the child wrote.
+std::string deathTestDirectory(const std::string &name) {
+  if (const char *inherited = std::getenv("MERAK_DEATH_TEST_DIRECTORY"))
+    return inherited;
+  std::string dir = runDirectory(name);
+  ::setenv("MERAK_DEATH_TEST_DIRECTORY", dir.c_str(), 1);
+  return dir;
+}
+
+/// Removes a death test's directory once its child has exited.
+void removeDeathTestDirectory(const std::string &dir) {
+  ::unsetenv("MERAK_DEATH_TEST_DIRECTORY");
+  fs::remove_all(dir);
+}
+
 TEST(FileRendezvousDeathTest, AReportedFailureStopsTheOthers) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string dir = runDirectory("failure");
+  const std::string dir = deathTestDirectory("failure");
   EXPECT_EXIT(
       {
         std::unique_ptr<DistributedJob> jobs[2];
@@ -206,12 +224,12 @@ TEST(FileRendezvousDeathTest, AReportedFailureStopsTheOthers) {
         std::this_thread::sleep_for(std::chrono::seconds(30));
       },
       ::testing::ExitedWithCode(1), "rank 1 failed: out of memory in step 3");
-  fs::remove_all(dir);
+  removeDeathTestDirectory(dir);
 }
 
 TEST(FileRendezvousDeathTest, ARankWhoseHeartbeatStopsIsNamed) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string dir = runDirectory("heartbeat");
+  const std::string dir = deathTestDirectory("heartbeat");
   EXPECT_EXIT(
       {
         std::unique_ptr<DistributedJob> jobs[2];
@@ -224,7 +242,7 @@ TEST(FileRendezvousDeathTest, ARankWhoseHeartbeatStopsIsNamed) {
       },
       ::testing::ExitedWithCode(1),
       "rank 1 stopped answering \\(no heartbeat for 1 s\\)");
-  fs::remove_all(dir);
+  removeDeathTestDirectory(dir);
 }
 
 } // namespace

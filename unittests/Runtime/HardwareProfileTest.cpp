@@ -12,6 +12,7 @@
 #include "merak/Runtime/HardwareProbe.h"
 
 #include "FakeBackend.h"
+#include "ScratchDir.h"
 
 #include "gtest/gtest.h"
 
@@ -20,6 +21,7 @@
 #include <fstream>
 
 using namespace merak;
+using merak::testing::ScratchDir;
 
 namespace {
 
@@ -322,25 +324,8 @@ TEST(HardwareProfileTest, AllReduceTimeBySteps) {
   EXPECT_EQ(p.allReduceTime(A::Tree, 1, false, 8e6), 0);
 }
 
-/// A temporary directory, removed with its files.
-class TempDir {
-public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "merak-hardware-XXXXXX";
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::string command = "rm -rf '" + path + "'";
-    (void)!std::system(command.c_str());
-  }
-  void write(const std::string &name, const std::string &text) const {
-    std::ofstream(path + "/" + name) << text;
-  }
-  std::string path;
-};
-
 TEST(HardwareProfileTest, ReadsAGalvatronDirectory) {
-  TempDir dir;
+  ScratchDir dir("merak-hardware");
   dir.write("allreduce_bandwidth_1nodes_8gpus_per_node.json",
             R"({"allreduce_size_8_consec_1": 160.4,
                 "allreduce_size_4_consec_1": 150.2,
@@ -381,7 +366,7 @@ TEST(HardwareProfileTest, ReadsAGalvatronDirectory) {
 }
 
 TEST(HardwareProfileTest, GalvatronGroupsAcrossNodes) {
-  TempDir dir;
+  ScratchDir dir("merak-hardware");
   dir.write("allreduce_bandwidth_2nodes_8gpus_per_node.json",
             R"({"allreduce_size_16_consec_1": 20.5,
                 "allreduce_size_8_consec_1": 150.0,
@@ -404,7 +389,7 @@ TEST(HardwareProfileTest, GalvatronGroupsAcrossNodes) {
 }
 
 TEST(HardwareProfileTest, RefusesDirectoriesWithoutGalvatronFiles) {
-  TempDir dir;
+  ScratchDir dir("merak-hardware");
   HardwareProfile p;
   std::string error = loadHardwareProfile(dir.path, p);
   EXPECT_NE(error.find(dir.path + ": a directory without Galvatron hardware "

@@ -2,44 +2,19 @@
 
 #include "merak/Runtime/Safetensors.h"
 
+#include "ScratchDir.h"
+
 #include "gtest/gtest.h"
 
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 using namespace merak::runtime;
+using merak::testing::ScratchDir;
 
 namespace {
-
-/// A fresh directory under GoogleTest's temporary directory ($TMPDIR or
-/// the system's), removed with its files.
-class TempDir {
-public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "merak-safetensors-XXXXXX";
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    for (const std::string &f : files())
-      std::remove((path + "/" + f).c_str());
-    rmdir(path.c_str());
-  }
-  std::vector<std::string> files() const {
-    std::vector<std::string> names;
-    if (DIR *d = opendir(path.c_str())) {
-      while (dirent *e = readdir(d))
-        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..")
-          names.push_back(e->d_name);
-      closedir(d);
-    }
-    return names;
-  }
-  std::string path;
-};
 
 HostTensor makeTensor(DType dtype, std::vector<int64_t> shape, int seed) {
   HostTensor t = HostTensor::allocate(TensorType{dtype, std::move(shape)});
@@ -64,7 +39,7 @@ std::string withLength(const std::string &header, uint64_t length) {
 }
 
 TEST(SafetensorsTest, RoundTripKeepsEveryDTypeShapeAndMetadata) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   std::map<std::string, HostTensor> tensors = {
       {"a.f32", makeTensor(DType::F32, {2, 3}, 1)},
       {"b.f64", makeTensor(DType::F64, {4}, 2)},
@@ -94,7 +69,7 @@ TEST(SafetensorsTest, RoundTripKeepsEveryDTypeShapeAndMetadata) {
 }
 
 TEST(SafetensorsTest, HeaderIsPaddedToEightBytes) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   std::string path = dir.path + "/x.safetensors";
   ASSERT_TRUE(
       writeSafetensors(path, {{"x", makeTensor(DType::F32, {3}, 0)}}, {}).ok());
@@ -108,7 +83,7 @@ TEST(SafetensorsTest, HeaderIsPaddedToEightBytes) {
 }
 
 TEST(SafetensorsTest, OverwritesAtomically) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   std::string path = dir.path + "/ckpt.safetensors";
   ASSERT_TRUE(
       writeSafetensors(path, {{"x", makeTensor(DType::F32, {3}, 0)}}, {}).ok());
@@ -137,7 +112,7 @@ TEST(SafetensorsTest, MissingFileIsNotFound) {
 }
 
 TEST(SafetensorsTest, TooShortForTheLengthIsTruncated) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   std::string path = dir.path + "/short.safetensors";
   writeRaw(path, "abc");
   absl::StatusOr<SafetensorsFile> read = readSafetensors(path);
@@ -147,7 +122,7 @@ TEST(SafetensorsTest, TooShortForTheLengthIsTruncated) {
 }
 
 TEST(SafetensorsTest, TruncatedHeaderIsAnError) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   std::string path = dir.path + "/trunc.safetensors";
   // The length promises 100 bytes of header; 10 follow.
   writeRaw(path, withLength("{\"x\": {\"dt", 100));
@@ -159,7 +134,7 @@ TEST(SafetensorsTest, TruncatedHeaderIsAnError) {
 }
 
 TEST(SafetensorsTest, TruncatedDataIsAnError) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   std::string path = dir.path + "/data.safetensors";
   std::string header =
       R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
@@ -171,7 +146,7 @@ TEST(SafetensorsTest, TruncatedDataIsAnError) {
 }
 
 TEST(SafetensorsTest, MalformedHeadersAreRejected) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   struct Case {
     std::string header, data, expected;
   } cases[] = {
@@ -201,7 +176,7 @@ TEST(SafetensorsTest, MalformedHeadersAreRejected) {
 }
 
 TEST(SafetensorsTest, SizesThatOverflowAreRejected) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   struct Case {
     std::string header, data, expected;
   } cases[] = {
@@ -257,7 +232,7 @@ TEST(SafetensorsTest, TemporariesAreKnownByTheWritersNames) {
 }
 
 TEST(SafetensorsTest, CheckWritableProbesAndLeavesNothing) {
-  TempDir dir;
+  ScratchDir dir("merak-safetensors");
   EXPECT_TRUE(checkWritable(dir.path + "/ckpt.safetensors", false).ok());
   EXPECT_TRUE(dir.files().empty());
 

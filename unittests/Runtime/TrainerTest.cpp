@@ -4,6 +4,7 @@
 #include "merak/Runtime/Train/StepRunner.h"
 
 #include "FakeBackend.h"
+#include "ScratchDir.h"
 
 #include "gtest/gtest.h"
 
@@ -14,6 +15,7 @@
 #include <sstream>
 
 using namespace merak::runtime;
+using merak::testing::ScratchDir;
 
 namespace {
 
@@ -260,8 +262,8 @@ TEST(TrainerTest, StepLinesAndJsonRecords) {
 }
 
 TEST(TrainerTest, ReporterAppendsJsonLines) {
-  std::string path = ::testing::TempDir() + "/trainer-test.jsonl";
-  std::remove(path.c_str());
+  ScratchDir scratch;
+  std::string path = scratch.file("trainer-test.jsonl");
   { std::ofstream(path) << "{\"step\":0}\n"; }
   absl::StatusOr<std::unique_ptr<StepReporter>> reporter =
       StepReporter::create(1, 2, path, /*progressBar=*/false);
