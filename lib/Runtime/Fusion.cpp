@@ -493,6 +493,26 @@ void fuseElementwise(Program &program) {
             fusedKernelSource(program, inst, int(k));
 }
 
+namespace {
+
+/// Whether two optimizer updates share what a multi-tensor kernel takes
+/// once: the kind, the hyperparameters, the learning rate and step values.
+bool sameUpdateScalars(const Instruction &m, const Instruction &inst) {
+  if (m.kind != inst.kind)
+    return false;
+  const OpAttrs &a = m.attrs, &b = inst.attrs;
+  if (inst.kind == OpKind::SgdUpdate)
+    return a.momentum == b.momentum && a.dampening == b.dampening &&
+           a.nesterov == b.nesterov && a.weightDecay == b.weightDecay &&
+           m.operands[3] == inst.operands[3] &&
+           m.operands[4] == inst.operands[4];
+  return a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+         a.weightDecay == b.weightDecay && m.operands[4] == inst.operands[4] &&
+         m.operands[5] == inst.operands[5];
+}
+
+} // namespace
+
 void fuseOptimizerUpdates(Program &program) {
   // Groups by what the kernel shares: the hyperparameters, the learning
   // rate and step values, the element type. A group is open until
@@ -507,19 +527,13 @@ void fuseOptimizerUpdates(Program &program) {
   for (int i = 0; i < n; ++i) {
     const Instruction &inst = program.instructions[i];
     int joined = -1;
-    if (inst.kind == OpKind::AdamwUpdate && arityError(inst).empty() &&
+    if ((inst.kind == OpKind::AdamwUpdate || inst.kind == OpKind::SgdUpdate) &&
+        arityError(inst).empty() &&
         typeOf(program, inst.operands[0]).dtype == DType::F32) {
-      for (int g = int(groups.size()) - 1; g >= 0 && joined < 0; --g) {
-        if (!groups[g].open)
-          continue;
-        const Instruction &m = program.instructions[groups[g].members[0]];
-        const OpAttrs &a = m.attrs, &b = inst.attrs;
-        if (a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
-            a.weightDecay == b.weightDecay &&
-            m.operands[4] == inst.operands[4] &&
-            m.operands[5] == inst.operands[5])
+      for (int g = int(groups.size()) - 1; g >= 0 && joined < 0; --g)
+        if (groups[g].open &&
+            sameUpdateScalars(program.instructions[groups[g].members[0]], inst))
           joined = g;
-      }
       if (joined < 0) {
         joined = int(groups.size());
         groups.push_back(Group());
@@ -690,13 +704,15 @@ std::string expression(const Program &p, const Instruction &inst,
 
 bool isOptimizerGroup(const Program &program, int index) {
   const FusedKernel &k = program.fusedKernels[index];
-  return !k.members.empty() && k.members[0].kind == OpKind::AdamwUpdate;
+  return !k.members.empty() && (k.members[0].kind == OpKind::AdamwUpdate ||
+                                k.members[0].kind == OpKind::SgdUpdate);
 }
 
 std::string describeFusedKernel(const Program &program, int index) {
   if (isOptimizerGroup(program, index))
-    return absl::StrCat(program.fusedKernels[index].members.size(), " x ",
-                        opKindName(OpKind::AdamwUpdate));
+    return absl::StrCat(
+        program.fusedKernels[index].members.size(), " x ",
+        opKindName(program.fusedKernels[index].members[0].kind));
   std::vector<std::string> names;
   for (const Instruction &m : program.fusedKernels[index].members)
     names.push_back(opKindName(m.kind));

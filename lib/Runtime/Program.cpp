@@ -156,13 +156,30 @@ int viewOperand(const Program &program, const Instruction &inst, size_t r) {
   // A collective within a group of one passes its operand through.
   if (isCollective(inst.kind) && inst.attrs.identity)
     return 0;
-  (void)program;
   switch (inst.kind) {
 #define MERAK_VIEW(Name, Result, Operand, When, Always)                        \
   case OpKind::Name:                                                           \
     return r == Result && (When) ? Operand : -1;
     MERAK_DIALECT_RUNTIME_VIEWS(MERAK_VIEW)
 #undef MERAK_VIEW
+  case OpKind::Fused: {
+    // A group of updates: a member's view (a momentum-free SGD buffer) is
+    // the group's, of the same value among the group's operands.
+    if (!isOptimizerGroup(program, int(inst.attrs.index)))
+      return -1;
+    for (const Instruction &m : program.fusedKernels[inst.attrs.index].members)
+      for (size_t mr = 0; mr < m.results.size(); ++mr) {
+        if (m.results[mr] != inst.results[r])
+          continue;
+        int mk = viewOperand(program, m, mr);
+        if (mk < 0)
+          return -1;
+        auto k = std::find(inst.operands.begin(), inst.operands.end(),
+                           m.operands[mk]);
+        return k == inst.operands.end() ? -1 : int(k - inst.operands.begin());
+      }
+    return -1;
+  }
   default:
     return -1;
   }

@@ -316,6 +316,86 @@ TEST(Fusion, AdamwGroupUpdatesEachTensorInPlace) {
   }
 }
 
+/// An SGD update of `param`: its two results (parameter and momentum
+/// buffer) returned; returns the buffer's.
+ValueId sgd(ProgramBuilder &b, ValueId param, ValueId lr, ValueId step,
+            double momentum) {
+  const TensorType t = b.program.values[param].type;
+  ValueId grad = b.input(t.dtype, t.shape), buf = b.input(t.dtype, t.shape);
+  OpAttrs a;
+  a.momentum = momentum;
+  a.weightDecay = 1e-4;
+  ValueId p = b.op(OpKind::SgdUpdate, {param, grad, buf, lr, step}, a);
+  ValueId buf2 = b.value(t.dtype, t.shape);
+  b.program.instructions.back().results = {p, buf2};
+  b.result(p);
+  b.result(buf2);
+  return buf2;
+}
+
+TEST(Fusion, SgdUpdatesSharingTheirScalarsBecomeOneInstruction) {
+  ProgramBuilder b;
+  ValueId lr = b.input(DType::F32, {}), lr2 = b.input(DType::F32, {}),
+          step = b.input(DType::F32, {});
+  ValueId w[6];
+  for (ValueId &x : w)
+    x = b.input(DType::F32, {8});
+  sgd(b, w[0], lr, step, 0.9);
+  sgd(b, w[1], lr, step, 0.9);
+  sgd(b, w[2], lr, step, 0);    // another momentum: a group of its own
+  sgd(b, w[3], lr2, step, 0.9); // another learning rate: alone, unfused
+  sgd(b, w[4], lr, step, 0);
+  adamw(b, w[5], lr, step); // another kind: alone, unfused
+  fuseOptimizerUpdates(b.program);
+  EXPECT_EQ(b.count(OpKind::Fused), 2);
+  EXPECT_EQ(b.count(OpKind::SgdUpdate), 1);
+  EXPECT_EQ(b.count(OpKind::AdamwUpdate), 1);
+  std::vector<size_t> sizes;
+  for (const Instruction &inst : b.program.instructions)
+    if (inst.kind == OpKind::Fused) {
+      EXPECT_TRUE(isOptimizerGroup(b.program, int(inst.attrs.index)));
+      EXPECT_EQ(describeFusedKernel(b.program, int(inst.attrs.index)),
+                "2 x sgd_update");
+      sizes.push_back(inst.results.size());
+    }
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 4}));
+}
+
+TEST(Fusion, AMomentumFreeSgdGroupPassesItsBuffersThrough) {
+  // Without momentum the buffer a step returns is the one it was given: a
+  // view of that operand in the group as in the unfused update, which the
+  // CUDA backend's group makes without a copy.
+  ProgramBuilder b;
+  ValueId lr = b.input(DType::F32, {}), step = b.input(DType::F32, {});
+  ValueId w1 = b.input(DType::F32, {4}), w2 = b.input(DType::F32, {6});
+  ValueId b1 = sgd(b, w1, lr, step, 0), b2 = sgd(b, w2, lr, step, 0);
+  fuseOptimizerUpdates(b.program);
+  ASSERT_TRUE(planProgram(b.program).ok());
+  const Instruction &f = onlyFused(b.program);
+  const FusedKernel &group = b.program.fusedKernels[f.attrs.index];
+  for (ValueId buf : {b1, b2}) {
+    size_t r =
+        std::find(f.results.begin(), f.results.end(), buf) - f.results.begin();
+    ASSERT_LT(r, f.storage.size());
+    EXPECT_EQ(f.storage[r].kind, ResultStorage::Kind::View);
+    const Instruction &m = group.members[buf == b1 ? 0 : 1];
+    EXPECT_EQ(f.operands[f.storage[r].operand], m.operands[2]);
+    EXPECT_EQ(b.program.values[buf].buffer,
+              b.program.values[m.operands[2]].buffer);
+  }
+  // With momentum the buffers are written: no views.
+  ProgramBuilder c;
+  lr = c.input(DType::F32, {});
+  step = c.input(DType::F32, {});
+  ValueId v1 = c.input(DType::F32, {4}), v2 = c.input(DType::F32, {6});
+  sgd(c, v1, lr, step, 0.5);
+  sgd(c, v2, lr, step, 0.5);
+  fuseOptimizerUpdates(c.program);
+  ASSERT_TRUE(planProgram(c.program).ok());
+  for (const ResultStorage &st : onlyFused(c.program).storage)
+    EXPECT_NE(st.kind, ResultStorage::Kind::View);
+}
+
 //===----------------------------------------------------------------------===//
 // foldCasts
 //===----------------------------------------------------------------------===//

@@ -79,7 +79,8 @@ void foldCasts(Program &program);
 void fuseElementwise(Program &program);
 
 /// Replaces the float32 AdamW updates of a program that share their
-/// hyperparameters, learning rate and step with one `fused` instruction
+/// hyperparameters, learning rate and step with one `fused` instruction,
+/// and likewise its float32 SGD updates
 /// (at the place of the last), which the CUDA backend runs as one
 /// multi-tensor kernel launch (a few for many tensors) instead of one per
 /// parameter; a backend without it runs the updates one by one. An update

@@ -184,51 +184,109 @@ struct FusedKernelCache {
 
 namespace {
 
-/// A group of float32 AdamW updates (`fuseOptimizerUpdates`): every
-/// member's operands and results found among the fused instruction's, then
-/// one multi-tensor launch per `kAdamwTensorsPerLaunch` tensors.
-void optimizerGroup(Ctx &c, const FusedKernel &group) {
-  auto operand = [&](ValueId v) {
+/// Where a group's members find their values among the fused
+/// instruction's operands and results.
+struct GroupValues {
+  Ctx &c;
+  const char *op;
+
+  size_t operand(ValueId v) const {
     auto it = std::find(c.inst.operands.begin(), c.inst.operands.end(), v);
     if (it == c.inst.operands.end())
-      throw CudaError("fused adamw_update: a member's operand is not one of "
-                      "the instruction's");
+      throw CudaError(absl::StrCat("fused ", op,
+                                   ": a member's operand is not one of the "
+                                   "instruction's"));
     return size_t(it - c.inst.operands.begin());
-  };
-  auto result = [&](ValueId v) -> CudaTensor & {
+  }
+  /// The instruction's result `v` is, or -1 where nothing outside the
+  /// group reads it.
+  int resultIndex(ValueId v) const {
     auto it = std::find(c.inst.results.begin(), c.inst.results.end(), v);
-    if (it == c.inst.results.end())
-      throw CudaError("fused adamw_update: a member's result is not one of "
-                      "the instruction's");
-    return c.result(size_t(it - c.inst.results.begin()));
-  };
+    return it == c.inst.results.end() ? -1 : int(it - c.inst.results.begin());
+  }
+  /// Where member result `v` (of `type`) is written: the instruction's
+  /// result, or memory for this call where nothing reads it.
+  float *output(ValueId v) const {
+    int r = resultIndex(v);
+    CudaTensor &t =
+        r >= 0 ? c.result(size_t(r)) : c.scratch(c.program.values[v].type);
+    return static_cast<float *>(t.data());
+  }
+  /// Throws unless a member's operands `0..last` have one type.
+  const TensorType &sameType(const Instruction &m, int last) const {
+    const TensorType &type = c.program.values[m.operands[0]].type;
+    for (int k = 1; k <= last; ++k)
+      if (c.program.values[m.operands[k]].type != type)
+        throw CudaError(
+            absl::StrCat("fused ", op, ": a member's operands differ in type"));
+    return type;
+  }
+};
+
+/// A group of float32 AdamW updates (`fuseOptimizerUpdates`): every
+/// member's operands and results found among the fused instruction's, then
+/// one multi-tensor launch per `kTensorsPerLaunch` tensors.
+void adamwGroup(Ctx &c, const FusedKernel &group) {
+  GroupValues g{c, "adamw_update"};
   const Instruction &first = group.members.front();
   const OpAttrs &a = first.attrs;
-  AdamwScalars s = adamwScalars(c.scalar(operand(first.operands[4])),
-                                c.scalar(operand(first.operands[5])), a.beta1,
+  AdamwScalars s = adamwScalars(c.scalar(g.operand(first.operands[4])),
+                                c.scalar(g.operand(first.operands[5])), a.beta1,
                                 a.beta2, a.eps, a.weightDecay);
   std::vector<AdamwTensor> tensors;
   for (const Instruction &m : group.members) {
-    const TensorType &type = c.program.values[m.operands[0]].type;
-    for (int k = 1; k < 4; ++k)
-      if (c.program.values[m.operands[k]].type != type)
-        throw CudaError("fused adamw_update: a member's operands differ in "
-                        "type");
-    View param = c.contiguous(operand(m.operands[0])),
-         grad = c.contiguous(operand(m.operands[1])),
-         expAvg = c.contiguous(operand(m.operands[2])),
-         expAvgSq = c.contiguous(operand(m.operands[3]));
-    CudaTensor &newParam = result(m.results[0]),
-               &newExpAvg = result(m.results[1]),
-               &newExpAvgSq = result(m.results[2]);
+    g.sameType(m, 3);
+    View param = c.contiguous(g.operand(m.operands[0])),
+         grad = c.contiguous(g.operand(m.operands[1])),
+         expAvg = c.contiguous(g.operand(m.operands[2])),
+         expAvgSq = c.contiguous(g.operand(m.operands[3]));
     tensors.push_back(
         AdamwTensor{param.ptr<const float>(), grad.ptr<const float>(),
                     expAvg.ptr<const float>(), expAvgSq.ptr<const float>(),
-                    static_cast<float *>(newParam.data()),
-                    static_cast<float *>(newExpAvg.data()),
-                    static_cast<float *>(newExpAvgSq.data()), param.numel()});
+                    g.output(m.results[0]), g.output(m.results[1]),
+                    g.output(m.results[2]), param.numel()});
   }
   adamwMultiTensor(tensors.data(), int(tensors.size()), s, c.stream());
+}
+
+/// A group of float32 SGD updates: as `adamwGroup`. Without momentum each
+/// member's buffer passes through, its result a view of its operand (as
+/// the plan says, `viewOperand` in Program.cpp), and the kernel reads and
+/// writes no buffer; on the first step with momentum it only writes it.
+void sgdGroup(Ctx &c, const FusedKernel &group) {
+  GroupValues g{c, "sgd_update"};
+  const Instruction &first = group.members.front();
+  const OpAttrs &a = first.attrs;
+  SgdScalars s;
+  s.lr = c.scalar(g.operand(first.operands[3]));
+  s.weightDecay = a.weightDecay;
+  s.momentum = a.momentum;
+  s.dampening = a.dampening;
+  s.nesterov = a.nesterov;
+  s.firstStep = int64_t(c.scalar(g.operand(first.operands[4]))) == 1;
+  std::vector<SgdTensor> tensors;
+  for (const Instruction &m : group.members) {
+    g.sameType(m, 2);
+    View param = c.contiguous(g.operand(m.operands[0])),
+         grad = c.contiguous(g.operand(m.operands[1]));
+    SgdTensor t{param.ptr<const float>(),
+                grad.ptr<const float>(),
+                nullptr,
+                g.output(m.results[0]),
+                nullptr,
+                param.numel()};
+    if (s.momentum == 0) {
+      if (int r = g.resultIndex(m.results[1]); r >= 0)
+        c.viewResult(size_t(r), g.operand(m.operands[2]), 0,
+                     c.in(g.operand(m.operands[2])).strides);
+    } else {
+      if (!s.firstStep)
+        t.buffer = c.contiguous(g.operand(m.operands[2])).ptr<const float>();
+      t.newBuffer = g.output(m.results[1]);
+    }
+    tensors.push_back(t);
+  }
+  sgdMultiTensor(tensors.data(), int(tensors.size()), s, c.stream());
 }
 
 } // namespace
@@ -273,7 +331,9 @@ namespace {
 void fused(Ctx &c) {
   const FusedKernel &chain = c.program.fusedKernels[c.a.index];
   if (isOptimizerGroup(c.program, int(c.a.index)))
-    return optimizerGroup(c, chain);
+    return chain.members.front().kind == OpKind::SgdUpdate
+               ? sgdGroup(c, chain)
+               : adamwGroup(c, chain);
   const size_t inputs = c.inst.operands.size();
   const size_t outputs = c.inst.results.size();
   if (inputs + outputs > size_t(kFusedMaxOperands))

@@ -29,29 +29,55 @@ MERAK_DEVICE double fusedMultiplyAdd(double a, double b, double c) {
 MERAK_DEVICE float squareRoot(float x) { return sqrtf(x); }
 MERAK_DEVICE double squareRoot(double x) { return sqrt(x); }
 
-template <typename T>
-__global__ void sgdKernel(const T *param, const T *grad, const T *buffer,
-                          T *newParam, T *newBuffer, int64_t n, SgdScalars s) {
+/// torch.optim.SGD's `_single_tensor_sgd` for one element: its ATen calls,
+/// each rounded to `T` (nothing rounds for f32 and f64).
+template <typename T> struct SgdElement {
   using A = Acc<T>;
-  A decay = A(s.weightDecay), momentum = A(s.momentum),
-    keep = A(1 - s.dampening), negLr = A(-s.lr);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  A decay, momentum, keep, negLr;
+  bool decays, hasMomentum, nesterov, firstStep;
+  MERAK_DEVICE explicit SgdElement(const SgdScalars &s)
+      : decay(A(s.weightDecay)), momentum(A(s.momentum)),
+        keep(A(1 - s.dampening)), negLr(A(-s.lr)), decays(s.weightDecay != 0),
+        hasMomentum(s.momentum != 0), nesterov(s.nesterov),
+        firstStep(s.firstStep) {}
+
+  /// Element `i`; `buffer` is read only after the first step,
+  /// `newBuffer` written only with momentum.
+  MERAK_DEVICE void update(const T *param, const T *grad, const T *buffer,
+                           T *newParam, T *newBuffer, int64_t i) const {
     A p = toAcc(param[i]);
     // ATen's `a.add(b, alpha)` is one fused multiply-add.
     A d = toAcc(grad[i]);
-    if (s.weightDecay != 0)
+    if (decays)
       d = rnd<T>(fusedMultiplyAdd(decay, p, d));
-    if (s.momentum != 0) {
-      A buf = s.firstStep ? d
-                          : rnd<T>(fusedMultiplyAdd(
-                                keep, d, rnd<T>(toAcc(buffer[i]) * momentum)));
+    if (hasMomentum) {
+      A buf = firstStep ? d
+                        : rnd<T>(fusedMultiplyAdd(
+                              keep, d, rnd<T>(toAcc(buffer[i]) * momentum)));
       newBuffer[i] = convertTo<T>(buf);
-      d = s.nesterov ? rnd<T>(fusedMultiplyAdd(momentum, buf, d)) : buf;
+      d = nesterov ? rnd<T>(fusedMultiplyAdd(momentum, buf, d)) : buf;
     }
     newParam[i] = convertTo<T>(fusedMultiplyAdd(negLr, d, p));
   }
+};
+
+template <typename T>
+__global__ void sgdKernel(const T *param, const T *grad, const T *buffer,
+                          T *newParam, T *newBuffer, int64_t n, SgdScalars s) {
+  SgdElement<T> f(s);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    f.update(param, grad, buffer, newParam, newBuffer, i);
 }
+
+/// Float32 SGD over one tensor of a multi-tensor list.
+struct SgdFloat {
+  SgdElement<float> element;
+  MERAK_DEVICE explicit SgdFloat(const SgdScalars &s) : element(s) {}
+  MERAK_DEVICE void update(const SgdTensor &t, int64_t i) const {
+    element.update(t.param, t.grad, t.buffer, t.newParam, t.newBuffer, i);
+  }
+};
 
 /// Float32: the CPU backend's fused pass (`adamwRange`), each operation
 /// correctly rounded and no product contracted with a sum but the two
@@ -90,16 +116,39 @@ __global__ void adamwFloatKernel(AdamwTensor t, AdamwScalars s) {
 
 /// Many tensors in one launch: block `b` finds its tensor in the list's
 /// block offsets and strides over it with that tensor's other blocks.
-__global__ void adamwMultiTensorKernel(AdamwTensorList list, AdamwScalars s) {
-  AdamwFloat f(s);
+/// `Update` (AdamwFloat, SgdFloat) is made from `Scalars` and updates
+/// element `i` of a `Tensor`.
+template <typename Update, typename Tensor, typename Scalars>
+__global__ void multiTensorKernel(TensorList<Tensor> list, Scalars s) {
+  Update f(s);
   int b = int(blockIdx.x), t = 0;
   while (t + 1 < list.count && list.blockStart[t + 1] <= b)
     ++t;
-  const AdamwTensor &x = list.tensors[t];
+  const Tensor &x = list.tensors[t];
   int64_t blocks = list.blockStart[t + 1] - list.blockStart[t];
   for (int64_t i = int64_t(b - list.blockStart[t]) * blockDim.x + threadIdx.x;
        i < x.n; i += blocks * blockDim.x)
     f.update(x, i);
+}
+
+/// `count` tensors in the launches `planMultiTensor` gives.
+template <typename Update, typename Tensor, typename Scalars>
+void launchMultiTensor(const Tensor *tensors, int count, const Scalars &s,
+                       cudaStream_t stream, const char *what) {
+  std::vector<int64_t> sizes(count);
+  for (int t = 0; t < count; ++t)
+    sizes[t] = tensors[t].n;
+  for (const MultiTensorLaunch &l : planMultiTensor(sizes.data(), count)) {
+    TensorList<Tensor> list;
+    list.count = l.count;
+    for (int t = 0; t < l.count; ++t)
+      list.tensors[t] = tensors[l.first + t];
+    for (int t = 0; t <= l.count; ++t)
+      list.blockStart[t] = l.blockStart[t];
+    multiTensorKernel<Update, Tensor, Scalars>
+        <<<unsigned(l.blockStart[l.count]), 256, 0, stream>>>(list, s);
+    checkLaunch(what);
+  }
 }
 
 /// Other types: `_single_tensor_adamw`'s ATen calls, each result rounded
@@ -178,20 +227,14 @@ void adamwUpdate(const void *param, const void *grad, const void *expAvg,
 
 void adamwMultiTensor(const AdamwTensor *tensors, int count,
                       const AdamwScalars &s, cudaStream_t stream) {
-  std::vector<int64_t> sizes(count);
-  for (int t = 0; t < count; ++t)
-    sizes[t] = tensors[t].n;
-  for (const MultiTensorLaunch &l : planMultiTensor(sizes.data(), count)) {
-    AdamwTensorList list;
-    list.count = l.count;
-    for (int t = 0; t < l.count; ++t)
-      list.tensors[t] = tensors[l.first + t];
-    for (int t = 0; t <= l.count; ++t)
-      list.blockStart[t] = l.blockStart[t];
-    adamwMultiTensorKernel<<<unsigned(l.blockStart[l.count]), 256, 0, stream>>>(
-        list, s);
-    checkLaunch("adamw_update (multi-tensor)");
-  }
+  launchMultiTensor<AdamwFloat>(tensors, count, s, stream,
+                                "adamw_update (multi-tensor)");
+}
+
+void sgdMultiTensor(const SgdTensor *tensors, int count, const SgdScalars &s,
+                    cudaStream_t stream) {
+  launchMultiTensor<SgdFloat>(tensors, count, s, stream,
+                              "sgd_update (multi-tensor)");
 }
 
 } // namespace merak::runtime::cuda

@@ -51,9 +51,6 @@ inline AdamwScalars adamwScalars(double lr, double step, double beta1,
   return s;
 }
 
-/// One SGD step over `n` elements (dense, of `type`): `param`, `grad` and
-/// `buffer` read, `newParam` and (with momentum) `newBuffer` written; each
-/// output may be its input.
 /// One parameter of a multi-tensor float32 AdamW update: its operands and
 /// where its results go (possibly the operands themselves), `n` elements.
 struct AdamwTensor {
@@ -62,14 +59,24 @@ struct AdamwTensor {
   int64_t n;
 };
 
-/// Tensors one launch takes (its parameters hold them by value).
-constexpr int kAdamwTensorsPerLaunch = 32;
+/// One parameter of a multi-tensor float32 SGD update: `buffer` is null
+/// on the first step and without momentum, `newBuffer` without momentum.
+struct SgdTensor {
+  const float *param, *grad, *buffer;
+  float *newParam, *newBuffer;
+  int64_t n;
+};
 
-/// One launch of the multi-tensor kernel: tensor `t` is updated by blocks
-/// `blockStart[t]` to `blockStart[t + 1] - 1`, each grid-striding over it.
-struct AdamwTensorList {
-  AdamwTensor tensors[kAdamwTensorsPerLaunch];
-  int32_t blockStart[kAdamwTensorsPerLaunch + 1];
+/// Tensors one multi-tensor launch takes (its parameters hold them by
+/// value: 32 AdamW tensors are 2 KiB of the 4 KiB a launch may pass).
+constexpr int kTensorsPerLaunch = 32;
+
+/// One launch of a multi-tensor kernel over `Tensor`s (AdamwTensor,
+/// SgdTensor): tensor `t` is updated by blocks `blockStart[t]` to
+/// `blockStart[t + 1] - 1`, each grid-striding over it.
+template <typename Tensor> struct TensorList {
+  Tensor tensors[kTensorsPerLaunch];
+  int32_t blockStart[kTensorsPerLaunch + 1];
   int32_t count;
 };
 
@@ -81,21 +88,21 @@ MERAK_HD int32_t multiTensorBlocks(int64_t n) {
 }
 
 /// Splits `count` tensors of `sizes` into launches of at most
-/// `kAdamwTensorsPerLaunch` each: for each launch, its first tensor and the
+/// `kTensorsPerLaunch` each: for each launch, its first tensor and the
 /// block offsets of its tensors (`blockStart`, `count + 1` entries).
 struct MultiTensorLaunch {
   int first = 0;
   int count = 0;
-  int32_t blockStart[kAdamwTensorsPerLaunch + 1] = {};
+  int32_t blockStart[kTensorsPerLaunch + 1] = {};
 };
 inline std::vector<MultiTensorLaunch> planMultiTensor(const int64_t *sizes,
                                                       int count) {
   std::vector<MultiTensorLaunch> launches;
-  for (int first = 0; first < count; first += kAdamwTensorsPerLaunch) {
+  for (int first = 0; first < count; first += kTensorsPerLaunch) {
     MultiTensorLaunch l;
     l.first = first;
-    l.count = count - first < kAdamwTensorsPerLaunch ? count - first
-                                                     : kAdamwTensorsPerLaunch;
+    l.count =
+        count - first < kTensorsPerLaunch ? count - first : kTensorsPerLaunch;
     for (int t = 0; t < l.count; ++t)
       l.blockStart[t + 1] =
           l.blockStart[t] + multiTensorBlocks(sizes[first + t]);
@@ -110,6 +117,14 @@ inline std::vector<MultiTensorLaunch> planMultiTensor(const int64_t *sizes,
 void adamwMultiTensor(const AdamwTensor *tensors, int count,
                       const AdamwScalars &s, cudaStream_t stream);
 
+/// Float32 SGD over `count` tensors with the same scalars, likewise, each
+/// element as `sgdUpdate` computes it (bit for bit).
+void sgdMultiTensor(const SgdTensor *tensors, int count, const SgdScalars &s,
+                    cudaStream_t stream);
+
+/// One SGD step over `n` elements (dense, of `type`): `param`, `grad` and
+/// `buffer` read, `newParam` and (with momentum) `newBuffer` written; each
+/// output may be its input.
 void sgdUpdate(const void *param, const void *grad, const void *buffer,
                void *newParam, void *newBuffer, ElemType type, int64_t n,
                const SgdScalars &s, cudaStream_t stream);
