@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Comm/DevicePeerLink.h"
+#include "merak/Runtime/Comm/RingChannel.h"
 
 #include "gtest/gtest.h"
 
@@ -144,28 +145,21 @@ private:
       wires;
 };
 
-/// One rank's end of one direction, with its own queue.
-class FakeChannel final : public PeerChannel {
+/// One rank's end of one direction, with its own queue: a worker thread
+/// that runs the queued work in order. What moves the transfers is the
+/// subclass's.
+class QueueChannel : public PeerChannel {
 public:
-  FakeChannel(FakeWires &wires, int64_t from, int64_t to)
-      : wires(wires), from(from), to(to), worker([this] { work(); }) {}
-  ~FakeChannel() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stopping = true;
-      changed.notify_all();
-    }
-    abortQueue();
-    worker.join();
-  }
+  explicit QueueChannel(std::atomic<int> &aborts)
+      : aborts(aborts), worker([this] { work(); }) {}
+  /// Subclasses call `stop` first in their destructors (the worker may be
+  /// running their work).
+  ~QueueChannel() override { stop(); }
 
   std::vector<std::string> log;
   int64_t joins = 0;
 
-  bool isAborted() {
-    std::lock_guard<std::mutex> lock(wires.mutex);
-    return aborted;
-  }
+  bool isAborted() const { return aborted; }
   /// An error `asyncError` reports once.
   void inject(absl::Status s) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -201,35 +195,6 @@ public:
       return absl::OkStatus();
     });
   }
-  absl::Status enqueueSendHeader(const PeerHeader &header) override {
-    log.push_back("header");
-    return queue([this, header] {
-      return wires.send(from, to, &header, sizeof(header), aborted);
-    });
-  }
-  absl::Status enqueueSend(const void *data, int64_t bytes) override {
-    log.push_back("send");
-    return queue([=] { return wires.send(from, to, data, bytes, aborted); });
-  }
-  absl::Status enqueueRecvHeader() override {
-    log.push_back("header");
-    return queue([this] {
-      PeerHeader h;
-      absl::Status s = wires.recv(from, to, &h, sizeof(h), aborted);
-      std::lock_guard<std::mutex> lock(mutex);
-      header = h;
-      return s;
-    });
-  }
-  PeerHeader receivedHeader() override {
-    std::lock_guard<std::mutex> lock(mutex);
-    return header;
-  }
-  absl::Status enqueueRecv(void *data, int64_t bytes) override {
-    EXPECT_TRUE(linkThreadReady) << "a receive posted off the link's thread";
-    log.push_back("recv");
-    return queue([=] { return wires.recv(from, to, data, bytes, aborted); });
-  }
   absl::StatusOr<TensorHandle> allocate(int64_t bytes) override {
     auto b = std::make_shared<HostBlock>();
     b->type = {DType::I64, {(bytes + 7) / 8}};
@@ -258,19 +223,13 @@ public:
     return s;
   }
   void abort() override {
-    ++wires.aborts;
-    abortQueue();
+    ++aborts;
+    aborted = true;
+    wake();
   }
 
-private:
-  void abortQueue() {
-    {
-      std::lock_guard<std::mutex> wiresLock(wires.mutex);
-      aborted = true;
-    }
-    wires.poke();
-  }
-
+protected:
+  /// Queues `task` on the worker.
   absl::Status queue(std::function<absl::Status()> task) {
     std::lock_guard<std::mutex> lock(mutex);
     tasks.push_back(std::move(task));
@@ -278,7 +237,25 @@ private:
     changed.notify_all();
     return absl::OkStatus();
   }
+  /// Ends the queue: aborts what runs, then stops the worker.
+  void stop() {
+    if (!worker.joinable())
+      return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+      changed.notify_all();
+    }
+    aborted = true;
+    wake();
+    worker.join();
+  }
+  /// Wakes a task that waits on a peer (after an abort).
+  virtual void wake() {}
 
+  std::atomic<bool> aborted{false};
+
+private:
   void work() {
     std::unique_lock<std::mutex> lock(mutex);
     while (true) {
@@ -296,17 +273,141 @@ private:
     }
   }
 
-  FakeWires &wires;
-  int64_t from, to;
+  std::atomic<int> &aborts;
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<std::function<absl::Status()>> tasks;
   int64_t queued = 0, done = 0;
   absl::Status failure, injected;
-  PeerHeader header;
-  bool aborted = false; // guarded by wires.mutex
   bool stopping = false;
   std::thread worker;
+};
+
+/// A channel whose transfers behave as NCCL's (`FakeWires`).
+class FakeChannel final : public QueueChannel {
+public:
+  FakeChannel(FakeWires &wires, int64_t from, int64_t to)
+      : QueueChannel(wires.aborts), wires(wires), from(from), to(to) {}
+  ~FakeChannel() override { stop(); }
+
+  absl::Status enqueueSendHeader(const PeerHeader &header) override {
+    log.push_back("header");
+    return queue([this, header] {
+      return wires.send(from, to, &header, sizeof(header), abortedFlag());
+    });
+  }
+  absl::Status enqueueSend(const void *data, int64_t bytes) override {
+    log.push_back("send");
+    return queue(
+        [=] { return wires.send(from, to, data, bytes, abortedFlag()); });
+  }
+  absl::Status enqueueRecvHeader() override {
+    log.push_back("header");
+    return queue([this] {
+      PeerHeader h;
+      absl::Status s = wires.recv(from, to, &h, sizeof(h), abortedFlag());
+      std::lock_guard<std::mutex> lock(headerMutex);
+      header = h;
+      return s;
+    });
+  }
+  PeerHeader receivedHeader() override {
+    std::lock_guard<std::mutex> lock(headerMutex);
+    return header;
+  }
+  absl::Status enqueueRecv(void *data, int64_t bytes) override {
+    EXPECT_TRUE(linkThreadReady) << "a receive posted off the link's thread";
+    log.push_back("recv");
+    return queue(
+        [=] { return wires.recv(from, to, data, bytes, abortedFlag()); });
+  }
+
+private:
+  /// The abort as the wires read it (under their mutex).
+  const bool &abortedFlag() const { return abortedCopy; }
+  void wake() override {
+    {
+      std::lock_guard<std::mutex> lock(wires.mutex);
+      abortedCopy = true;
+    }
+    wires.poke();
+  }
+
+  FakeWires &wires;
+  int64_t from, to;
+  std::mutex headerMutex;
+  PeerHeader header;
+  bool abortedCopy = false; // guarded by wires.mutex
+};
+
+/// One direction's ring (RingChannel.h) in memory both ends share.
+struct SharedRing {
+  explicit SharedRing(int64_t bytes) : memory(bytes) { control.init(bytes); }
+  RingControl control;
+  std::vector<char> memory;
+};
+
+/// A channel on the ring protocol, its queue a host thread: the words it
+/// waits on are polled.
+class RingTestChannel final : public QueueChannel, private RingQueue {
+public:
+  RingTestChannel(std::atomic<int> &aborts, SharedRing &ring, bool sending)
+      : QueueChannel(aborts), sending(sending),
+        protocol(ring.control, ring.memory.data(), *this) {}
+  ~RingTestChannel() override { stop(); }
+
+  absl::Status enqueueSendHeader(const PeerHeader &header) override {
+    log.push_back("header");
+    return protocol.sendHeader(header);
+  }
+  absl::Status enqueueSend(const void *data, int64_t bytes) override {
+    log.push_back("send");
+    return protocol.send(data, bytes);
+  }
+  absl::Status enqueueRecvHeader() override {
+    log.push_back("header");
+    return protocol.recvHeader();
+  }
+  PeerHeader receivedHeader() override { return protocol.receivedHeader(); }
+  absl::Status enqueueRecv(void *data, int64_t bytes) override {
+    EXPECT_TRUE(linkThreadReady) << "a receive posted off the link's thread";
+    log.push_back("recv");
+    return protocol.recv(data, bytes);
+  }
+  /// The largest count a wait of this channel waited for.
+  uint64_t largestWait = 0;
+
+private:
+  void wake() override { protocol.unblock(sending); }
+
+  absl::Status enqueueWaitAtLeast(const uint64_t *word,
+                                  uint64_t value) override {
+    largestWait = std::max(largestWait, value);
+    return queue([this, word, value] {
+      while (__atomic_load_n(word, __ATOMIC_ACQUIRE) < value) {
+        if (aborted)
+          return absl::AbortedError("ring aborted");
+        std::this_thread::yield();
+      }
+      return absl::OkStatus();
+    });
+  }
+  absl::Status enqueueStore(uint64_t *word, uint64_t value) override {
+    return queue([word, value] {
+      __atomic_store_n(word, value, __ATOMIC_RELEASE);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status enqueueBytes(void *to, const void *from,
+                            int64_t bytes) override {
+    return queue([=] {
+      std::memcpy(to, from, size_t(bytes));
+      return absl::OkStatus();
+    });
+  }
+
+  bool sending;
+  RingProtocol protocol;
 };
 
 class FakeDevice final : public PeerDevice {
@@ -327,26 +428,40 @@ public:
   }
 };
 
-/// In-process ranks, each with a link over fake channels for `pairs`.
+/// In-process ranks, each with a link over fake channels for `pairs`:
+/// NCCL's behaviour (`FakeWires`), or with `ringBytes`, rings of that many
+/// bytes (RingChannel.h).
 struct Ranks {
   FakeWires wires;
-  std::vector<std::map<int64_t, FakeChannel *>> out, in;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SharedRing>> rings;
+  std::vector<std::map<int64_t, QueueChannel *>> out, in;
   std::vector<std::unique_ptr<PeerLink>> links;
   std::string diagnosis;
 
   Ranks(int64_t n, const std::vector<std::pair<int64_t, int64_t>> &pairs,
-        std::chrono::milliseconds timeout = std::chrono::seconds(20))
+        std::chrono::milliseconds timeout = std::chrono::seconds(20),
+        int64_t ringBytes = 0)
       : out(n), in(n) {
+    for (const auto &pair : pairs)
+      if (ringBytes > 0)
+        rings[pair] = std::make_unique<SharedRing>(ringBytes);
+    auto channel = [&](int64_t a, int64_t b,
+                       bool sending) -> std::unique_ptr<QueueChannel> {
+      if (ringBytes > 0)
+        return std::make_unique<RingTestChannel>(wires.aborts, *rings[{a, b}],
+                                                 sending);
+      return std::make_unique<FakeChannel>(wires, a, b);
+    };
     for (int64_t r = 0; r < n; ++r) {
       std::map<int64_t, std::unique_ptr<PeerChannel>> o, i;
       for (const auto &[a, b] : pairs) {
         if (a == r) {
-          auto c = std::make_unique<FakeChannel>(wires, a, b);
+          auto c = channel(a, b, true);
           out[r][b] = c.get();
           o[b] = std::move(c);
         }
         if (b == r) {
-          auto c = std::make_unique<FakeChannel>(wires, a, b);
+          auto c = channel(a, b, false);
           in[r][a] = c.get();
           i[a] = std::move(c);
         }
@@ -378,8 +493,26 @@ struct Ranks {
 
 TensorType f32(const Shape &shape) { return {DType::F32, shape}; }
 
-TEST(DevicePeerLinkTest, ReceivesMatchTagsNotOrder) {
-  Ranks ranks(2, {{0, 1}, {1, 0}});
+/// The link's behaviour on each kind of channel: NCCL's (`FakeWires`) and
+/// the ring protocol's, on a ring of 96 bytes (every transfer but the
+/// smallest streams through it in several chunks, most of them wrapping
+/// its end).
+class DeviceTransportTest : public ::testing::TestWithParam<int64_t> {
+protected:
+  int64_t ringBytes() const { return GetParam(); }
+  std::chrono::milliseconds standard() const {
+    return std::chrono::seconds(20);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(DevicePeerLinkTest, DeviceTransportTest,
+                         ::testing::Values(int64_t(0), int64_t(96)),
+                         [](const ::testing::TestParamInfo<int64_t> &info) {
+                           return std::string(info.param ? "Ring" : "Nccl");
+                         });
+
+TEST_P(DeviceTransportTest, ReceivesMatchTagsNotOrder) {
+  Ranks ranks(2, {{0, 1}, {1, 0}}, standard(), ringBytes());
   std::vector<std::shared_ptr<HostBlock>> blocks = {
       floats({3}, 10), floats({2, 2}, 20), floats({5}, 30)};
   std::vector<std::unique_ptr<PendingCollective>> sends;
@@ -421,8 +554,8 @@ TEST(DevicePeerLinkTest, ReceivesMatchTagsNotOrder) {
   EXPECT_EQ(ranks.in[1][0]->joins, 3);
 }
 
-TEST(DevicePeerLinkTest, SeveralTensorsInOneTransfer) {
-  Ranks ranks(2, {{0, 1}});
+TEST_P(DeviceTransportTest, SeveralTensorsInOneTransfer) {
+  Ranks ranks(2, {{0, 1}}, standard(), ringBytes());
   auto strided = floats({3, 4}, 1, /*transposed=*/true);
   auto dense = floats({5}, 100);
   auto empty = floats({0, 3}, 0);
@@ -446,8 +579,8 @@ TEST(DevicePeerLinkTest, SeveralTensorsInOneTransfer) {
   EXPECT_EQ(offsets, (std::vector<int64_t>{0, 256, 256}));
 }
 
-TEST(DevicePeerLinkTest, OneTagTwiceArrivesInOrder) {
-  Ranks ranks(2, {{0, 1}});
+TEST_P(DeviceTransportTest, OneTagTwiceArrivesInOrder) {
+  Ranks ranks(2, {{0, 1}}, standard(), ringBytes());
   auto a = floats({2}, 1), b = floats({2}, 5);
   ASSERT_TRUE(ranks[0].send(1, 1, {a.get()}, {a->type}).ok());
   ASSERT_TRUE(ranks[0].send(1, 1, {b.get()}, {b->type}).ok());
@@ -460,8 +593,8 @@ TEST(DevicePeerLinkTest, OneTagTwiceArrivesInOrder) {
   EXPECT_EQ(valuesOf((*got2)[0]), iota(2, 5));
 }
 
-TEST(DevicePeerLinkTest, ByteCountsThatDisagreeAreAnError) {
-  Ranks ranks(2, {{0, 1}});
+TEST_P(DeviceTransportTest, ByteCountsThatDisagreeAreAnError) {
+  Ranks ranks(2, {{0, 1}}, standard(), ringBytes());
   auto a = floats({4}, 1);
   ASSERT_TRUE(ranks[0].send(1, 65, {a.get()}, {a->type}).ok());
   auto got = (*ranks[1].recv(0, 65, {f32({3})}))->finish();
@@ -472,8 +605,8 @@ TEST(DevicePeerLinkTest, ByteCountsThatDisagreeAreAnError) {
             "(1 tensor)");
 }
 
-TEST(DevicePeerLinkTest, PeerThatNeverSendsTimesOutNamingIt) {
-  Ranks ranks(2, {{0, 1}, {1, 0}}, std::chrono::milliseconds(300));
+TEST_P(DeviceTransportTest, PeerThatNeverSendsTimesOutNamingIt) {
+  Ranks ranks(2, {{0, 1}, {1, 0}}, std::chrono::milliseconds(300), ringBytes());
   ranks.diagnosis = "rank 0 stopped answering";
   auto r = ranks[1].recv(0, 66, {f32({2})});
   ASSERT_TRUE(r.ok());
@@ -493,8 +626,8 @@ TEST(DevicePeerLinkTest, PeerThatNeverSendsTimesOutNamingIt) {
   EXPECT_TRUE((*r)->ready());
 }
 
-TEST(DevicePeerLinkTest, AnErrorTheLibraryReportsFailsTheTransfers) {
-  Ranks ranks(2, {{0, 1}}, std::chrono::milliseconds(500));
+TEST_P(DeviceTransportTest, AnErrorTheLibraryReportsFailsTheTransfers) {
+  Ranks ranks(2, {{0, 1}}, std::chrono::milliseconds(500), ringBytes());
   ranks.in[1][0]->inject(absl::InternalError("remote process exited"));
   auto r = ranks[1].recv(0, 68, {f32({2})});
   absl::Status s = (*r)->wait();
@@ -505,8 +638,8 @@ TEST(DevicePeerLinkTest, AnErrorTheLibraryReportsFailsTheTransfers) {
   EXPECT_TRUE(ranks.in[1][0]->isAborted());
 }
 
-TEST(DevicePeerLinkTest, CountsFinishedTransfers) {
-  Ranks ranks(2, {{0, 1}});
+TEST_P(DeviceTransportTest, CountsFinishedTransfers) {
+  Ranks ranks(2, {{0, 1}}, standard(), ringBytes());
   int64_t before = ranks[1].finished();
   auto a = floats({2}, 1);
   auto s = ranks[0].send(1, 70, {a.get()}, {a->type});
@@ -522,9 +655,9 @@ TEST(DevicePeerLinkTest, CountsFinishedTransfers) {
   EXPECT_EQ(ranks[0].finished(), 1);
 }
 
-TEST(DevicePeerLinkTest, ClosesCleanlyAndOnlyWithItsPeers) {
+TEST_P(DeviceTransportTest, ClosesCleanlyAndOnlyWithItsPeers) {
   {
-    Ranks ranks(2, {{0, 1}, {1, 0}});
+    Ranks ranks(2, {{0, 1}, {1, 0}}, standard(), ringBytes());
     // Both links go away at once: each takes the other's closing header.
     std::thread other([&] { ranks.links[1].reset(); });
     ranks.links[0].reset();
@@ -532,7 +665,8 @@ TEST(DevicePeerLinkTest, ClosesCleanlyAndOnlyWithItsPeers) {
     EXPECT_EQ(ranks.wires.aborts, 0);
   }
   {
-    Ranks ranks(2, {{0, 1}, {1, 0}}, std::chrono::milliseconds(200));
+    Ranks ranks(2, {{0, 1}, {1, 0}}, std::chrono::milliseconds(200),
+                ringBytes());
     // Rank 0's peer never closes: its link gives up after the time-out
     // and aborts its channels rather than hang.
     auto start = std::chrono::steady_clock::now();
@@ -543,8 +677,8 @@ TEST(DevicePeerLinkTest, ClosesCleanlyAndOnlyWithItsPeers) {
   }
 }
 
-TEST(DevicePeerLinkTest, TransfersTheLinkHasNoChannelForAreAnError) {
-  Ranks ranks(2, {{0, 1}});
+TEST_P(DeviceTransportTest, TransfersTheLinkHasNoChannelForAreAnError) {
+  Ranks ranks(2, {{0, 1}}, standard(), ringBytes());
   auto a = floats({2}, 1);
   auto s = ranks[1].send(0, 1, {a.get()}, {a->type});
   EXPECT_EQ(s.status().message(),
@@ -554,7 +688,7 @@ TEST(DevicePeerLinkTest, TransfersTheLinkHasNoChannelForAreAnError) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
 }
 
-TEST(DevicePeerLinkTest, RingOfRanksInRandomOrders) {
+TEST_P(DeviceTransportTest, RingOfRanksInRandomOrders) {
   // Four ranks, each sending 40 transfers to the next and receiving 40
   // from the previous: receives posted in one shuffled order between the
   // sends, finished in another.
@@ -562,7 +696,7 @@ TEST(DevicePeerLinkTest, RingOfRanksInRandomOrders) {
   std::vector<std::pair<int64_t, int64_t>> pairs;
   for (int64_t r = 0; r < kRanks; ++r)
     pairs.push_back({r, (r + 1) % kRanks});
-  Ranks ranks(kRanks, pairs);
+  Ranks ranks(kRanks, pairs, standard(), ringBytes());
   std::vector<std::thread> threads;
   std::vector<int> failures(kRanks, 0);
   for (int64_t r = 0; r < kRanks; ++r)
