@@ -24,8 +24,9 @@
 #  3. where the machine has two GPUs or more, GPT-2 on two ranks with NCCL
 #     (one GPU each; the ranks meet in a directory, as the runtime built
 #     alone does): data-parallel, tensor-parallel, and pipelines (1F1B and
-#     the dynamic schedule) with their transfers on NCCL, each within 1e-4
-#     of PyTorch's run on one GPU;
+#     the dynamic schedule) with their transfers on NCCL and again with
+#     --p2p=shm (GPU to GPU through CUDA IPC), each within 1e-4 of
+#     PyTorch's run on one GPU;
 #  4. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
 #     attention in either form;
 #  5. with BENCH=1, after the table, the GPT-2 small benchmark
@@ -377,21 +378,29 @@ else
     --weight-decay 0.1 --device "$DEVICE" --microbatches 2 \
     --out-jsonl "$dir/ref-mb2.jsonl" > "$dir/ref-mb2.log" 2>&1
   on=$([[ $DEVICE == cuda ]] && echo "NCCL (2 GPUs)" || echo "Gloo (2 CPU ranks)")
-  for plan in dp2 tp2 pp2 pp2-dynamic; do
+  # Each plan on the default transfers; the pipelines again with --p2p=shm
+  # (with CUDA: GPU to GPU through a ring in the receiver's memory, CUDA
+  # IPC; on CPU ranks: POSIX shared memory).
+  for run in dp2 tp2 pp2 pp2-dynamic pp2:shm pp2-dynamic:shm; do
+    plan=${run%%:*} p2p=() via=$on tag=$plan
+    if [[ $run == *:shm ]]; then
+      p2p=(--p2p shm) tag=$plan-shm
+      via=$([[ $DEVICE == cuda ]] && echo "NCCL, transfers on CUDA IPC (2 GPUs)" || echo "Gloo, transfers on /dev/shm")
+    fi
     [[ -f $B/models/gpt2-$plan.mrp ]] || continue
     data=$dir/batches.safetensors ref=$dir/ref.jsonl
     [[ $plan == pp2* ]] && data=$dir/batches-mb2.safetensors ref=$dir/ref-mb2.jsonl
-    rm -f "$dir/nccl-$plan.jsonl"
+    rm -f "$dir/nccl-$tag.jsonl"
     start=$(date +%s%N)
-    "$BIN/merak-exec" "$B/models/gpt2-$plan.mrp" --nproc 2 --device "$DEVICE" \
+    "$BIN/merak-exec" "$B/models/gpt2-$plan.mrp" --nproc 2 --device "$DEVICE" "${p2p[@]}" \
       --init "$dir/weights.safetensors" --data "$data" --steps "$STEPS" \
-      --comm-timeout 120 --log-jsonl "$dir/nccl-$plan.jsonl" > "$dir/nccl-$plan.log" 2>&1
+      --comm-timeout 120 --log-jsonl "$dir/nccl-$tag.jsonl" > "$dir/nccl-$tag.log" 2>&1
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/nccl-$plan.jsonl" "$ref" \
-        --rtol 1e-4 > "$dir/nccl-$plan-compare.log" 2>&1; then
-      row "gpt2 $plan on $on" ok "$(tail -1 "$dir/nccl-$plan-compare.log"); wall $ms ms"
+    if "$PY" "$B/src/test/e2e/compare_losses.py" "$dir/nccl-$tag.jsonl" "$ref" \
+        --rtol 1e-4 > "$dir/nccl-$tag-compare.log" 2>&1; then
+      row "gpt2 $plan on $via" ok "$(tail -1 "$dir/nccl-$tag-compare.log"); wall $ms ms"
     else
-      row "gpt2 $plan on $on" FAIL "$(grep -m1 -i error "$dir/nccl-$plan.log" || tail -1 "$dir/nccl-$plan-compare.log")"
+      row "gpt2 $plan on $via" FAIL "$(grep -m1 -i error "$dir/nccl-$tag.log" || tail -1 "$dir/nccl-$tag-compare.log")"
     fi
   done
   unset MERAK_RENDEZVOUS_DIR

@@ -187,10 +187,12 @@ ABSL_FLAG(std::string, comm_staging, "auto",
           "other than the CPU and off for the CPU (host on the CPU runs the "
           "same copies between two CPU backends, a test of the path)");
 ABSL_FLAG(std::string, p2p, "auto",
-          "Pipeline transfers: gloo (TCP, between any ranks), shm (POSIX "
-          "shared memory between ranks on one machine, Gloo between "
-          "machines), nccl (GPU to GPU, with --comm=nccl), or auto (nccl "
-          "where the collectives run on NCCL, else gloo); gloo and shm move "
+          "Pipeline transfers: gloo (TCP, between any ranks), shm (between "
+          "ranks on one machine: POSIX shared memory on the CPU, Gloo "
+          "between machines; with --device=cuda GPU to GPU through a ring "
+          "in the receiver's memory, CUDA IPC, every pipeline peer on the "
+          "machine), nccl (GPU to GPU, with --comm=nccl), or auto (nccl "
+          "where the collectives run on NCCL, else gloo); gloo moves "
           "a GPU's tensors through the host. gloo-channels runs nccl's "
           "protocol (a channel per direction, headers, receives matched by "
           "tag) on Gloo: a test of that path on CPU ranks");
@@ -1267,6 +1269,10 @@ int main(int argc, char **argv) {
   const bool deviceComm = commEntry && commEntry->create;
   const bool deviceLink = pipelined && deviceComm && commEntry->createLink &&
                           (p2p == "auto" || p2p == "nccl");
+  // --p2p=shm on a device with its own (CUDA IPC): the device's memory to
+  // the peer's, whatever runs the collectives.
+  const bool sharedDeviceLink =
+      pipelined && p2p == "shm" && deviceEntry->createSharedMemoryLink;
   if (p2p == "nccl" && pipelined && meshSize > 1 && !deviceLink)
     return fail(absl::FailedPreconditionError(absl::StrCat(
         "--p2p=nccl moves pipeline transfers on NCCL, which runs with "
@@ -1274,7 +1280,8 @@ int main(int argc, char **argv) {
         commEntry ? commEntry->name : std::string("none"))));
   if (absl::Status s = checkDeviceRanks(
           *deviceEntry, meshSize,
-          *staged || (deviceComm && (!pipelined || deviceLink)));
+          *staged ||
+              (deviceComm && (!pipelined || deviceLink || sharedDeviceLink)));
       !s.ok())
     return fail(s);
 
@@ -1299,7 +1306,7 @@ int main(int argc, char **argv) {
       return fail(made.status());
     joined = *std::move(made);
     job = joined.get();
-    if (pipelined && !deviceLink) {
+    if (pipelined && !deviceLink && !sharedDeviceLink) {
       absl::StatusOr<std::unique_ptr<PeerLink>> made =
           p2p == "gloo-channels"
               ? job->createChannelLink(pipelineDirections(*plan, stageMeshSize))
@@ -1333,9 +1340,13 @@ int main(int argc, char **argv) {
   // Pipeline transfers on the device's library (declared after the
   // backend: its thread uses the device until it goes).
   std::unique_ptr<PeerLink> deviceLinkHolder;
-  if (deviceLink && env.worldSize > 1) {
-    absl::StatusOr<std::unique_ptr<PeerLink>> made = commEntry->createLink(
-        *job, pipelineDirections(*plan, stageMeshSize), *backend, timeout);
+  if ((deviceLink || sharedDeviceLink) && env.worldSize > 1) {
+    const auto directions = pipelineDirections(*plan, stageMeshSize);
+    absl::StatusOr<std::unique_ptr<PeerLink>> made =
+        sharedDeviceLink
+            ? deviceEntry->createSharedMemoryLink(*job, directions, *backend,
+                                                  timeout)
+            : commEntry->createLink(*job, directions, *backend, timeout);
     if (!made.ok())
       return fail(made.status());
     deviceLinkHolder = *std::move(made);

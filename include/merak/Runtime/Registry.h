@@ -62,6 +62,16 @@ struct BackendEntry {
   std::function<absl::StatusOr<std::string>(const std::string &source,
                                             const std::string &arch)>
       compileFusedKernel;
+  /// `--p2p=shm` on the device's own memory: pipeline transfers between
+  /// ranks of one machine over the directions (from, to) of global ranks
+  /// in `directions` that have this rank (the same list on every rank;
+  /// every rank calls it). Unset: `--p2p=shm` goes through the host's
+  /// shared memory (staged for a device backend).
+  std::function<absl::StatusOr<std::unique_ptr<PeerLink>>(
+      DistributedJob &,
+      const std::vector<std::pair<int64_t, int64_t>> &directions, Backend &,
+      std::chrono::milliseconds timeout)>
+      createSharedMemoryLink;
 };
 
 struct CommunicatorEntry {

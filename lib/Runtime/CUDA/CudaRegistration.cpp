@@ -2,6 +2,7 @@
 
 #include "FusedKernels.h"
 #include "merak/Runtime/CUDA/CudaBackend.h"
+#include "merak/Runtime/CUDA/IpcLink.h"
 #include "merak/Runtime/Registry.h"
 
 #include "absl/strings/str_cat.h"
@@ -41,12 +42,13 @@ createFromSettings(const DeviceOptions &options) {
 } // namespace
 
 void registerCudaBackend() {
-  registerBackend(
-      {"cuda",
-       "this project's CUDA kernels, GEMMs on cuBLASLt, "
-       "convolutions on cuDNN, one GPU per rank (LOCAL_RANK)",
-       createFromSettings, [] { return "  " + cudaDescription() + "\n"; },
-       cudaDeviceAvailable, cuda::nvrtcAvailable, cuda::compileFusedKernel});
+  registerBackend({"cuda",
+                   "this project's CUDA kernels, GEMMs on cuBLASLt, "
+                   "convolutions on cuDNN, one GPU per rank (LOCAL_RANK)",
+                   createFromSettings,
+                   [] { return "  " + cudaDescription() + "\n"; },
+                   cudaDeviceAvailable, cuda::nvrtcAvailable,
+                   cuda::compileFusedKernel, createIpcPeerLink});
 }
 
 } // namespace merak::runtime

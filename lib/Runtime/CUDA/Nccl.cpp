@@ -12,6 +12,7 @@
 #include "Collectives.h"
 #include "Copy.h"
 #include "CudaKernels.h"
+#include "StreamChannel.h"
 #include "merak/Runtime/Comm/DeviceCollectives.h"
 #include "merak/Runtime/Comm/DevicePeerLink.h"
 
@@ -29,19 +30,15 @@
 namespace merak::runtime {
 namespace {
 
+using cuda::cudaStatus;
 using cuda::CudaTensor;
+using cuda::cudaText;
 using cuda::DeviceState;
+using cuda::recordMarker;
+using cuda::stridedCopy;
+using cuda::viewOf;
+using cuda::waitForCompute;
 using Clock = std::chrono::steady_clock;
-
-std::string cudaText(cudaError_t s) {
-  return absl::StrCat(cudaGetErrorString(s), " (", cudaGetErrorName(s), ")");
-}
-
-absl::Status cudaStatus(cudaError_t s, const char *what) {
-  if (s == cudaSuccess)
-    return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaText(s)));
-}
 
 /// NCCL's result as a status; `ncclInProgress` (a non-blocking call
 /// queued) is success.
@@ -91,23 +88,6 @@ ncclRedOp_t ncclOpOf(DeviceReduction r) {
   return ncclSum;
 }
 
-cuda::View viewOf(const DeviceBuffer &b) {
-  if (b.type.shape.size() > size_t(cuda::kMaxDims))
-    throw cuda::CudaError(absl::StrCat("a collective's buffer of rank ",
-                                       b.type.shape.size(), " (at most ",
-                                       cuda::kMaxDims, ")"));
-  cuda::View v;
-  v.data = b.data;
-  v.type = cuda::elemTypeOf(b.type.dtype);
-  v.rank = int(b.type.shape.size());
-  std::vector<int64_t> strides = b.stridesOrDense();
-  for (int d = 0; d < v.rank; ++d) {
-    v.sizes[d] = b.type.shape[d];
-    v.strides[d] = strides[d];
-  }
-  return v;
-}
-
 /// Waits for a non-blocking communicator to leave `ncclInProgress`.
 absl::Status settle(ncclComm_t comm, Clock::time_point deadline,
                     const std::string &what) {
@@ -123,49 +103,6 @@ absl::Status settle(ncclComm_t comm, Clock::time_point deadline,
       return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-}
-
-/// Queues on `stream` a wait for the work queued so far on the compute
-/// stream, through `event`.
-absl::Status waitForCompute(DeviceState &dev, cudaEvent_t event,
-                            cudaStream_t stream) {
-  if (absl::Status s = cudaStatus(cudaEventRecord(event, dev.stream),
-                                  "recording the compute stream");
-      !s.ok())
-    return s;
-  return cudaStatus(cudaStreamWaitEvent(stream, event, 0),
-                    "ordering a communication stream");
-}
-
-/// Queues a copy of `from` to `to` (any strides) on `stream`.
-absl::Status stridedCopy(const DeviceBuffer &from, const DeviceBuffer &to,
-                         cudaStream_t stream, const char *what) {
-  try {
-    cuda::copyStrided(viewOf(from), viewOf(to), stream);
-  } catch (const std::exception &e) {
-    return absl::InternalError(e.what());
-  }
-  return cudaStatus(cudaGetLastError(), what);
-}
-
-/// Records a fresh event on `stream` as marker `next` (then advanced).
-absl::StatusOr<int64_t> recordMarker(cudaStream_t stream,
-                                     std::map<int64_t, cudaEvent_t> &events,
-                                     int64_t &next) {
-  cudaEvent_t event;
-  if (absl::Status s =
-          cudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                     "creating an event");
-      !s.ok())
-    return s;
-  if (absl::Status s =
-          cudaStatus(cudaEventRecord(event, stream), "recording an event");
-      !s.ok()) {
-    cudaEventDestroy(event);
-    return s;
-  }
-  events[next] = event;
-  return next++;
 }
 
 /// The error NCCL reported for `comm` (asynchronously), else ok.
@@ -367,37 +304,19 @@ private:
   bool aborted = false;
 };
 
-/// The CUDA backend's tensors as the pipeline link reads and makes them.
-class NcclPeerDevice final : public PeerDevice {
-public:
-  absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override {
-    CudaTensor &t = cuda::unwrap(tensor);
-    return DeviceBuffer{t.data(), t.type, t.strides, t.storage};
-  }
-  absl::StatusOr<TensorHandle> view(const TensorHandle &buffer,
-                                    int64_t byteOffset,
-                                    const TensorType &type) override {
-    const CudaTensor &whole = cuda::unwrap(*buffer);
-    return TensorHandle(std::make_shared<CudaTensor>(
-        whole.storage, whole.byteOffset + byteOffset, type));
-  }
-};
-
 /// One direction of pipeline transfers: a communicator of two ranks
 /// (non-blocking) and a stream of its own; the header travels through a
 /// device word block written by a kernel (sending) or copied to pinned
 /// host memory (receiving).
-class NcclChannel final : public PeerChannel {
+class NcclChannel final : public cuda::StreamChannel {
 public:
   NcclChannel(DeviceState &dev, ncclComm_t comm, cudaStream_t stream, int peer,
               std::chrono::milliseconds timeout)
-      : dev(dev), comm(comm), stream(stream), peer(peer), timeout(timeout) {}
+      : StreamChannel(dev, stream), comm(comm), peer(peer), timeout(timeout) {}
 
   /// The device and host header blocks and the ordering event.
   absl::Status init() {
-    MERAK_NCCL_TRY(cudaStatus(
-        cudaEventCreateWithFlags(&computeDone, cudaEventDisableTiming),
-        "creating an event"));
+    MERAK_NCCL_TRY(StreamChannel::init());
     MERAK_NCCL_TRY(cudaStatus(cudaMalloc(&deviceHeader, sizeof(PeerHeader)),
                               "a transfer header's device memory"));
     return cudaStatus(cudaMallocHost(&hostHeader, sizeof(PeerHeader)),
@@ -406,24 +325,12 @@ public:
 
   ~NcclChannel() override {
     cudaStreamSynchronize(stream);
-    for (auto &[marker, event] : events)
-      cudaEventDestroy(event);
-    if (computeDone)
-      cudaEventDestroy(computeDone);
     if (!aborted)
       release({comm}, timeout);
     cudaFree(deviceHeader);
     cudaFreeHost(hostHeader);
-    cudaStreamDestroy(stream);
   }
 
-  absl::Status enqueueWaitForCompute() override {
-    return waitForCompute(dev, computeDone, stream);
-  }
-  absl::Status enqueueCopy(const DeviceBuffer &from,
-                           const DeviceBuffer &to) override {
-    return stridedCopy(from, to, stream, "a transfer's packing copy");
-  }
   absl::Status enqueueSendHeader(const PeerHeader &h) override {
     try {
       cuda::writeWords(static_cast<int64_t *>(deviceHeader),
@@ -451,39 +358,6 @@ public:
     return issued(ncclRecv(data, size_t(bytes), ncclUint8, peer, comm, stream),
                   "ncclRecv", comm, timeout);
   }
-  absl::StatusOr<TensorHandle> allocate(int64_t bytes) override {
-    try {
-      return TensorHandle(std::make_shared<CudaTensor>(
-          dev.allocateOn(std::max<int64_t>(bytes, 1), stream), 0,
-          TensorType{DType::I64, {(bytes + 7) / 8}}));
-    } catch (const cuda::CudaError &e) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("a pipeline transfer's buffer: ", e.what()));
-    }
-  }
-
-  absl::StatusOr<int64_t> mark() override {
-    return recordMarker(stream, events, next);
-  }
-  absl::StatusOr<bool> reached(int64_t marker) override {
-    // Markers are reached in order: the ones before are done too.
-    while (!events.empty() && events.begin()->first <= marker) {
-      cudaError_t s = cudaEventQuery(events.begin()->second);
-      if (s == cudaErrorNotReady)
-        return false;
-      MERAK_NCCL_TRY(cudaStatus(s, "a pipeline transfer on the GPU"));
-      cudaEventDestroy(events.begin()->second);
-      events.erase(events.begin());
-    }
-    return true;
-  }
-  absl::Status joinCompute(int64_t marker) override {
-    auto it = events.find(marker);
-    if (it == events.end())
-      return absl::OkStatus(); // reached and released: nothing to wait for
-    return cudaStatus(cudaStreamWaitEvent(dev.stream, it->second, 0),
-                      "ordering the compute stream after a transfer");
-  }
   absl::Status asyncError() override { return communicatorError(comm); }
   void abort() override {
     if (aborted)
@@ -493,16 +367,11 @@ public:
   }
 
 private:
-  DeviceState &dev;
   ncclComm_t comm;
-  cudaStream_t stream;
   int peer;
   std::chrono::milliseconds timeout;
-  cudaEvent_t computeDone = nullptr;
   void *deviceHeader = nullptr;
   void *hostHeader = nullptr;
-  std::map<int64_t, cudaEvent_t> events;
-  int64_t next = 0;
   bool aborted = false;
 };
 
@@ -747,7 +616,7 @@ createNcclPeerLink(DistributedJob &job,
   };
   // The link's thread queues receives and events on this rank's GPU.
   options.threadSetup = [device = dev->device] { cudaSetDevice(device); };
-  return makeDevicePeerLink(std::make_unique<NcclPeerDevice>(),
+  return makeDevicePeerLink(std::make_unique<cuda::CudaPeerDevice>(),
                             std::move(outgoing), std::move(incoming),
                             std::move(options));
 }

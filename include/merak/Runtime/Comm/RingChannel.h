@@ -64,6 +64,9 @@ struct RingControl {
   /// Written by the sender.
   alignas(64) uint64_t headersPosted;
   alignas(64) uint64_t bytesWritten;
+  /// Set by the sender's host once it no longer maps the ring (the
+  /// receiver frees the ring only then).
+  alignas(64) uint64_t detached;
   /// Written by the receiver.
   alignas(64) uint64_t headersRead;
   alignas(64) uint64_t bytesReleased;
