@@ -26,7 +26,8 @@
 #     alone does): data-parallel, tensor-parallel, and pipelines (1F1B and
 #     the dynamic schedule) with their transfers on NCCL and again with
 #     --p2p=shm (GPU to GPU through CUDA IPC), each within 1e-4 of
-#     PyTorch's run on one GPU;
+#     PyTorch's run on one GPU; with one GPU, the two pipelines with
+#     --p2p=shm, their two ranks sharing it;
 #  4. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
 #     attention in either form;
 #  5. with BENCH=1, after the table, the GPT-2 small benchmark
@@ -365,8 +366,8 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 dir=$O/gpt2
 if ! wanted nccl; then
   :
-elif [[ $DEVICE == cuda && $gpus -lt 2 ]]; then
-  row "nccl (two ranks)" skip "$gpus GPU(s) here: NCCL needs a GPU per rank"
+elif [[ $DEVICE == cuda && $gpus -lt 1 ]]; then
+  row "nccl (two ranks)" skip "no GPU here"
 elif [[ ! -f $dir/ref.jsonl ]]; then
   row "nccl (two ranks)" skip "GPT-2 not run"
 else
@@ -381,11 +382,20 @@ else
   # Each plan on the default transfers; the pipelines again with --p2p=shm
   # (with CUDA: GPU to GPU through a ring in the receiver's memory, CUDA
   # IPC; on CPU ranks: POSIX shared memory).
-  for run in dp2 tp2 pp2 pp2-dynamic pp2:shm pp2-dynamic:shm; do
+  runs="dp2 tp2 pp2 pp2-dynamic pp2:shm pp2-dynamic:shm"
+  shm_via=$([[ $DEVICE == cuda ]] && echo "NCCL, transfers on CUDA IPC (2 GPUs)" || echo "Gloo, transfers on /dev/shm")
+  if [[ $DEVICE == cuda && $gpus -lt 2 ]]; then
+    # One GPU: NCCL's collectives need a GPU per rank of a mesh, but the
+    # pipelines' stages (a rank each) may share it, their transfers
+    # through CUDA IPC.
+    row "nccl (two ranks)" skip "$gpus GPU here: NCCL needs a GPU per rank of a mesh (the pipelines below share it)"
+    runs="pp2:shm pp2-dynamic:shm"
+    shm_via="CUDA IPC (2 ranks on 1 GPU)"
+  fi
+  for run in $runs; do
     plan=${run%%:*} p2p=() via=$on tag=$plan
     if [[ $run == *:shm ]]; then
-      p2p=(--p2p shm) tag=$plan-shm
-      via=$([[ $DEVICE == cuda ]] && echo "NCCL, transfers on CUDA IPC (2 GPUs)" || echo "Gloo, transfers on /dev/shm")
+      p2p=(--p2p shm) tag=$plan-shm via=$shm_via
     fi
     [[ -f $B/models/gpt2-$plan.mrp ]] || continue
     data=$dir/batches.safetensors ref=$dir/ref.jsonl

@@ -1258,8 +1258,12 @@ int main(int argc, char **argv) {
   absl::StatusOr<bool> staged = stagesThroughHost(*deviceEntry);
   if (!staged.ok())
     return fail(staged.status());
+  // A device communicator's collectives run within a stage's mesh: only
+  // the ranks of one mesh need a device each (a pipeline's stages may
+  // share one, their transfers through --p2p=shm).
   absl::StatusOr<const CommunicatorEntry *> comm = communicatorIf(
-      meshSize > 1, deviceEntry, launching ? nproc : env.localWorldSize);
+      meshSize > 1, deviceEntry,
+      std::min<int64_t>(launching ? nproc : env.localWorldSize, stageMeshSize));
   if (!comm.ok())
     return fail(comm.status());
   const CommunicatorEntry *commEntry = *comm;

@@ -102,8 +102,9 @@ struct CommunicatorEntry {
   /// The backend whose tensors `create`'s communicator moves ("cuda");
   /// empty for the CPU backend's.
   std::string device;
-  /// Whether it can run `localRanks` ranks on this machine (NCCL: one GPU
-  /// each); `why` says why not. Unset: always.
+  /// Whether it can run collectives among `localRanks` ranks of one mesh
+  /// on this machine (NCCL: a GPU each; a pipeline's stages may share
+  /// one); `why` says why not. Unset: always.
   std::function<bool(int64_t localRanks, std::string *why)> available;
 };
 
