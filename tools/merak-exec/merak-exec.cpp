@@ -1277,6 +1277,15 @@ int main(int argc, char **argv) {
   // the peer's, whatever runs the collectives.
   const bool sharedDeviceLink =
       pipelined && p2p == "shm" && deviceEntry->createSharedMemoryLink;
+  // Transfers on the device communicator pair ranks of different stages,
+  // which then need a device each too.
+  if (std::string why;
+      deviceLink && commEntry->available &&
+      !commEntry->available(launching ? nproc : env.localWorldSize, &why))
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "pipeline transfers on ", commEntry->name, " (--p2p=", p2p, "): ", why,
+        "; --p2p=shm moves them between ranks that share a ", deviceEntry->name,
+        " device")));
   if (p2p == "nccl" && pipelined && meshSize > 1 && !deviceLink)
     return fail(absl::FailedPreconditionError(absl::StrCat(
         "--p2p=nccl moves pipeline transfers on NCCL, which runs with "

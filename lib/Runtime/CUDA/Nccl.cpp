@@ -639,9 +639,9 @@ bool ncclUsable(int64_t localRanks, std::string *why) {
   }
   if (localRanks > count) {
     if (why)
-      *why = absl::StrCat(localRanks, " ranks of one mesh on this machine and ",
-                          count, " GPU", count == 1 ? "" : "s",
-                          ": NCCL needs a GPU per rank of a mesh");
+      *why = absl::StrCat(localRanks, " ranks on this machine and ", count,
+                          " GPU", count == 1 ? "" : "s",
+                          ": NCCL needs a GPU per rank it connects");
     return false;
   }
   return true;
