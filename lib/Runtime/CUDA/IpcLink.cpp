@@ -380,17 +380,8 @@ createIpcPeerLink(DistributedJob &job,
     MERAK_IPC_TRY(channel->init());
     (sending ? outgoing[d.to] : incoming[d.from]) = std::move(channel);
   }
-  DevicePeerLinkOptions options;
-  options.rank = me;
-  options.timeout = timeout;
-  options.library = "CUDA IPC";
-  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
-    return job.diagnose(ranks);
-  };
-  options.threadSetup = [device = dev->device] { cudaSetDevice(device); };
-  return makeDevicePeerLink(std::make_unique<cuda::CudaPeerDevice>(),
-                            std::move(outgoing), std::move(incoming),
-                            std::move(options));
+  return cuda::makeCudaPeerLink(job, *dev, std::move(outgoing),
+                                std::move(incoming), timeout, "CUDA IPC");
 }
 
 } // namespace merak::runtime

@@ -608,17 +608,8 @@ createNcclPeerLink(DistributedJob &job,
     (sending ? outgoing[direction.second] : incoming[direction.first]) =
         std::move(channel);
   }
-  DevicePeerLinkOptions options;
-  options.rank = me;
-  options.timeout = timeout;
-  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
-    return job.diagnose(ranks);
-  };
-  // The link's thread queues receives and events on this rank's GPU.
-  options.threadSetup = [device = dev->device] { cudaSetDevice(device); };
-  return makeDevicePeerLink(std::make_unique<cuda::CudaPeerDevice>(),
-                            std::move(outgoing), std::move(incoming),
-                            std::move(options));
+  return cuda::makeCudaPeerLink(job, *dev, std::move(outgoing),
+                                std::move(incoming), timeout, "NCCL");
 }
 
 std::string ncclDescription() {

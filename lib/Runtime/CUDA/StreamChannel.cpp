@@ -153,4 +153,24 @@ absl::Status StreamChannel::joinCompute(int64_t marker) {
                     "ordering the compute stream after a transfer");
 }
 
+std::unique_ptr<PeerLink>
+makeCudaPeerLink(DistributedJob &job, DeviceState &dev,
+                 std::map<int64_t, std::unique_ptr<PeerChannel>> outgoing,
+                 std::map<int64_t, std::unique_ptr<PeerChannel>> incoming,
+                 std::chrono::milliseconds timeout,
+                 const std::string &library) {
+  DevicePeerLinkOptions options;
+  options.rank = job.rank();
+  options.timeout = timeout;
+  options.library = library;
+  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
+    return job.diagnose(ranks);
+  };
+  // The link's thread queues receives and events on this rank's GPU.
+  options.threadSetup = [device = dev.device] { cudaSetDevice(device); };
+  return makeDevicePeerLink(std::make_unique<CudaPeerDevice>(),
+                            std::move(outgoing), std::move(incoming),
+                            std::move(options));
+}
+
 } // namespace merak::runtime::cuda

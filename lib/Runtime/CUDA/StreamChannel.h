@@ -13,13 +13,16 @@
 #include "CudaKernels.h"
 #include "merak/Runtime/Comm/DeviceCollectives.h"
 #include "merak/Runtime/Comm/DevicePeerLink.h"
+#include "merak/Runtime/Comm/Distributed.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 
 namespace merak::runtime::cuda {
@@ -87,6 +90,15 @@ private:
   std::map<int64_t, cudaEvent_t> events;
   int64_t next = 0;
 };
+
+/// The device link of `dev`'s rank `rank` over `outgoing` and `incoming`
+/// channels of `library`, its thread on the rank's GPU, failures
+/// diagnosed by `job`.
+std::unique_ptr<PeerLink>
+makeCudaPeerLink(DistributedJob &job, DeviceState &dev,
+                 std::map<int64_t, std::unique_ptr<PeerChannel>> outgoing,
+                 std::map<int64_t, std::unique_ptr<PeerChannel>> incoming,
+                 std::chrono::milliseconds timeout, const std::string &library);
 
 } // namespace merak::runtime::cuda
 

@@ -99,23 +99,31 @@ absl::Status RingProtocol::sendHeader(const PeerHeader &h) {
 }
 
 absl::Status RingProtocol::send(const void *data, int64_t bytes) {
+  // Each chunk once the receiver has released the ring's bytes it takes.
+  return stream(const_cast<void *>(data), bytes, /*toRing=*/true,
+                control.bytesReleased, uint64_t(ringBytes),
+                control.bytesWritten);
+}
+
+absl::Status RingProtocol::stream(void *data, int64_t bytes, bool toRing,
+                                  const uint64_t &waitFor, uint64_t lag,
+                                  uint64_t &done) {
   if (unblocked)
     return unusable();
   for (const RingChunk &c : ringChunks(int64_t(streamed), bytes, ringBytes)) {
     const uint64_t end = streamed + uint64_t(c.bytes);
-    if (end > uint64_t(ringBytes))
-      if (absl::Status s = queue.enqueueWaitAtLeast(&control.bytesReleased,
-                                                    end - uint64_t(ringBytes));
+    if (end > lag)
+      if (absl::Status s = queue.enqueueWaitAtLeast(&waitFor, end - lag);
           !s.ok())
         return s;
-    if (absl::Status s = queue.enqueueBytes(
-            ring + c.ringOffset, static_cast<const char *>(data) + c.offset,
-            c.bytes);
+    char *mine = static_cast<char *>(data) + c.offset;
+    char *theirs = ring + c.ringOffset;
+    if (absl::Status s = queue.enqueueBytes(toRing ? theirs : mine,
+                                            toRing ? mine : theirs, c.bytes);
         !s.ok())
       return s;
     streamed = end;
-    if (absl::Status s = queue.enqueueStore(&control.bytesWritten, streamed);
-        !s.ok())
+    if (absl::Status s = queue.enqueueStore(&done, streamed); !s.ok())
       return s;
   }
   return absl::OkStatus();
@@ -143,23 +151,9 @@ PeerHeader RingProtocol::receivedHeader() {
 }
 
 absl::Status RingProtocol::recv(void *data, int64_t bytes) {
-  if (unblocked)
-    return unusable();
-  for (const RingChunk &c : ringChunks(int64_t(streamed), bytes, ringBytes)) {
-    const uint64_t end = streamed + uint64_t(c.bytes);
-    if (absl::Status s = queue.enqueueWaitAtLeast(&control.bytesWritten, end);
-        !s.ok())
-      return s;
-    if (absl::Status s = queue.enqueueBytes(
-            static_cast<char *>(data) + c.offset, ring + c.ringOffset, c.bytes);
-        !s.ok())
-      return s;
-    streamed = end;
-    if (absl::Status s = queue.enqueueStore(&control.bytesReleased, streamed);
-        !s.ok())
-      return s;
-  }
-  return absl::OkStatus();
+  // Each chunk once the sender has written it.
+  return stream(data, bytes, /*toRing=*/false, control.bytesWritten, 0,
+                control.bytesReleased);
 }
 
 void RingProtocol::unblock(bool sending) {

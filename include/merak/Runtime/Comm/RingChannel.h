@@ -139,6 +139,12 @@ public:
   void unblock(bool sending);
 
 private:
+  /// Queues `bytes` at `data` through the ring, into it (`toRing`) or out
+  /// of it, chunk by chunk: each chunk after `waitFor` reaches its end
+  /// less `lag`, then its copy, then its end stored into `done`.
+  absl::Status stream(void *data, int64_t bytes, bool toRing,
+                      const uint64_t &waitFor, uint64_t lag, uint64_t &done);
+
   RingControl &control;
   char *ring;
   RingQueue &queue;
