@@ -177,22 +177,23 @@ std::string systemError(const std::string &what, const std::string &path) {
   return absl::StrCat(what, " ", path, ": ", std::strerror(errno));
 }
 
-/// Maps `bytes` of the open file `fd`.
-absl::StatusOr<void *> mapShared(int fd, int64_t bytes,
-                                 const std::string &path) {
-  void *p =
-      ::mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    return absl::ResourceExhaustedError(systemError("cannot map", path));
-  return p;
-}
-
 } // namespace
 
 SharedRegion::~SharedRegion() {
   if (base)
     ::munmap(base, size_t(length));
   unlink();
+}
+
+absl::Status SharedRegion::mapFile(int fd, int64_t bytes) {
+  void *p =
+      ::mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED)
+    return absl::ResourceExhaustedError(systemError("cannot map", path));
+  base = p;
+  length = bytes;
+  return absl::OkStatus();
 }
 
 void SharedRegion::unlink() {
@@ -216,12 +217,8 @@ SharedRegion::create(const std::string &key, int64_t bytes) {
     ::close(fd);
     return absl::ResourceExhaustedError(e);
   }
-  absl::StatusOr<void *> p = mapShared(fd, bytes, r->path);
-  ::close(fd);
-  if (!p.ok())
-    return p.status();
-  r->base = *p;
-  r->length = bytes;
+  if (absl::Status s = r->mapFile(fd, bytes); !s.ok())
+    return s;
   return r;
 }
 
@@ -243,12 +240,8 @@ SharedRegion::open(const std::string &name, int64_t bytes) {
     return absl::DataLossError(absl::StrCat(name, " holds fewer than the ",
                                             bytes, " bytes of a ring's block"));
   }
-  absl::StatusOr<void *> p = mapShared(fd, bytes, name);
-  ::close(fd);
-  if (!p.ok())
-    return p.status();
-  r->base = *p;
-  r->length = bytes;
+  if (absl::Status s = r->mapFile(fd, bytes); !s.ok())
+    return s;
   return r;
 }
 

@@ -181,6 +181,9 @@ public:
   void unlink();
 
 private:
+  /// Maps `bytes` of the open file `fd`, which it closes.
+  absl::Status mapFile(int fd, int64_t bytes);
+
   void *base = nullptr;
   int64_t length = 0;
   std::string path;
