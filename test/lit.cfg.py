@@ -19,6 +19,10 @@ config.environment["PATH"] = path
 for name in ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
+# Compiled fused kernels are kept between runs under the user's cache
+# directory (lib/Runtime/CUDA/KernelCache.h); tests keep none unless they
+# name a directory of their own.
+config.environment["MERAK_CACHE_DIR"] = "off"
 config.substitutions.append(("%fixtures", config.fixtures_dir))
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%merak_src", config.merak_src_root))

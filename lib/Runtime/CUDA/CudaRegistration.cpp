@@ -48,7 +48,7 @@ void registerCudaBackend() {
                    createFromSettings,
                    [] { return "  " + cudaDescription() + "\n"; },
                    cudaDeviceAvailable, cuda::nvrtcAvailable,
-                   cuda::compileFusedKernel, createIpcPeerLink});
+                   cuda::compileAndKeepFusedKernel, createIpcPeerLink});
 }
 
 } // namespace merak::runtime

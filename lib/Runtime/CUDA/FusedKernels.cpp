@@ -10,6 +10,7 @@
 #include "FusedKernels.h"
 #include "CudaKernels.h"
 #include "FusedLaunch.h"
+#include "KernelCache.h"
 #include "Optimizers.h"
 #include "merak/Runtime/Fusion.h"
 
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace merak::runtime::cuda {
@@ -33,6 +35,11 @@ static_assert(kFusedMaxOperands == runtime::kMaxFusedOperands,
 constexpr const char kDeviceMathSource[] =
 #include "DeviceMathSource.inc"
     ;
+
+/// NVRTC's options beside the architecture. Each op rounds as the unfused
+/// kernel does: no multiply-add contraction across ops.
+constexpr const char *kCompileOptions[] = {"-std=c++17", "--fmad=false",
+                                           "-default-device"};
 
 /// The NVRTC functions the backend calls, from the library opened once.
 struct Nvrtc {
@@ -115,11 +122,9 @@ absl::StatusOr<std::string> compileFusedKernel(const std::string &source,
       r != NVRTC_SUCCESS)
     return absl::InternalError(
         absl::StrCat("NVRTC: ", nvrtc.errorString(r), " creating a program"));
-  // Each op rounds as the unfused kernel does: no multiply-add
-  // contraction across ops.
   std::string archOption = absl::StrCat("--gpu-architecture=", arch);
-  const char *options[] = {archOption.c_str(), "-std=c++17", "--fmad=false",
-                           "-default-device"};
+  const char *options[] = {archOption.c_str(), kCompileOptions[0],
+                           kCompileOptions[1], kCompileOptions[2]};
   nvrtcResult compiled = nvrtc.compile(program, 4, options);
   size_t logBytes = 0;
   nvrtc.logSize(program, &logBytes);
@@ -140,10 +145,31 @@ absl::StatusOr<std::string> compileFusedKernel(const std::string &source,
   return cubin;
 }
 
+std::string fusedKernelKey(const std::string &source, const std::string &arch) {
+  std::string key = absl::StrCat(nvrtcDescription(), "\n", arch, "\n");
+  for (const char *option : kCompileOptions)
+    absl::StrAppend(&key, option, " ");
+  absl::StrAppend(&key, "\n", kDeviceMathSource, "\n", source);
+  return key;
+}
+
+absl::StatusOr<std::string> compileAndKeepFusedKernel(const std::string &source,
+                                                      const std::string &arch) {
+  absl::StatusOr<std::string> cubin = compileFusedKernel(source, arch);
+  if (cubin.ok())
+    if (std::optional<KernelDiskCache> disk =
+            KernelDiskCache::fromEnvironment())
+      disk->store(fusedKernelKey(source, arch), *cubin);
+  return cubin;
+}
+
 /// The kernels compiled so far, by source, and the libraries holding them.
 struct FusedKernelCache {
   std::mutex mutex;
   std::string arch;
+  /// Where compiled kernels are kept between runs (KernelCache.h).
+  const std::optional<KernelDiskCache> disk =
+      KernelDiskCache::fromEnvironment();
   std::map<std::string, cudaKernel_t> kernels;
   std::vector<cudaLibrary_t> libraries;
 
@@ -166,13 +192,28 @@ struct FusedKernelCache {
             "fused kernel: the device's compute capability");
       arch = absl::StrCat("sm_", major, minor);
     }
-    absl::StatusOr<std::string> cubin = compileFusedKernel(source, arch);
-    if (!cubin.ok())
-      throw CudaError(std::string(cubin.status().message()));
-    cudaLibrary_t library;
-    check(cudaLibraryLoadData(&library, cubin->data(), nullptr, nullptr, 0,
-                              nullptr, nullptr, 0),
-          "fused kernel: loading its machine code");
+    // The code kept by an earlier run, else NVRTC's (then kept); kept code
+    // the driver refuses is compiled again.
+    const std::string key = fusedKernelKey(source, arch);
+    std::optional<std::string> kept;
+    if (disk)
+      kept = disk->load(key);
+    cudaLibrary_t library = nullptr;
+    if (kept && cudaLibraryLoadData(&library, kept->data(), nullptr, nullptr, 0,
+                                    nullptr, nullptr, 0) != cudaSuccess) {
+      cudaGetLastError();
+      library = nullptr;
+    }
+    if (!library) {
+      absl::StatusOr<std::string> cubin = compileFusedKernel(source, arch);
+      if (!cubin.ok())
+        throw CudaError(std::string(cubin.status().message()));
+      check(cudaLibraryLoadData(&library, cubin->data(), nullptr, nullptr, 0,
+                                nullptr, nullptr, 0),
+            "fused kernel: loading its machine code");
+      if (disk)
+        disk->store(key, *cubin);
+    }
     libraries.push_back(library);
     cudaKernel_t kernel;
     check(cudaLibraryGetKernel(&kernel, library, "merak_fused"),

@@ -5,7 +5,8 @@
 // kernel whose source `fusedKernelSource` writes. NVRTC compiles that
 // source for the GPU's architecture the first time a chain with it runs,
 // with DeviceMath.h (embedded in the backend at build time) as its one
-// header; chains with the same source share the compiled kernel. NVRTC
+// header; chains with the same source share the compiled kernel, and the
+// machine code is kept on disk for later runs (KernelCache.h). NVRTC
 // (libnvrtc, part of the CUDA toolkit) is opened when first needed, so a
 // machine that never fuses does not need it.
 //
@@ -23,6 +24,16 @@ namespace merak::runtime::cuda {
 /// cubin), or an error with NVRTC's log. Needs no GPU.
 absl::StatusOr<std::string> compileFusedKernel(const std::string &source,
                                                const std::string &arch);
+
+/// What identifies `source` compiled for `arch` by this NVRTC with this
+/// backend's header and options: the key of its kept machine code
+/// (KernelCache.h).
+std::string fusedKernelKey(const std::string &source, const std::string &arch);
+
+/// `compileFusedKernel`, the code then kept on disk for later runs
+/// (`--compile-fused-kernels` fills the cache this way, no GPU needed).
+absl::StatusOr<std::string> compileAndKeepFusedKernel(const std::string &source,
+                                                      const std::string &arch);
 
 /// Whether NVRTC can be opened (fused kernels can be compiled here).
 bool nvrtcAvailable();
