@@ -100,6 +100,8 @@ private:
 
 bool nvrtcAvailable() { return Nvrtc::get().error.empty(); }
 
+const char *deviceMathSource() { return kDeviceMathSource; }
+
 std::string nvrtcDescription() {
   const Nvrtc &nvrtc = Nvrtc::get();
   if (!nvrtc.error.empty())

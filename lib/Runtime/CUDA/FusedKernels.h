@@ -35,6 +35,9 @@ std::string fusedKernelKey(const std::string &source, const std::string &arch);
 absl::StatusOr<std::string> compileAndKeepFusedKernel(const std::string &source,
                                                       const std::string &arch);
 
+/// DeviceMath.h's text, the one header of every fused kernel's source.
+const char *deviceMathSource();
+
 /// Whether NVRTC can be opened (fused kernels can be compiled here).
 bool nvrtcAvailable();
 
