@@ -18,8 +18,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Backend.h"
+#if MERAK_KERNEL_CHECK_HAVE_CUDA
+#include "merak/Runtime/CUDA/FusedHost.h"
+#endif
 #include "merak/Runtime/FlagNames.h"
+#include "merak/Runtime/Fusion.h"
 #include "merak/Runtime/Program.h"
+#include "merak/Runtime/RankProgramFile.h"
 #include "merak/Runtime/Registry.h"
 #include "merak/Runtime/Safetensors.h"
 #include "merak/Runtime/Tensor.h"
@@ -40,11 +45,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <set>
 #include <sstream>
+#include <stdlib.h>
 #include <string>
 #include <vector>
 
@@ -70,6 +77,13 @@ ABSL_FLAG(bool, native_low_precision, false,
           "--write-expected: compute bf16 and f16 cases in their own type "
           "(ATen's CPU kernels round intermediates to it) instead of in "
           "float32 on the same values, rounded once at the end");
+
+ABSL_FLAG(std::string, fused_chains, "",
+          "Instead of cases: a rank-program file (.mrp) whose step, bound to "
+          "rank 0 with its elementwise chains fused, has each distinct "
+          "chain's CUDA source compiled by the host's C++ compiler and run "
+          "on random operands against the chain's ops on the CPU backend "
+          "(needs the CPU and CUDA backends in this build)");
 
 using namespace merak::runtime;
 using json = nlohmann::json;
@@ -614,6 +628,62 @@ int fail(const std::string &message) {
 
 } // namespace
 
+/// --fused-chains: every distinct chain of `path`'s step on the host (see
+/// FusedHost.h); a line per chain and `N passed, M failed`.
+int checkFusedChains(const std::string &path) {
+#if MERAK_KERNEL_CHECK_HAVE_CUDA
+  absl::StatusOr<const BackendEntry *> cpu = findBackend("cpu");
+  if (!cpu.ok())
+    return fail(absl::StrCat("--fused-chains runs the chains' ops on the CPU "
+                             "backend, which this build does not have: ",
+                             cpu.status().message()));
+  absl::StatusOr<std::unique_ptr<CompiledPlan>> plan =
+      openRankProgramFile(path);
+  if (!plan.ok())
+    return fail(std::string(plan.status().message()));
+  if ((*plan)->pipelined())
+    return fail(absl::StrCat(path, " is a pipeline; --fused-chains checks the "
+                                   "step of a plan without one"));
+  Program program = (*plan)->step();
+  if (absl::Status s =
+          bindToRank(program, 0, BindOptions(CollectiveMode::Overlapped, true));
+      !s.ok())
+    return fail(absl::StrCat(path, ": ", s.message()));
+  std::string tmpl =
+      absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
+                   "/merak-fused-chains-XXXXXX");
+  if (!mkdtemp(tmpl.data()))
+    return fail(absl::StrCat("cannot make a directory like ", tmpl));
+  auto checks = checkFusedChainsOnHost(
+      program,
+      [&] {
+        DeviceOptions options;
+        options.threads = 1;
+        absl::StatusOr<std::unique_ptr<Backend>> b = (*cpu)->create(options);
+        return b.ok() ? *std::move(b) : nullptr;
+      },
+      tmpl);
+  std::error_code ignored;
+  std::filesystem::remove_all(tmpl, ignored);
+  if (!checks.ok())
+    return fail(std::string(checks.status().message()));
+  int failed = 0;
+  for (size_t k = 0; k < checks->size(); ++k) {
+    const FusedChainCheck &c = (*checks)[k];
+    std::printf("chain %zu (%s): %s\n", k, c.ops.c_str(),
+                c.mismatch.empty() ? "agrees with its ops"
+                                   : ("DIFFERS: " + c.mismatch).c_str());
+    failed += !c.mismatch.empty();
+  }
+  std::printf("%d passed, %d failed\n", int(checks->size()) - failed, failed);
+  return failed ? 1 : 0;
+#else
+  (void)path;
+  return fail("--fused-chains needs the CUDA backend, which this build does "
+              "not have");
+#endif
+}
+
 int main(int argc, char **argv) {
   absl::SetProgramUsageMessage(
       "Runs each op alone on random operands (test/cuda/cases) on a backend; "
@@ -628,6 +698,8 @@ int main(int argc, char **argv) {
     pointers.push_back(arg.data());
   absl::ParseCommandLine(int(pointers.size()), pointers.data());
   registerBuiltinComponents();
+  if (std::string chains = absl::GetFlag(FLAGS_fused_chains); !chains.empty())
+    return checkFusedChains(chains);
   std::string writePath = absl::GetFlag(FLAGS_write_expected);
   std::string expectedPath = absl::GetFlag(FLAGS_expected);
   int64_t repeats = absl::GetFlag(FLAGS_time);
