@@ -12,10 +12,12 @@
 #if MERAK_TEST_HAVE_NCCL
 
 #include "merak/Runtime/CUDA/CudaBackend.h"
+#include "merak/Runtime/CUDA/IpcLink.h"
 #include "merak/Runtime/CUDA/Nccl.h"
 #include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Comm/Launch.h"
 #include "merak/Runtime/Mesh.h"
+#include "merak/Runtime/Registry.h"
 
 #include "gtest/gtest.h"
 
@@ -183,6 +185,31 @@ TEST(CudaNcclTest, NoGpuIsAReason) {
             std::string::npos)
       << why;
   EXPECT_EQ(ncclDescription().rfind("NCCL 2.", 0), 0u) << ncclDescription();
+}
+
+TEST(CudaIpcTest, TheSharedMemoryLinkIsTheCudaBackends) {
+  // --p2p=shm between GPUs is the CUDA backend's (IpcLink.h): registered
+  // with it, and a clear error for another backend's tensors.
+  registerBuiltinComponents();
+  absl::StatusOr<const BackendEntry *> cuda = findBackend("cuda");
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_TRUE(bool((*cuda)->createSharedMemoryLink));
+  absl::StatusOr<const BackendEntry *> cpu = findBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_FALSE(bool((*cpu)->createSharedMemoryLink));
+  absl::StatusOr<int> port = pickFreePort();
+  ASSERT_TRUE(port.ok());
+  std::unique_ptr<DistributedJob> job =
+      join(0, 1, *port, std::chrono::seconds(5));
+  ASSERT_NE(job, nullptr);
+  absl::StatusOr<std::unique_ptr<Backend>> backend = (*cpu)->create({});
+  ASSERT_TRUE(backend.ok());
+  auto link =
+      createIpcPeerLink(*job, {{0, 1}}, **backend, std::chrono::seconds(5));
+  EXPECT_EQ(link.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(link.status().message(),
+            "--p2p=shm between GPUs moves the CUDA backend's tensors, not the "
+            "cpu backend's");
 }
 
 } // namespace
