@@ -195,7 +195,9 @@ ABSL_FLAG(std::string, p2p, "auto",
           "where the collectives run on NCCL, else gloo); gloo moves "
           "a GPU's tensors through the host. gloo-channels runs nccl's "
           "protocol (a channel per direction, headers, receives matched by "
-          "tag) on Gloo: a test of that path on CPU ranks");
+          "tag) on Gloo, shm-channels the protocol shm runs between GPUs (a "
+          "ring per direction in /dev/shm): tests of those paths on CPU "
+          "ranks");
 ABSL_FLAG(bool, blas_threads, false,
           "CPU: let the BLAS run GEMMs on its own threads beside the "
           "kernels' (by default GEMMs split over the kernels' threads and "
@@ -1083,10 +1085,11 @@ int main(int argc, char **argv) {
   auto timeout = std::chrono::milliseconds(int64_t(commTimeout * 1000));
   const std::string p2p = absl::GetFlag(FLAGS_p2p);
   if (p2p != "auto" && p2p != "gloo" && p2p != "shm" && p2p != "nccl" &&
-      p2p != "gloo-channels")
-    return fail(absl::StrCat(
-        "--p2p must be auto, gloo, shm, nccl or gloo-channels, not '", p2p,
-        "'"));
+      p2p != "gloo-channels" && p2p != "shm-channels")
+    return fail(
+        absl::StrCat("--p2p must be auto, gloo, shm, nccl, gloo-channels or "
+                     "shm-channels, not '",
+                     p2p, "'"));
   if (profilingHardware)
     return profileHardware(argc, argv, env, launching, nproc, timeout);
   if (absl::GetFlag(FLAGS_generate))
@@ -1323,6 +1326,9 @@ int main(int argc, char **argv) {
       absl::StatusOr<std::unique_ptr<PeerLink>> made =
           p2p == "gloo-channels"
               ? job->createChannelLink(pipelineDirections(*plan, stageMeshSize))
+          : p2p == "shm-channels"
+              ? job->createRingChannelLink(
+                    pipelineDirections(*plan, stageMeshSize))
               : job->createPeerLink(p2p == "shm" ? PeerTransport::SharedMemory
                                                  : PeerTransport::Gloo);
       if (!made.ok())

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <sys/wait.h>
 #include <thread>
@@ -239,6 +240,22 @@ TEST(RingChannelTest, TwoProcessesShareARingThroughDevShm) {
   control->reset();
   ring->reset();
   EXPECT_NE(::access(ringName.c_str(), F_OK), 0);
+}
+
+TEST(RingChannelTest, RegionsOfProcessesThatAreGoneAreRemoved) {
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0)
+    ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string orphan =
+      "/dev/shm/merak-ring-test-orphan-" + std::to_string(child) + "-0";
+  std::ofstream(orphan) << "left by a killed rank";
+  auto mine = SharedRegion::create("test-mine", 8);
+  ASSERT_TRUE(mine.ok());
+  SharedRegion::removeOrphans();
+  EXPECT_NE(::access(orphan.c_str(), F_OK), 0);
+  EXPECT_EQ(::access((*mine)->name().c_str(), F_OK), 0); // this process's
 }
 
 TEST(RingChannelTest, OpeningChecksTheName) {

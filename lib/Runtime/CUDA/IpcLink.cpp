@@ -257,8 +257,9 @@ struct Direction {
   std::unique_ptr<RingMemory> ring;
 };
 
-/// The receiver's half: the control block and the ring, exported.
-absl::Status makeIncoming(Direction &d) {
+/// The receiver's half: the control block and a ring of `ringBytes`,
+/// exported.
+absl::Status makeIncoming(Direction &d, int64_t ringBytes) {
   absl::StatusOr<std::unique_ptr<SharedRegion>> region =
       SharedRegion::create(absl::StrCat(d.from, "-", d.to), kControlBytes);
   if (!region.ok())
@@ -266,10 +267,10 @@ absl::Status makeIncoming(Direction &d) {
   d.mapped = std::make_unique<MappedControl>();
   d.mapped->region = *std::move(region);
   RingControl &c = d.mapped->control();
-  c.init(uint64_t(kIpcRingBytes));
+  c.init(uint64_t(ringBytes));
   d.ring = std::make_unique<RingMemory>();
   void *p = nullptr;
-  MERAK_IPC_TRY(cudaStatus(cudaMalloc(&p, size_t(kIpcRingBytes)),
+  MERAK_IPC_TRY(cudaStatus(cudaMalloc(&p, size_t(ringBytes)),
                            "a pipeline transfer ring's device memory"));
   d.ring->data = static_cast<char *>(p);
   cudaIpcMemHandle_t handle;
@@ -325,46 +326,33 @@ createIpcPeerLink(DistributedJob &job,
   if (!ops.ok())
     return ops.status();
 
-  // Every rank goes through the directions in the list's order, so that
-  // each wait below is for a value its peer gives before it waits itself.
-  const int64_t me = job.rank(), generation = generations++;
-  std::vector<Direction> mine;
-  for (const auto &[from, to] : directions) {
-    if (from != me && to != me)
-      continue;
-    Direction d;
+  absl::StatusOr<int64_t> ringBytes = ringBytesSetting(kIpcRingBytes);
+  if (!ringBytes.ok())
+    return ringBytes.status();
+  const int64_t me = job.rank();
+  std::map<int64_t, Direction> in, out;
+  RingSetup setup;
+  setup.makeIncoming = [&](int64_t from) -> absl::StatusOr<std::string> {
+    Direction &d = in[from];
     d.from = from;
+    d.to = me;
+    if (absl::Status s = makeIncoming(d, *ringBytes); !s.ok())
+      return s;
+    return d.mapped->region->name();
+  };
+  setup.openOutgoing = [&](int64_t to, const std::string &name) {
+    Direction &d = out[to];
+    d.from = me;
     d.to = to;
-    std::string key = absl::StrCat("ipc-p2p/", generation, "/", from, "-", to);
-    if (to == me) {
-      MERAK_IPC_TRY(makeIncoming(d));
-      absl::StatusOr<std::string> shared =
-          job.shareInGroup(key, {to, from}, d.mapped->region->name());
-      if (!shared.ok())
-        return shared.status();
-    } else {
-      absl::StatusOr<std::string> name = job.shareInGroup(key, {to, from}, "");
-      if (!name.ok())
-        return name.status();
-      MERAK_IPC_TRY(openOutgoing(d, *name));
-      absl::StatusOr<std::string> opened =
-          job.shareInGroup(key + "/opened", {from, to}, "1");
-      if (!opened.ok())
-        return opened.status();
-    }
-    mine.push_back(std::move(d));
-  }
-  // Once each sender has its block open, no name is needed any more.
-  for (Direction &d : mine)
-    if (d.to == me) {
-      absl::StatusOr<std::string> opened =
-          job.shareInGroup(absl::StrCat("ipc-p2p/", generation, "/", d.from,
-                                        "-", d.to, "/opened"),
-                           {d.from, d.to}, "");
-      if (!opened.ok())
-        return opened.status();
-      d.mapped->region->unlink();
-    }
+    return openOutgoing(d, name);
+  };
+  setup.unlink = [&](int64_t from) { in[from].mapped->region->unlink(); };
+  MERAK_IPC_TRY(setUpRings(job, directions,
+                           absl::StrCat("ipc-p2p/", generations++), setup));
+  std::vector<Direction> mine;
+  for (auto *m : {&in, &out})
+    for (auto &[peer, d] : *m)
+      mine.push_back(std::move(d));
 
   std::map<int64_t, std::unique_ptr<PeerChannel>> outgoing, incoming;
   for (Direction &d : mine) {

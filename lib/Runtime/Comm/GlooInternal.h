@@ -85,6 +85,15 @@ std::unique_ptr<PeerLink>
 makeChannelLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg,
                 const std::vector<std::pair<int64_t, int64_t>> &directions,
                 std::chrono::milliseconds timeout);
+/// The device link's protocol on CPU tensors through rings in /dev/shm, as
+/// `--p2p=shm` runs it between GPUs (RingChannel.h): a channel for each
+/// direction of `directions` with this rank (GlooPointToPoint.cpp).
+absl::StatusOr<std::unique_ptr<PeerLink>>
+makeRingChannelLink(Job &job,
+                    const std::vector<std::pair<int64_t, int64_t>> &directions,
+                    std::chrono::milliseconds timeout);
+/// Bytes of each direction's ring there, unless MERAK_P2P_RING_BYTES says.
+constexpr int64_t kHostRingBytes = int64_t(8) << 20;
 /// Transfers through /dev/shm between this rank and the ranks of
 /// `localPids` (rank -> process id, on this machine), through `fallback`
 /// with any other; file names carry `run`, the same on every rank of the

@@ -10,17 +10,22 @@
 #include "../CPU/CpuTensor.h"
 #include "GlooInternal.h"
 #include "merak/Runtime/Comm/DevicePeerLink.h"
+#include "merak/Runtime/Comm/RingChannel.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 namespace merak::runtime::gloo {
@@ -214,27 +219,108 @@ private:
   std::shared_ptr<Progress> progress = std::make_shared<Progress>();
 };
 
+/// One direction's queue on the CPU backend's tensors, for the device
+/// link (DevicePeerLink.h): a `SerialWorker` runs the queued work in order;
+/// after a failure or an abort the rest is skipped, each task still
+/// counted done. The CPU backend computes synchronously, so waits for and
+/// joins with the compute queue are no-ops. Subclasses move the bytes and
+/// stop the worker first in their destructors (`stop`).
+class HostQueueChannel : public PeerChannel {
+public:
+  absl::Status enqueueWaitForCompute() override { return absl::OkStatus(); }
+  absl::Status enqueueCopy(const DeviceBuffer &from,
+                           const DeviceBuffer &to) override {
+    return queue([from, to] { tensorOf(to).copy_(tensorOf(from)); });
+  }
+  absl::StatusOr<TensorHandle> allocate(int64_t bytes) override {
+    // Words, not bytes: the buffer is a tensor of the backend's types.
+    c10::InferenceMode normal(false);
+    return wrap(at::empty({std::max<int64_t>((bytes + 7) / 8, 1)}, at::kLong));
+  }
+  absl::StatusOr<int64_t> mark() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    return queued;
+  }
+  absl::StatusOr<bool> reached(int64_t marker) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failure.ok())
+      return failure;
+    return done >= marker;
+  }
+  absl::Status joinCompute(int64_t) override { return absl::OkStatus(); }
+  absl::Status asyncError() override { return absl::OkStatus(); }
+
+protected:
+  static at::Tensor bytesAt(void *data, int64_t bytes) {
+    c10::InferenceMode normal(false);
+    return at::from_blob(data, {bytes}, at::kByte);
+  }
+
+  /// Queues `task` on the worker.
+  absl::Status queue(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++queued;
+    }
+    (void)worker->post([this, task = std::move(task)] {
+      bool run;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        run = failure.ok() && !aborted;
+        if (!run && failure.ok())
+          failure = absl::AbortedError("the channel was aborted");
+      }
+      absl::Status s;
+      if (run) {
+        try {
+          task();
+        } catch (const std::exception &e) {
+          s = absl::UnavailableError(describe(e));
+        }
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!s.ok() && failure.ok())
+        failure = s;
+      ++done;
+    });
+    return absl::OkStatus();
+  }
+  /// Waits for the worker to finish what it runs, then ends it.
+  void stop() { worker.reset(); }
+
+  std::mutex mutex;
+  bool aborted = false; // guarded by `mutex`
+
+private:
+  static at::Tensor tensorOf(const DeviceBuffer &b) {
+    c10::InferenceMode normal(false);
+    return at::from_blob(b.data, b.type.shape, b.stridesOrDense(),
+                         at::TensorOptions().dtype(toAten(b.type.dtype)));
+  }
+
+  int64_t queued = 0, done = 0;
+  absl::Status failure;
+  std::unique_ptr<SerialWorker> worker = std::make_unique<SerialWorker>();
+};
+
 /// One direction of the device link's protocol on the CPU backend's
-/// tensors: the queue is a `SerialWorker`, the library's sends and
-/// receives are Gloo's under one tag (matched in order, as NCCL's are), and
-/// each holds the queue until it completes. The CPU backend computes
-/// synchronously, so waits for and joins with the compute queue are no-ops.
-class GlooChannel final : public PeerChannel {
+/// tensors: the library's sends and receives are Gloo's under one tag
+/// (matched in order, as NCCL's are), and each holds the queue until it
+/// completes.
+class GlooChannel final : public HostQueueChannel {
 public:
   GlooChannel(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int64_t peer)
       : pg(std::move(pg)), peer(int(peer)) {
     c10::InferenceMode normal(false);
     header = at::zeros({4}, at::kLong);
   }
-  // A transfer still waiting ends at once; the worker (the last member)
-  // then skips what is left.
-  ~GlooChannel() override { abort(); }
-
-  absl::Status enqueueWaitForCompute() override { return absl::OkStatus(); }
-  absl::Status enqueueCopy(const DeviceBuffer &from,
-                           const DeviceBuffer &to) override {
-    return queue([from, to] { tensorOf(to).copy_(tensorOf(from)); });
+  // A transfer still waiting ends at once; the worker then skips what is
+  // left.
+  ~GlooChannel() override {
+    abort();
+    stop();
   }
+
   absl::Status enqueueSendHeader(const PeerHeader &h) override {
     at::Tensor words;
     {
@@ -260,23 +346,6 @@ public:
     return queue(
         [this, data, bytes] { transfer(bytesAt(data, bytes), false); });
   }
-  absl::StatusOr<TensorHandle> allocate(int64_t bytes) override {
-    // Words, not bytes: the buffer is a tensor of the backend's types.
-    c10::InferenceMode normal(false);
-    return wrap(at::empty({std::max<int64_t>((bytes + 7) / 8, 1)}, at::kLong));
-  }
-  absl::StatusOr<int64_t> mark() override {
-    std::lock_guard<std::mutex> lock(mutex);
-    return queued;
-  }
-  absl::StatusOr<bool> reached(int64_t marker) override {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!failure.ok())
-      return failure;
-    return done >= marker;
-  }
-  absl::Status joinCompute(int64_t) override { return absl::OkStatus(); }
-  absl::Status asyncError() override { return absl::OkStatus(); }
   void abort() override {
     std::lock_guard<std::mutex> lock(mutex);
     aborted = true;
@@ -285,16 +354,6 @@ public:
   }
 
 private:
-  static at::Tensor tensorOf(const DeviceBuffer &b) {
-    c10::InferenceMode normal(false);
-    return at::from_blob(b.data, b.type.shape, b.stridesOrDense(),
-                         at::TensorOptions().dtype(toAten(b.type.dtype)));
-  }
-  static at::Tensor bytesAt(void *data, int64_t bytes) {
-    c10::InferenceMode normal(false);
-    return at::from_blob(data, {bytes}, at::kByte);
-  }
-
   /// Runs one send or receive to completion (the worker's thread).
   void transfer(at::Tensor t, bool send) {
     std::vector<at::Tensor> list{std::move(t)};
@@ -311,47 +370,77 @@ private:
     current.reset();
   }
 
-  /// Queues `task` on the worker; after a failure or an abort the
-  /// queue's tasks are skipped, each still counted done.
-  absl::Status queue(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++queued;
-    }
-    (void)worker.post([this, task = std::move(task)] {
-      bool run;
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        run = failure.ok() && !aborted;
-        if (!run && failure.ok())
-          failure = absl::AbortedError("the channel was aborted");
-      }
-      absl::Status s;
-      if (run) {
-        try {
-          task();
-        } catch (const std::exception &e) {
-          s = absl::UnavailableError(describe(e));
-        }
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!s.ok() && failure.ok())
-        failure = s;
-      ++done;
-    });
-    return absl::OkStatus();
-  }
-
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   int peer;
   at::Tensor header;
-  std::mutex mutex;
-  int64_t queued = 0, done = 0;
-  absl::Status failure;
   c10::intrusive_ptr<c10d::Work> current;
-  bool aborted = false;
-  /// The channel's queue (last: it goes first, with what it runs).
-  SerialWorker worker;
+};
+
+/// One direction of the protocol `--p2p=shm` runs between GPUs
+/// (RingChannel.h), on CPU ranks: the ring is host memory under /dev/shm
+/// beside its control block, and the queue's waits poll the counts
+/// (`--p2p=shm-channels`, a test of that path without a GPU).
+class RingHostChannel final : public HostQueueChannel, private RingQueue {
+public:
+  RingHostChannel(std::unique_ptr<SharedRegion> region, bool sending)
+      : region(std::move(region)), sending(sending),
+        protocol(control(),
+                 static_cast<char *>(this->region->data()) + kRingControlBytes,
+                 *this) {}
+  ~RingHostChannel() override {
+    abort();
+    stop();
+  }
+
+  /// The control block's bytes at the start of a region; the ring follows.
+  static constexpr int64_t kRingControlBytes = 4096;
+
+  absl::Status enqueueSendHeader(const PeerHeader &h) override {
+    return protocol.sendHeader(h);
+  }
+  absl::Status enqueueSend(const void *data, int64_t bytes) override {
+    return protocol.send(data, bytes);
+  }
+  absl::Status enqueueRecvHeader() override { return protocol.recvHeader(); }
+  PeerHeader receivedHeader() override { return protocol.receivedHeader(); }
+  absl::Status enqueueRecv(void *data, int64_t bytes) override {
+    return protocol.recv(data, bytes);
+  }
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    aborted = true;
+    protocol.unblock(sending);
+  }
+
+private:
+  RingControl &control() { return *static_cast<RingControl *>(region->data()); }
+  bool isAborted() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return aborted;
+  }
+
+  absl::Status enqueueWaitAtLeast(const uint64_t *word,
+                                  uint64_t value) override {
+    return queue([this, word, value] {
+      while (__atomic_load_n(word, __ATOMIC_ACQUIRE) < value) {
+        if (isAborted())
+          throw std::runtime_error("the channel was aborted");
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    });
+  }
+  absl::Status enqueueStore(uint64_t *word, uint64_t value) override {
+    return queue(
+        [word, value] { __atomic_store_n(word, value, __ATOMIC_RELEASE); });
+  }
+  absl::Status enqueueBytes(void *to, const void *from,
+                            int64_t bytes) override {
+    return queue([to, from, bytes] { std::memcpy(to, from, size_t(bytes)); });
+  }
+
+  std::unique_ptr<SharedRegion> region;
+  bool sending;
+  RingProtocol protocol;
 };
 
 /// The CPU backend's tensors as the device link reads and makes them.
@@ -401,6 +490,66 @@ makeChannelLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg,
     return job.diagnose(ranks);
   };
   options.library = "Gloo";
+  return makeDevicePeerLink(std::make_unique<CpuPeerDevice>(),
+                            std::move(outgoing), std::move(incoming),
+                            std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<PeerLink>>
+makeRingChannelLink(Job &job,
+                    const std::vector<std::pair<int64_t, int64_t>> &directions,
+                    std::chrono::milliseconds timeout) {
+  absl::StatusOr<int64_t> ringBytes = ringBytesSetting(kHostRingBytes);
+  if (!ringBytes.ok())
+    return ringBytes.status();
+  const int64_t me = job.rank();
+  const int64_t regionBytes = RingHostChannel::kRingControlBytes + *ringBytes;
+  std::map<int64_t, std::unique_ptr<SharedRegion>> in, out;
+  RingSetup setup;
+  setup.makeIncoming = [&](int64_t from) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> r =
+        SharedRegion::create(absl::StrCat(from, "-", me), regionBytes);
+    if (!r.ok())
+      return r.status();
+    static_cast<RingControl *>((*r)->data())->init(uint64_t(*ringBytes));
+    in[from] = *std::move(r);
+    return absl::StrCat(in[from]->name(), "\n", regionBytes);
+  };
+  setup.openOutgoing = [&](int64_t to, const std::string &shared) {
+    std::vector<std::string> parts = absl::StrSplit(shared, '\n');
+    int64_t bytes = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &bytes))
+      return absl::DataLossError(absl::StrCat("rank ", to, " shared '", shared,
+                                              "' for its transfer ring"));
+    absl::StatusOr<std::unique_ptr<SharedRegion>> r =
+        SharedRegion::open(parts[0], bytes);
+    if (!r.ok())
+      return r.status();
+    if (std::string bad = static_cast<RingControl *>((*r)->data())->check();
+        !bad.empty())
+      return absl::DataLossError(
+          absl::StrCat(parts[0], " (rank ", to, "'s transfer ring): ", bad));
+    out[to] = *std::move(r);
+    return absl::OkStatus();
+  };
+  setup.unlink = [&](int64_t from) { in[from]->unlink(); };
+  static std::atomic<int64_t> generations{0};
+  if (absl::Status s = setUpRings(
+          job, directions, absl::StrCat("shm-ring/", generations++), setup);
+      !s.ok())
+    return s;
+  std::map<int64_t, std::unique_ptr<PeerChannel>> outgoing, incoming;
+  for (auto &[peer, r] : in)
+    incoming[peer] = std::make_unique<RingHostChannel>(std::move(r), false);
+  for (auto &[peer, r] : out)
+    outgoing[peer] = std::make_unique<RingHostChannel>(std::move(r), true);
+  DevicePeerLinkOptions options;
+  options.rank = me;
+  options.timeout = timeout;
+  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
+    return job.diagnose(ranks);
+  };
+  options.library = "the shared-memory ring";
   return makeDevicePeerLink(std::make_unique<CpuPeerDevice>(),
                             std::move(outgoing), std::move(incoming),
                             std::move(options));

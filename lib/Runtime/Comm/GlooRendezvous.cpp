@@ -325,6 +325,8 @@ public:
   createPeerLink(PeerTransport transport) override;
   absl::StatusOr<std::unique_ptr<PeerLink>> createChannelLink(
       const std::vector<std::pair<int64_t, int64_t>> &directions) override;
+  absl::StatusOr<std::unique_ptr<PeerLink>> createRingChannelLink(
+      const std::vector<std::pair<int64_t, int64_t>> &directions) override;
   /// A Gloo process group of every rank for point-to-point transfers.
   absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroupGloo>>
   pointToPointGroup();
@@ -834,6 +836,11 @@ RendezvousJob::createPeerLink(PeerTransport transport) {
     local[p.rank] = p.pid;
   return gloo::makeSharedMemoryLink(*this, std::move(link), std::move(local),
                                     *run, this->options.timeout);
+}
+
+absl::StatusOr<std::unique_ptr<PeerLink>> RendezvousJob::createRingChannelLink(
+    const std::vector<std::pair<int64_t, int64_t>> &directions) {
+  return gloo::makeRingChannelLink(*this, directions, this->options.timeout);
 }
 
 absl::StatusOr<std::unique_ptr<PeerLink>> RendezvousJob::createChannelLink(

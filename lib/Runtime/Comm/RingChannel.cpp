@@ -7,13 +7,18 @@
 
 #include "merak/Runtime/Comm/RingChannel.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
+#include <mutex>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -167,6 +172,63 @@ void RingProtocol::unblock(bool sending) {
   }
 }
 
+absl::StatusOr<int64_t> ringBytesSetting(int64_t fallback) {
+  const char *text = std::getenv("MERAK_P2P_RING_BYTES");
+  if (!text || !*text)
+    return fallback;
+  int64_t bytes = 0;
+  if (!absl::SimpleAtoi(text, &bytes) || bytes < 64 ||
+      bytes > (int64_t(1) << 40))
+    return absl::InvalidArgumentError(
+        absl::StrCat("MERAK_P2P_RING_BYTES must be a number of bytes from 64 "
+                     "to 2^40, not '",
+                     text, "'"));
+  return bytes;
+}
+
+absl::Status
+setUpRings(DistributedJob &job,
+           const std::vector<std::pair<int64_t, int64_t>> &directions,
+           const std::string &prefix, const RingSetup &setup) {
+  const int64_t me = job.rank();
+  auto key = [&](int64_t from, int64_t to) {
+    return absl::StrCat(prefix, "/", from, "-", to);
+  };
+  std::vector<int64_t> incoming;
+  for (const auto &[from, to] : directions) {
+    if (to == me) {
+      absl::StatusOr<std::string> shared = setup.makeIncoming(from);
+      if (!shared.ok())
+        return shared.status();
+      absl::StatusOr<std::string> given =
+          job.shareInGroup(key(from, to), {to, from}, *shared);
+      if (!given.ok())
+        return given.status();
+      incoming.push_back(from);
+    } else if (from == me) {
+      absl::StatusOr<std::string> shared =
+          job.shareInGroup(key(from, to), {to, from}, "");
+      if (!shared.ok())
+        return shared.status();
+      if (absl::Status s = setup.openOutgoing(to, *shared); !s.ok())
+        return s;
+      absl::StatusOr<std::string> opened =
+          job.shareInGroup(key(from, to) + "/opened", {from, to}, "1");
+      if (!opened.ok())
+        return opened.status();
+    }
+  }
+  // Once each sender has its half open, no name is needed any more.
+  for (int64_t from : incoming) {
+    absl::StatusOr<std::string> opened =
+        job.shareInGroup(key(from, me) + "/opened", {from, me}, "");
+    if (!opened.ok())
+      return opened.status();
+    setup.unlink(from);
+  }
+  return absl::OkStatus();
+}
+
 //===----------------------------------------------------------------------===//
 // SharedRegion
 //===----------------------------------------------------------------------===//
@@ -202,9 +264,44 @@ void SharedRegion::unlink() {
   named = false;
 }
 
+namespace {
+
+/// The process that made the region called `name` (merak-ring-KEY-PID-N),
+/// or -1.
+int64_t creatorOf(const std::string &name) {
+  size_t last = name.rfind('-');
+  if (last == std::string::npos || last == 0)
+    return -1;
+  size_t before = name.rfind('-', last - 1);
+  int64_t pid = -1;
+  if (before == std::string::npos ||
+      !absl::SimpleAtoi(name.substr(before + 1, last - before - 1), &pid))
+    return -1;
+  return pid;
+}
+
+} // namespace
+
+void SharedRegion::removeOrphans() {
+  DIR *d = ::opendir("/dev/shm");
+  if (!d)
+    return;
+  while (dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("merak-ring-", 0) != 0)
+      continue;
+    int64_t pid = creatorOf(name);
+    if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+      ::unlink(("/dev/shm/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
 absl::StatusOr<std::unique_ptr<SharedRegion>>
 SharedRegion::create(const std::string &key, int64_t bytes) {
   static std::atomic<int64_t> counter{0};
+  static std::once_flag swept;
+  std::call_once(swept, removeOrphans);
   auto r = std::make_unique<SharedRegion>();
   r->path = absl::StrCat("/dev/shm/merak-ring-", key, "-", ::getpid(), "-",
                          counter++);
@@ -212,10 +309,14 @@ SharedRegion::create(const std::string &key, int64_t bytes) {
   if (fd < 0)
     return absl::UnavailableError(systemError("cannot create", r->path));
   r->named = true;
-  if (::ftruncate(fd, off_t(bytes)) != 0) {
-    std::string e = systemError("cannot size", r->path);
+  // Reserved whole: a full /dev/shm is this error, not a fault on a
+  // later write into the mapping.
+  if (int e = ::posix_fallocate(fd, 0, off_t(bytes)); e != 0) {
+    errno = e;
+    std::string why = systemError(
+        absl::StrCat("cannot reserve ", bytes, " bytes for"), r->path);
     ::close(fd);
-    return absl::ResourceExhaustedError(e);
+    return absl::ResourceExhaustedError(why);
   }
   if (absl::Status s = r->mapFile(fd, bytes); !s.ok())
     return s;

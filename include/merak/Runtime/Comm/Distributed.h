@@ -93,6 +93,18 @@ public:
   virtual absl::StatusOr<std::unique_ptr<PeerLink>> createChannelLink(
       const std::vector<std::pair<int64_t, int64_t>> &directions) = 0;
 
+  /// The same protocol with each channel a ring in /dev/shm, as `--p2p=shm`
+  /// runs it between GPUs through CUDA IPC (RingChannel.h), on the CPU
+  /// backend's tensors (`--p2p=shm-channels`: that path run by CPU ranks of
+  /// one machine). Every rank calls it, as `createChannelLink`.
+  virtual absl::StatusOr<std::unique_ptr<PeerLink>> createRingChannelLink(
+      const std::vector<std::pair<int64_t, int64_t>> &directions) {
+    (void)directions;
+    return absl::UnimplementedError(
+        "--p2p=shm-channels runs on the CPU backend's tensors, which this "
+        "build does not have");
+  }
+
   /// Every rank's `value` under `key`, in rank order, on rank 0 (other
   /// ranks get an empty list). For end-of-run reports and traces.
   virtual absl::StatusOr<std::vector<std::string>>

@@ -39,11 +39,14 @@
 #define MERAK_RUNTIME_COMM_RINGCHANNEL_H
 
 #include "merak/Runtime/Comm/DevicePeerLink.h"
+#include "merak/Runtime/Comm/Distributed.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -167,7 +170,8 @@ public:
   SharedRegion &operator=(const SharedRegion &) = delete;
 
   /// A new region of `bytes` bytes, zeroed, named after `key`, this
-  /// process and a counter (its name is `name()`).
+  /// process and a counter (its name is `name()`). The first call of a
+  /// process removes the regions of processes that are gone.
   static absl::StatusOr<std::unique_ptr<SharedRegion>>
   create(const std::string &key, int64_t bytes);
   /// The region called `name` (of at least `bytes` bytes).
@@ -180,6 +184,10 @@ public:
   /// Removes the name (the mapping stays).
   void unlink();
 
+  /// Removes the regions whose creator is gone (a rank killed while its
+  /// link was being made, before its peer had opened them).
+  static void removeOrphans();
+
 private:
   /// Maps `bytes` of the open file `fd`, which it closes.
   absl::Status mapFile(int fd, int64_t bytes);
@@ -189,6 +197,29 @@ private:
   std::string path;
   bool named = false;
 };
+
+/// The bytes of each direction's ring: MERAK_P2P_RING_BYTES where set (at
+/// least 64, at most 2^40), else `fallback`; an error names a bad value.
+absl::StatusOr<int64_t> ringBytesSetting(int64_t fallback);
+
+/// How the two ranks of each direction set up their ring, through the
+/// run's rendezvous: the receiver makes its half and shares a text (the
+/// control block's name and what else the sender needs), the sender opens
+/// its half from that text and says so, and the receiver then removes
+/// what it named (`unlink`). Every rank goes through `directions` in the
+/// list's order (the same on every rank), so each wait is for a value its
+/// peer gives before it waits itself. `prefix` keeps one link's keys apart
+/// from another's.
+struct RingSetup {
+  std::function<absl::StatusOr<std::string>(int64_t from)> makeIncoming;
+  std::function<absl::Status(int64_t to, const std::string &shared)>
+      openOutgoing;
+  std::function<void(int64_t from)> unlink;
+};
+absl::Status
+setUpRings(DistributedJob &job,
+           const std::vector<std::pair<int64_t, int64_t>> &directions,
+           const std::string &prefix, const RingSetup &setup);
 
 } // namespace merak::runtime
 
