@@ -155,15 +155,16 @@ struct RingMemory {
 };
 
 /// One direction of one rank: the ring protocol on the channel's stream.
-class IpcChannel final : public cuda::StreamChannel, private RingQueue {
+class IpcChannel final : public RingChannel<cuda::StreamChannel>,
+                         private RingQueue {
 public:
   IpcChannel(DeviceState &dev, cudaStream_t stream, const StreamMemOps &ops,
              std::unique_ptr<MappedControl> mapped,
              std::unique_ptr<RingMemory> ring, bool sending,
              std::chrono::milliseconds timeout)
-      : StreamChannel(dev, stream), ops(ops), mapped(std::move(mapped)),
+      : RingChannel(dev, stream), ops(ops), mapped(std::move(mapped)),
         ring(std::move(ring)), sending(sending), timeout(timeout),
-        protocol(this->mapped->control(), this->ring->data, *this) {}
+        ringProtocol(this->mapped->control(), this->ring->data, *this) {}
 
   ~IpcChannel() override {
     drain();
@@ -184,25 +185,16 @@ public:
       ring->data = nullptr; // still mapped by a peer gone astray: kept
   }
 
-  absl::Status enqueueSendHeader(const PeerHeader &header) override {
-    return protocol.sendHeader(header);
-  }
-  absl::Status enqueueSend(const void *data, int64_t bytes) override {
-    return protocol.send(data, bytes);
-  }
-  absl::Status enqueueRecvHeader() override { return protocol.recvHeader(); }
-  PeerHeader receivedHeader() override { return protocol.receivedHeader(); }
-  absl::Status enqueueRecv(void *data, int64_t bytes) override {
-    return protocol.recv(data, bytes);
-  }
   /// Failures show in the stream (`reached`).
   absl::Status asyncError() override { return absl::OkStatus(); }
   void abort() override {
     aborted = true;
-    protocol.unblock(sending);
+    ringProtocol.unblock(sending);
   }
 
 private:
+  RingProtocol &protocol() override { return ringProtocol; }
+
   absl::Status enqueueWaitAtLeast(const uint64_t *word,
                                   uint64_t value) override {
     return driverStatus(ops.wait(CUstream(stream), mapped->deviceAddress(word),
@@ -230,7 +222,7 @@ private:
       if (Clock::now() > deadline && !aborted)
         abort();
       if (aborted)
-        protocol.unblock(sending);
+        ringProtocol.unblock(sending);
       if (Clock::now() > deadline + std::chrono::seconds(1)) {
         abandonStream(); // stuck for good: left to the process's end
         return;
@@ -244,7 +236,7 @@ private:
   std::unique_ptr<RingMemory> ring;
   bool sending;
   std::chrono::milliseconds timeout;
-  RingProtocol protocol;
+  RingProtocol ringProtocol;
   std::atomic<bool> aborted{false};
 };
 

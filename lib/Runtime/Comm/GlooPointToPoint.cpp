@@ -380,13 +380,15 @@ private:
 /// (RingChannel.h), on CPU ranks: the ring is host memory under /dev/shm
 /// beside its control block, and the queue's waits poll the counts
 /// (`--p2p=shm-channels`, a test of that path without a GPU).
-class RingHostChannel final : public HostQueueChannel, private RingQueue {
+class RingHostChannel final : public RingChannel<HostQueueChannel>,
+                              private RingQueue {
 public:
   RingHostChannel(std::unique_ptr<SharedRegion> region, bool sending)
       : region(std::move(region)), sending(sending),
-        protocol(control(),
-                 static_cast<char *>(this->region->data()) + kRingControlBytes,
-                 *this) {}
+        ringProtocol(control(),
+                     static_cast<char *>(this->region->data()) +
+                         kRingControlBytes,
+                     *this) {}
   ~RingHostChannel() override {
     abort();
     stop();
@@ -395,24 +397,14 @@ public:
   /// The control block's bytes at the start of a region; the ring follows.
   static constexpr int64_t kRingControlBytes = 4096;
 
-  absl::Status enqueueSendHeader(const PeerHeader &h) override {
-    return protocol.sendHeader(h);
-  }
-  absl::Status enqueueSend(const void *data, int64_t bytes) override {
-    return protocol.send(data, bytes);
-  }
-  absl::Status enqueueRecvHeader() override { return protocol.recvHeader(); }
-  PeerHeader receivedHeader() override { return protocol.receivedHeader(); }
-  absl::Status enqueueRecv(void *data, int64_t bytes) override {
-    return protocol.recv(data, bytes);
-  }
   void abort() override {
     std::lock_guard<std::mutex> lock(mutex);
     aborted = true;
-    protocol.unblock(sending);
+    ringProtocol.unblock(sending);
   }
 
 private:
+  RingProtocol &protocol() override { return ringProtocol; }
   RingControl &control() { return *static_cast<RingControl *>(region->data()); }
   bool isAborted() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -440,7 +432,7 @@ private:
 
   std::unique_ptr<SharedRegion> region;
   bool sending;
-  RingProtocol protocol;
+  RingProtocol ringProtocol;
 };
 
 /// The CPU backend's tensors as the device link reads and makes them.

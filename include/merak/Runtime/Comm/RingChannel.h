@@ -158,6 +158,29 @@ private:
   bool unblocked = false;
 };
 
+/// A channel `Base` (a `PeerChannel` whose queue runs the work) whose
+/// transfers are `protocol()`'s: the CUDA IPC channel on a stream, the
+/// host's on a thread.
+template <typename Base> class RingChannel : public Base {
+public:
+  using Base::Base;
+
+  absl::Status enqueueSendHeader(const PeerHeader &header) override {
+    return protocol().sendHeader(header);
+  }
+  absl::Status enqueueSend(const void *data, int64_t bytes) override {
+    return protocol().send(data, bytes);
+  }
+  absl::Status enqueueRecvHeader() override { return protocol().recvHeader(); }
+  PeerHeader receivedHeader() override { return protocol().receivedHeader(); }
+  absl::Status enqueueRecv(void *data, int64_t bytes) override {
+    return protocol().recv(data, bytes);
+  }
+
+protected:
+  virtual RingProtocol &protocol() = 0;
+};
+
 /// Shared memory under /dev/shm that both ranks of a direction map: the
 /// receiver creates it (`create`), the sender opens it by name (`open`),
 /// and the receiver removes the name once the sender has it (`unlink`),
