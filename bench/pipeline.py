@@ -15,10 +15,12 @@ half of the steps (merak-exec --pipeline-delay), the case dynamic scheduling
 is for.
 
 With --p2p, only 1f1b with its transfers over Gloo (TCP loopback),
-through shared memory (merak-exec --p2p=shm) and in NCCL's protocol on
+through shared memory (merak-exec --p2p=shm), in NCCL's protocol on
 Gloo (--p2p=gloo-channels: a channel per direction, a header before each
 transfer, receives matched by tag by the link's thread; what that protocol
-costs over plain Gloo), alternating, --repeat times each: the median step
+costs over plain Gloo) and in the protocol --p2p=shm runs between GPUs on
+rings in /dev/shm (--p2p=shm-channels), alternating, --repeat times each:
+the median step
 time of each, its ratio to Gloo's, and the time the ranks spent waiting in
 receives (from the trace).
 
@@ -213,7 +215,7 @@ def receive_wait_ms(trace_path):
 
 def compare_transfers(args, plan, train, work):
     path = plan("1f1b")
-    transports = ("gloo", "shm", "gloo-channels")
+    transports = ("gloo", "shm", "gloo-channels", "shm-channels")
     times = {t: [] for t in transports}
     waits = {t: [] for t in transports}
     for i in range(args.repeat):
