@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 
 #include <dlfcn.h>
 
@@ -57,12 +58,16 @@ HostFusedKernels::compile(const std::vector<std::string> &sources,
           absl::StrCat("cannot write ", file("kernels.cpp")));
   }
   const char *cxx = std::getenv("CXX");
+  // The shell's quoting of a path (a quote inside closes and reopens).
+  auto quoted = [](const std::string &path) {
+    return "'" + absl::StrReplaceAll(path, {{"'", "'\\''"}}) + "'";
+  };
   // Contraction off, as NVRTC compiles them (--fmad=false).
-  std::string command =
-      absl::StrCat(cxx && *cxx ? cxx : "c++",
-                   " -std=c++17 -O1 -ffp-contract=off -fPIC -shared -w -o ",
-                   file("kernels.so"), " ", file("kernels.cpp"), " 2> ",
-                   file("compile.log"));
+  std::string command = absl::StrCat(
+      cxx && *cxx ? cxx : "c++",
+      " -std=c++17 -O1 -ffp-contract=off -fPIC -shared -w -o ",
+      quoted(file("kernels.so")), " ", quoted(file("kernels.cpp")), " 2> ",
+      quoted(file("compile.log")));
   if (std::system(command.c_str()) != 0) {
     std::ifstream log(file("compile.log"));
     return absl::InternalError(
