@@ -63,11 +63,11 @@ HostFusedKernels::compile(const std::vector<std::string> &sources,
     return "'" + absl::StrReplaceAll(path, {{"'", "'\\''"}}) + "'";
   };
   // Contraction off, as NVRTC compiles them (--fmad=false).
-  std::string command = absl::StrCat(
-      cxx && *cxx ? cxx : "c++",
-      " -std=c++17 -O1 -ffp-contract=off -fPIC -shared -w -o ",
-      quoted(file("kernels.so")), " ", quoted(file("kernels.cpp")), " 2> ",
-      quoted(file("compile.log")));
+  std::string command =
+      absl::StrCat(cxx && *cxx ? cxx : "c++",
+                   " -std=c++17 -O1 -ffp-contract=off -fPIC -shared -w -o ",
+                   quoted(file("kernels.so")), " ", quoted(file("kernels.cpp")),
+                   " 2> ", quoted(file("compile.log")));
   if (std::system(command.c_str()) != 0) {
     std::ifstream log(file("compile.log"));
     return absl::InternalError(
