@@ -2,8 +2,8 @@
 //
 // Compiled with one definition per optional component the build has
 // (MERAK_HAVE_CPU_BACKEND, MERAK_HAVE_GLOO,
-// MERAK_HAVE_CUDA_BACKEND, MERAK_HAVE_NCCL), so the registry holds exactly
-// what was built.
+// MERAK_HAVE_CUDA_BACKEND, MERAK_HAVE_NCCL, MERAK_HAVE_STAGED_GLOO), so the
+// registry holds exactly what was built.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +23,9 @@ void registerCudaBackend();
 #if MERAK_HAVE_NCCL
 void registerNcclCommunicator();
 #endif
+#if MERAK_HAVE_STAGED_GLOO
+void registerStagedGlooCommunicator();
+#endif
 
 void registerBuiltinComponents() {
   static const bool registered = [] {
@@ -37,6 +40,9 @@ void registerBuiltinComponents() {
 #endif
 #if MERAK_HAVE_NCCL
     registerNcclCommunicator();
+#endif
+#if MERAK_HAVE_STAGED_GLOO
+    registerStagedGlooCommunicator();
 #endif
     return true;
   }();

@@ -594,6 +594,7 @@ communicatorIf(bool needed, const BackendEntry *device = nullptr,
       absl::StatusOr<const CommunicatorEntry *> entry =
           findCommunicator(candidate);
       if (!device || !entry.ok() || (*entry)->device != device->name ||
+          (*entry)->stagedThroughHost ||
           absl::GetFlag(FLAGS_comm_staging) == "host")
         continue;
       std::string why;
@@ -614,6 +615,10 @@ communicatorIf(bool needed, const BackendEntry *device = nullptr,
         absl::StrCat("--comm=", name, " moves the ", (*entry)->device,
                      " backend's tensors: run with --device=", (*entry)->device,
                      device ? "" : " (training runs only)"));
+  if ((*entry)->stagedThroughHost && absl::GetFlag(FLAGS_comm_staging) == "off")
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--comm=", name, " moves host copies of the ", (*entry)->device,
+        " backend's tensors, which --comm-staging=off refuses"));
   std::string why;
   if ((*entry)->available && !(*entry)->available(localRanks, &why))
     return absl::FailedPreconditionError(

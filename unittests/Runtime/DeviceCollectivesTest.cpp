@@ -17,8 +17,11 @@
 #include "merak/Runtime/Comm/DeviceCollectives.h"
 
 #include "CollectiveCases.h"
+#include "merak/Runtime/Comm/HostGloo.h"
 
 #include "gtest/gtest.h"
+
+#include <gloo/rendezvous/hash_store.h>
 
 #include <ATen/ATen.h>
 
@@ -205,6 +208,10 @@ public:
   absl::Status injected;
   /// Stops the queue before its next task (a rank that hangs).
   bool frozen = false;
+  /// Where set, the library's calls are Gloo's on this host memory (the
+  /// staged `--comm=gloo` of the runtime built alone) instead of the
+  /// stand-in's.
+  HostGlooCollectives *gloo = nullptr;
 
   absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override {
     auto &b = static_cast<HostBlock &>(tensor);
@@ -258,6 +265,9 @@ public:
                                 int64_t count, DType dtype,
                                 DeviceReduction r) override {
     log.push_back("all_reduce");
+    if (gloo)
+      return queue(
+          [=] { return gloo->allReduce(group, send, recv, count, dtype, r); });
     return collective(
         group, {send, {}},
         [=](auto &parts, auto &out) {
@@ -276,6 +286,9 @@ public:
   absl::Status enqueueAllGather(int64_t group, const void *send, void *recv,
                                 int64_t count, DType dtype) override {
     log.push_back("all_gather");
+    if (gloo)
+      return queue(
+          [=] { return gloo->allGather(group, send, recv, count, dtype); });
     size_t bytes = count * dtypeSize(dtype);
     return collective(
         group, {send, {}},
@@ -290,6 +303,10 @@ public:
                                     int64_t count, DType dtype,
                                     DeviceReduction r) override {
     log.push_back("reduce_scatter");
+    if (gloo)
+      return queue([=] {
+        return gloo->reduceScatter(group, send, recv, count, dtype, r);
+      });
     int64_t index = groups[group].members.index;
     return collective(
         group, {send, {}},
@@ -310,6 +327,10 @@ public:
                                 int64_t count, DType dtype,
                                 int64_t root) override {
     log.push_back("broadcast");
+    if (gloo)
+      return queue([=] {
+        return gloo->broadcast(group, send, recv, count, dtype, root);
+      });
     size_t bytes = count * dtypeSize(dtype);
     return collective(
         group, {send, {}},
@@ -324,6 +345,9 @@ public:
                   const std::vector<DeviceTransfer> &sends,
                   const std::vector<DeviceTransfer> &receives) override {
     log.push_back("exchange");
+    if (gloo)
+      return queue(
+          [=] { return gloo->exchange(group, dtype, sends, receives); });
     int64_t index = groups[group].members.index;
     size_t size = dtypeSize(dtype);
     auto outputs = std::make_shared<std::vector<std::vector<char>>>();
@@ -467,9 +491,14 @@ enum class Layout { Dense, Strided, InPlace };
 
 /// Runs `c` on every rank of the mesh with operands in `layout`; returns
 /// each rank's result, or the first error.
+/// The library a case's collectives run on.
+enum class Library { StandIn, Gloo };
+
 absl::StatusOr<std::vector<at::Tensor>> runCase(const Case &c, Layout layout,
-                                                DType dtype = DType::F32) {
+                                                DType dtype = DType::F32,
+                                                Library on = Library::StandIn) {
   FakeLibrary library;
+  ::gloo::rendezvous::HashStore store;
   std::vector<at::Tensor> results(kWorld);
   std::vector<absl::Status> errors(kWorld);
   auto rankMain = [&](int64_t rank) {
@@ -477,7 +506,22 @@ absl::StatusOr<std::vector<at::Tensor>> runCase(const Case &c, Layout layout,
     if (dtype == DType::I64)
       for (ValueInfo &v : program.values)
         v.type.dtype = DType::I64;
+    std::unique_ptr<HostGlooCollectives> gloo;
+    if (on == Library::Gloo) {
+      auto device = openHostGlooDevice("127.0.0.1", "");
+      auto connected =
+          device.ok()
+              ? HostGlooCollectives::connect(store, *device, program.groups,
+                                             std::chrono::milliseconds(20000))
+              : device.status();
+      if (!connected.ok()) {
+        errors[rank] = connected.status();
+        return;
+      }
+      gloo = *std::move(connected);
+    }
     auto stream = std::make_unique<FakeStream>(library, rank, program.groups);
+    stream->gloo = gloo.get();
     std::unique_ptr<Communicator> comm =
         communicatorOf(program, std::move(stream), rank);
     at::Tensor x = input(c.in, rank);
@@ -514,8 +558,9 @@ absl::StatusOr<std::vector<at::Tensor>> runCase(const Case &c, Layout layout,
   return results;
 }
 
-void expectCase(const Case &c, Layout layout) {
-  absl::StatusOr<std::vector<at::Tensor>> got = runCase(c, layout);
+void expectCase(const Case &c, Layout layout, Library on = Library::StandIn) {
+  absl::StatusOr<std::vector<at::Tensor>> got =
+      runCase(c, layout, DType::F32, on);
   ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
   std::vector<at::Tensor> xs;
   for (int64_t r = 0; r < kWorld; ++r)
@@ -592,7 +637,7 @@ TEST(DeviceCollectivesTest, AllReduceAndBroadcastInPlace) {
       expectCase(c, Layout::InPlace);
 }
 
-TEST(DeviceCollectivesTest, IntegerAveragesTruncate) {
+void expectIntegerAveragesTruncate(Library on) {
   // 100 (r + 1) + k + r summed over the four ranks is 1006 + 4 k: the
   // average 251.5 + k truncates to 251 + k.
   Case allReduce{"all_reduce_average_all_i64",
@@ -602,7 +647,7 @@ TEST(DeviceCollectivesTest, IntegerAveragesTruncate) {
                  {3},
                  nullptr};
   absl::StatusOr<std::vector<at::Tensor>> got =
-      runCase(allReduce, Layout::Dense, DType::I64);
+      runCase(allReduce, Layout::Dense, DType::I64, on);
   ASSERT_TRUE(got.ok()) << got.status();
   for (int64_t r = 0; r < kWorld; ++r)
     EXPECT_TRUE(at::equal((*got)[r], at::tensor({251, 252, 253}, at::kLong)))
@@ -613,11 +658,38 @@ TEST(DeviceCollectivesTest, IntegerAveragesTruncate) {
                {4},
                {2},
                nullptr};
-  got = runCase(scatter, Layout::Dense, DType::I64);
+  got = runCase(scatter, Layout::Dense, DType::I64, on);
   ASSERT_TRUE(got.ok()) << got.status();
   // Rank 3 (dp 1, tp 1) with rank 2: (302 + k + 403 + k) / 2, k = 2, 3.
   EXPECT_TRUE(at::equal((*got)[3], at::tensor({354, 355}, at::kLong)))
       << (*got)[3];
+}
+
+TEST(DeviceCollectivesTest, IntegerAveragesTruncate) {
+  expectIntegerAveragesTruncate(Library::StandIn);
+}
+
+// The same collectives with Gloo's calls on host memory as the library:
+// the staged --comm=gloo of the runtime built alone, all but its copies
+// between the GPU and the host.
+TEST(DeviceCollectivesOnGlooTest, EveryCollectiveFromDenseOperands) {
+  for (const Case &c : deviceCases())
+    expectCase(c, Layout::Dense, Library::Gloo);
+}
+
+TEST(DeviceCollectivesOnGlooTest, EveryCollectiveFromStridedOperands) {
+  for (const Case &c : deviceCases())
+    expectCase(c, Layout::Strided, Library::Gloo);
+}
+
+TEST(DeviceCollectivesOnGlooTest, AllReduceAndBroadcastInPlace) {
+  for (const Case &c : deviceCases())
+    if (c.kind == OpKind::AllReduce || c.kind == OpKind::Broadcast)
+      expectCase(c, Layout::InPlace, Library::Gloo);
+}
+
+TEST(DeviceCollectivesOnGlooTest, IntegerAveragesTruncate) {
+  expectIntegerAveragesTruncate(Library::Gloo);
 }
 
 /// What one rank queues for `c` (from a dense operand), with the other

@@ -102,6 +102,10 @@ struct CommunicatorEntry {
   /// The backend whose tensors `create`'s communicator moves ("cuda");
   /// empty for the CPU backend's.
   std::string device;
+  /// Whether `create`'s communicator moves host copies of the device's
+  /// tensors (Gloo in the runtime built alone): `--comm=auto` takes it
+  /// only where the device's own communicator cannot run.
+  bool stagedThroughHost = false;
   /// Whether it can run collectives among `localRanks` ranks of one mesh
   /// on this machine (NCCL: a GPU each; a pipeline's stages may share
   /// one); `why` says why not. Unset: always.

@@ -152,56 +152,19 @@ absl::Status issued(ncclResult_t r, const char *what, ncclComm_t comm,
   return settle(comm, Clock::now() + timeout, what);
 }
 
-class NcclStream final : public CollectiveStream {
+class NcclStream final : public cuda::CudaCollectiveStream {
 public:
   NcclStream(DeviceState &dev, std::vector<ncclComm_t> comms,
              cudaStream_t stream, std::chrono::milliseconds timeout)
-      : dev(dev), comms(std::move(comms)), stream(stream), timeout(timeout) {
-    cudaEventCreateWithFlags(&computeDone, cudaEventDisableTiming);
-  }
+      : CudaCollectiveStream(dev, stream), comms(std::move(comms)),
+        timeout(timeout) {}
 
   ~NcclStream() override {
     cudaStreamSynchronize(stream);
-    for (auto &[marker, event] : events)
-      cudaEventDestroy(event);
-    cudaEventDestroy(computeDone);
     if (!aborted)
       release(comms, timeout);
-    cudaStreamDestroy(stream);
   }
 
-  absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override {
-    CudaTensor &t = cuda::unwrap(tensor);
-    return DeviceBuffer{t.data(), t.type, t.strides, t.storage};
-  }
-  absl::StatusOr<TensorHandle> alias(DeviceTensor &tensor) override {
-    return TensorHandle(std::make_shared<CudaTensor>(cuda::unwrap(tensor)));
-  }
-  absl::StatusOr<TensorHandle> allocate(const TensorType &type) override {
-    try {
-      return TensorHandle(std::make_shared<CudaTensor>(
-          dev.allocate(std::max<int64_t>(type.byteSize(), 1)), 0, type));
-    } catch (const cuda::CudaError &e) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("a collective's buffer: ", e.what()));
-    }
-  }
-
-  absl::Status enqueueWaitForCompute() override {
-    return waitForCompute(dev, computeDone, stream);
-  }
-  absl::Status enqueueCopy(const DeviceBuffer &from,
-                           const DeviceBuffer &to) override {
-    return stridedCopy(from, to, stream, "a collective's copy");
-  }
-  absl::Status enqueueDivide(const DeviceBuffer &buffer, int64_t n) override {
-    try {
-      cuda::divideIntegers(viewOf(buffer), n, stream);
-    } catch (const std::exception &e) {
-      return absl::InternalError(e.what());
-    }
-    return cudaStatus(cudaGetLastError(), "an integer average");
-  }
   absl::Status enqueueAllReduce(int64_t group, const void *send, void *recv,
                                 int64_t count, DType dtype,
                                 DeviceReduction r) override {
@@ -253,32 +216,6 @@ public:
     return status.ok() ? end : status;
   }
 
-  absl::StatusOr<int64_t> mark() override {
-    return recordMarker(stream, events, next);
-  }
-  absl::StatusOr<bool> reached(int64_t marker) override {
-    auto it = events.find(marker);
-    if (it == events.end())
-      return true;
-    cudaError_t s = cudaEventQuery(it->second);
-    if (s == cudaErrorNotReady)
-      return false;
-    if (absl::Status failed = cudaStatus(s, "a collective on the GPU");
-        !failed.ok())
-      return failed;
-    return true;
-  }
-  absl::Status joinCompute(int64_t marker) override {
-    auto it = events.find(marker);
-    if (it == events.end())
-      return absl::OkStatus();
-    absl::Status s =
-        cudaStatus(cudaStreamWaitEvent(dev.stream, it->second, 0),
-                   "ordering the compute stream after a collective");
-    cudaEventDestroy(it->second);
-    events.erase(it);
-    return s;
-  }
   absl::Status asyncError() override {
     for (ncclComm_t c : comms)
       if (absl::Status s = communicatorError(c); !s.ok())
@@ -294,13 +231,8 @@ public:
   }
 
 private:
-  DeviceState &dev;
   std::vector<ncclComm_t> comms;
-  cudaStream_t stream;
   std::chrono::milliseconds timeout;
-  cudaEvent_t computeDone = nullptr;
-  std::map<int64_t, cudaEvent_t> events;
-  int64_t next = 0;
   bool aborted = false;
 };
 
@@ -482,20 +414,9 @@ createNcclCommunicator(DistributedJob &job, const Program &program,
     abortAll();
     return s;
   }
-  DeviceCommunicatorOptions options;
-  options.rank = job.rank();
-  options.worldSize = job.worldSize();
-  options.groups = program.groups;
-  options.timeout = timeout;
-  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
-    return job.diagnose(ranks);
-  };
-  options.progress = [&job](int64_t step, int64_t instruction) {
-    job.setProgress(step, instruction);
-  };
   return makeDeviceCommunicator(
       std::make_unique<NcclStream>(*dev, std::move(comms), stream, timeout),
-      std::move(options));
+      cuda::deviceCommunicatorOptions(job, program, timeout, "NCCL"));
 }
 
 absl::StatusOr<std::map<std::pair<int64_t, int64_t>, std::string>>

@@ -1,6 +1,7 @@
 //===- StreamChannel.cpp - pipeline channels on a CUDA stream -------------===//
 
 #include "StreamChannel.h"
+#include "Collectives.h"
 #include "Copy.h"
 
 #include "absl/strings/str_cat.h"
@@ -151,6 +152,107 @@ absl::Status StreamChannel::joinCompute(int64_t marker) {
     return absl::OkStatus(); // reached and released: nothing to wait for
   return cudaStatus(cudaStreamWaitEvent(dev.stream, it->second, 0),
                     "ordering the compute stream after a transfer");
+}
+
+CudaCollectiveStream::CudaCollectiveStream(DeviceState &dev,
+                                           cudaStream_t stream)
+    : dev(dev), stream(stream) {
+  cudaEventCreateWithFlags(&computeDone, cudaEventDisableTiming);
+}
+
+CudaCollectiveStream::~CudaCollectiveStream() {
+  cudaStreamSynchronize(stream);
+  for (auto &[marker, event] : events)
+    cudaEventDestroy(event);
+  cudaEventDestroy(computeDone);
+  cudaStreamDestroy(stream);
+}
+
+absl::StatusOr<DeviceBuffer>
+CudaCollectiveStream::describe(DeviceTensor &tensor) {
+  CudaTensor &t = unwrap(tensor);
+  return DeviceBuffer{t.data(), t.type, t.strides, t.storage};
+}
+
+absl::StatusOr<TensorHandle> CudaCollectiveStream::alias(DeviceTensor &tensor) {
+  return TensorHandle(std::make_shared<CudaTensor>(unwrap(tensor)));
+}
+
+absl::StatusOr<TensorHandle>
+CudaCollectiveStream::allocate(const TensorType &type) {
+  try {
+    return TensorHandle(std::make_shared<CudaTensor>(
+        dev.allocate(std::max<int64_t>(type.byteSize(), 1)), 0, type));
+  } catch (const CudaError &e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a collective's buffer: ", e.what()));
+  }
+}
+
+absl::Status CudaCollectiveStream::enqueueWaitForCompute() {
+  return waitForCompute(dev, computeDone, stream);
+}
+
+absl::Status CudaCollectiveStream::enqueueCopy(const DeviceBuffer &from,
+                                               const DeviceBuffer &to) {
+  return stridedCopy(from, to, stream, "a collective's copy");
+}
+
+absl::Status CudaCollectiveStream::enqueueDivide(const DeviceBuffer &buffer,
+                                                 int64_t n) {
+  try {
+    divideIntegers(viewOf(buffer), n, stream);
+  } catch (const std::exception &e) {
+    return absl::InternalError(e.what());
+  }
+  return cudaStatus(cudaGetLastError(), "an integer average");
+}
+
+absl::StatusOr<int64_t> CudaCollectiveStream::mark() {
+  return recordMarker(stream, events, next);
+}
+
+absl::StatusOr<bool> CudaCollectiveStream::reached(int64_t marker) {
+  auto it = events.find(marker);
+  if (it == events.end())
+    return true;
+  cudaError_t s = cudaEventQuery(it->second);
+  if (s == cudaErrorNotReady)
+    return false;
+  if (absl::Status failed = cudaStatus(s, "a collective on the GPU");
+      !failed.ok())
+    return failed;
+  return true;
+}
+
+absl::Status CudaCollectiveStream::joinCompute(int64_t marker) {
+  auto it = events.find(marker);
+  if (it == events.end())
+    return absl::OkStatus();
+  absl::Status s = cudaStatus(cudaStreamWaitEvent(dev.stream, it->second, 0),
+                              "ordering the compute stream after a collective");
+  cudaEventDestroy(it->second);
+  events.erase(it);
+  return s;
+}
+
+DeviceCommunicatorOptions
+deviceCommunicatorOptions(DistributedJob &job, const Program &program,
+                          std::chrono::milliseconds timeout,
+                          std::string library) {
+  DeviceCommunicatorOptions options;
+  options.rank = job.rank();
+  options.worldSize = job.worldSize();
+  options.groups = program.groups;
+  options.timeout = timeout;
+  options.library = std::move(library);
+  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
+    return job.diagnose(ranks);
+  };
+  options.progress = [&job](int64_t step, int64_t instruction) {
+    job.setProgress(step, instruction);
+  };
+  return options;
 }
 
 std::unique_ptr<PeerLink>

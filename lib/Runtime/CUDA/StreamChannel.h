@@ -91,6 +91,44 @@ private:
   int64_t next = 0;
 };
 
+/// A rank's collectives on the CUDA backend (DeviceCollectives.h), all but
+/// the library's calls, which subclasses make: a communication stream of
+/// its own (destroyed with it), events as markers, the backend's tensors
+/// and buffers, and the compute stream's ordering around it.
+class CudaCollectiveStream : public CollectiveStream {
+public:
+  CudaCollectiveStream(DeviceState &dev, cudaStream_t stream);
+  /// Waits for the stream's work, then releases the events and the stream.
+  ~CudaCollectiveStream() override;
+
+  absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override;
+  absl::StatusOr<TensorHandle> alias(DeviceTensor &tensor) override;
+  absl::StatusOr<TensorHandle> allocate(const TensorType &type) override;
+  absl::Status enqueueWaitForCompute() override;
+  absl::Status enqueueCopy(const DeviceBuffer &from,
+                           const DeviceBuffer &to) override;
+  absl::Status enqueueDivide(const DeviceBuffer &buffer, int64_t n) override;
+  absl::StatusOr<int64_t> mark() override;
+  absl::StatusOr<bool> reached(int64_t marker) override;
+  absl::Status joinCompute(int64_t marker) override;
+
+protected:
+  DeviceState &dev;
+  cudaStream_t stream;
+
+private:
+  cudaEvent_t computeDone = nullptr;
+  std::map<int64_t, cudaEvent_t> events;
+  int64_t next = 0;
+};
+
+/// The options of a device communicator of `program`'s groups on `job`'s
+/// rank: failures diagnosed and progress reported through `job`.
+DeviceCommunicatorOptions
+deviceCommunicatorOptions(DistributedJob &job, const Program &program,
+                          std::chrono::milliseconds timeout,
+                          std::string library);
+
 /// The device link of `dev`'s rank `rank` over `outgoing` and `incoming`
 /// channels of `library`, its thread on the rank's GPU, failures
 /// diagnosed by `job`.

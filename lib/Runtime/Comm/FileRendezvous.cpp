@@ -294,6 +294,22 @@ public:
     return *std::move(v);
   }
 
+  absl::Status storeSet(const std::string &key,
+                        const std::string &value) override {
+    return set(absl::StrCat("store/", key), value);
+  }
+
+  absl::StatusOr<std::string>
+  storeGet(const std::string &key, std::chrono::milliseconds timeout) override {
+    std::optional<std::string> v =
+        get(absl::StrCat("store/", key), Clock::now() + timeout);
+    if (!v)
+      return absl::DeadlineExceededError(
+          absl::StrCat("no rank set '", key, "' in ", dir.string(), " within ",
+                       seconds(timeout)));
+    return *std::move(v);
+  }
+
   void abort(const std::string &message) override {
     failing.store(true);
     postFailure(message);
@@ -381,8 +397,9 @@ private:
 
   static absl::Status noGloo() {
     return absl::FailedPreconditionError(
-        "the runtime built alone has no Gloo: its collectives and pipeline "
-        "transfers run on NCCL (--device=cuda --comm=nccl --p2p=nccl)");
+        "the runtime built alone has no Gloo on the host's tensors: its "
+        "pipeline transfers run on NCCL (--comm=nccl --p2p=nccl) or between "
+        "the GPUs' memory (--p2p=shm)");
   }
 
   /// Rank 0: the directory of this run, replacing an earlier run's.

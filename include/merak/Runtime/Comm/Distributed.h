@@ -127,6 +127,22 @@ public:
   shareInGroup(const std::string &key, const std::vector<int64_t> &ranks,
                const std::string &value) = 0;
 
+  /// The rendezvous's key-value store, for a library that connects its
+  /// ranks through one (Gloo's contexts in the runtime built alone): sets
+  /// `value` under `key` for every rank to read. Keys are written once.
+  virtual absl::Status storeSet(const std::string &key,
+                                const std::string &value) {
+    (void)key, (void)value;
+    return absl::UnimplementedError("this rendezvous has no key-value store");
+  }
+  /// The value of `key` once some rank has set it; an error naming the key
+  /// after `timeout`.
+  virtual absl::StatusOr<std::string>
+  storeGet(const std::string &key, std::chrono::milliseconds timeout) {
+    (void)key, (void)timeout;
+    return absl::UnimplementedError("this rendezvous has no key-value store");
+  }
+
   /// Tells the other ranks that this rank stops with `message` (the first
   /// failure reported wins), so they exit at once naming it. Rank 0, which
   /// hosts the store, waits briefly for the others to read it.
