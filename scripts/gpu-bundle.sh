@@ -44,6 +44,15 @@ cp -r /usr/include/absl /usr/include/nlohmann "$DEPS/include/"
 cp -r /usr/lib/x86_64-linux-gnu/cmake/absl "$DEPS/lib/x86_64-linux-gnu/cmake/"
 cp -a /usr/lib/x86_64-linux-gnu/libabsl_*.so* "$DEPS/lib/x86_64-linux-gnu/"
 cp -r /usr/share/cmake/nlohmann_json "$DEPS/share/cmake/"
+# The Gloo library (--comm=gloo of the runtime built alone: ranks sharing
+# a GPU): its headers and library; the libraries it needs are in lib/
+# with merak-exec's.
+GLOO_LIB=$(ldd "$RUNTIME/bin/merak-exec" | awk '/libgloo/{print $3}')
+if [[ -n $GLOO_LIB ]]; then
+  cp -r /usr/include/gloo "$DEPS/include/"
+  mkdir -p "$DEPS/lib"
+  cp -a "$(dirname "$GLOO_LIB")"/libgloo.so* "$DEPS/lib/"
+fi
 
 # Kernel cases: each op alone on the CPU backend (ATen's kernels).
 cp "$ROOT"/test/cuda/cases/*.json "$OUT/cases/"
@@ -123,6 +132,41 @@ for plan in "${!PLANS[@]}"; do
   "$BUILD/bin/merak-translate" "$OUT/models/gpt2-$plan.mlir" --merak-to-rank-program \
     -o "$OUT/models/gpt2-$plan.mrp"
   rm "$OUT/models/gpt2-$plan.mlir"
+done
+# GPT-2's partitioned plans with their ranks sharing one GPU (gpu-check.sh's
+# "shared" section): a plan of every kind test/e2e trains on CPU ranks,
+# collectives on Gloo through host copies of the GPU's tensors
+# (--comm=gloo) and pipeline transfers between the ranks' GPU memory
+# (--p2p=shm). Each: name, ranks, micro-batches, --merak-parallelize.
+SHARED_PLANS=(
+  "dp2 2 1 dp=2"
+  "tp2 2 1 tp=2"
+  "sp-megatron 2 1 tp=2 sp=megatron"
+  "sp-ulysses 2 1 sp=ulysses sp-size=2"
+  "zero1 2 1 dp=2 zero=1"
+  "zero2 2 1 dp=2 zero=2"
+  "zero3 2 1 dp=2 zero=3"
+  "dp2-tp2 4 1 dp=2 tp=2"
+  "dp2-tp2-zero3 4 1 dp=2 tp=2 zero=3"
+  "pp2-gpipe 2 2 pp=2 microbatches=2 schedule=gpipe"
+  "pp2-1f1b 2 2 pp=2 microbatches=2 schedule=1f1b"
+  "pp2-interleaved 2 2 pp=2 virtual=2 stages=1,2,4 microbatches=2 schedule=interleaved-1f1b"
+  "pp2-zb-h1 2 2 pp=2 microbatches=2 schedule=zb-h1"
+  "pp2-dynamic 2 2 pp=2 microbatches=2 schedule=dynamic"
+  "pp2-shifted 2 4 pp=2 microbatches=4 schedule=merak-shifted-critical-path"
+  "dp2-pp2 4 4 dp=2 pp=2 microbatches=4"
+  "dp2-tp2-pp2 8 4 dp=2 tp=2 pp=2 microbatches=4 schedule=1f1b"
+)
+: > "$OUT/models/shared-plans.txt"
+for entry in "${SHARED_PLANS[@]}"; do
+  read -r name nproc mb options <<< "$entry"
+  "$BUILD/bin/merak-opt" "$FIXTURES/gpt2.pt" \
+    --merak-train="optimizer=adamw lr=1e-3 weight-decay=0.1" \
+    --merak-parallelize="$options" -o "$OUT/models/gpt2-shared-$name.mlir"
+  "$BUILD/bin/merak-translate" "$OUT/models/gpt2-shared-$name.mlir" \
+    --merak-to-rank-program -o "$OUT/models/gpt2-shared-$name.mrp"
+  rm "$OUT/models/gpt2-shared-$name.mlir"
+  echo "$name $nproc $mb $options" >> "$OUT/models/shared-plans.txt"
 done
 # Text generators (--merak-kv-cache: @prefill and @decode), as
 # test/e2e/generate/greedy.test makes them on the CPU.

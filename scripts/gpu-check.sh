@@ -28,9 +28,14 @@
 #     --p2p=shm (GPU to GPU through CUDA IPC), each within 1e-4 of
 #     PyTorch's run on one GPU; with one GPU, the two pipelines with
 #     --p2p=shm, their two ranks sharing it;
-#  4. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
+#  4. GPT-2's plans of every kind (data, tensor and sequence parallel,
+#     ZeRO 1-3, pipelines of every schedule, and their combinations up to
+#     8 ranks) with all their ranks on one GPU: collectives on Gloo through
+#     host copies (--comm=gloo), pipeline transfers through CUDA IPC
+#     (--p2p=shm), each within 1e-4 of PyTorch's run on one GPU;
+#  5. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
 #     attention in either form;
-#  5. with BENCH=1, after the table, the GPT-2 small benchmark
+#  6. with BENCH=1, after the table, the GPT-2 small benchmark
 #     (bench/gpu_gpt2.py run).
 #
 # Usage: gpu-check.sh [--build SOURCE_DIR] BUNDLE_DIR [OUT_DIR]
@@ -54,7 +59,7 @@ BIN=$B/bin
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}
 MODELS=${MODELS:-"gpt2 llama bert t5 resnet18 vit_b_16"}
-SECTIONS=${SECTIONS:-"kernels models generation nccl sanitizer"}
+SECTIONS=${SECTIONS:-"kernels models generation nccl shared sanitizer"}
 wanted() { [[ " $SECTIONS " == *" $1 "* ]]; }
 # DEVICE=cpu runs the same rows on the CPU (a dry run of this script).
 DEVICE=${DEVICE:-cuda}
@@ -94,7 +99,8 @@ if [[ -n $SOURCE ]]; then
       -DMERAK_COMPILER=OFF -DMERAK_CPU_BACKEND=OFF -DMERAK_BUILD_RUNTIME_VARIANTS=OFF \
       -DMERAK_CUDA_ARCHITECTURES="${arch:-90}" \
       -Dabsl_DIR="$deps/lib/x86_64-linux-gnu/cmake/absl" \
-      -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" > "$O/build.log" 2>&1 &&
+      -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" \
+      -DMERAK_GLOO_ROOT="$deps" > "$O/build.log" 2>&1 &&
      cmake --build "$O/build" --target merak-exec merak-kernel-check >> "$O/build.log" 2>&1; then
     BIN=$O/build/bin
     row "build (sm_${arch:-90})" ok "runtime alone with the CUDA backend, $(( $(date +%s) - start )) s"
@@ -413,6 +419,57 @@ else
       row "gpt2 $plan on $via" FAIL "$(grep -m1 -i error "$dir/nccl-$tag.log" || tail -1 "$dir/nccl-$tag-compare.log")"
     fi
   done
+  unset MERAK_RENDEZVOUS_DIR
+fi
+
+echo "== shared"
+# Every kind of partitioned plan with its ranks sharing one GPU (the
+# first): collectives on Gloo through host copies of the GPU's tensors
+# (--comm=gloo; NCCL refuses two ranks on one device), pipeline transfers
+# between the ranks' GPU memory through CUDA IPC (--p2p=shm), each against
+# PyTorch's run of GPT-2 on one GPU over the same micro-batches. With
+# DEVICE=cpu, the same rows on CPU ranks.
+dir=$O/gpt2
+if ! wanted shared || [[ ! -f $B/models/shared-plans.txt ]]; then
+  :
+elif [[ $DEVICE == cuda && $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') -lt 1 ]]; then
+  row "shared (ranks on one GPU)" skip "no GPU here"
+elif [[ ! -f $dir/ref.jsonl ]]; then
+  row "shared (ranks on one GPU)" skip "GPT-2 not run"
+elif ! grep -q "communicators:.*gloo" <<< "$("$BIN/merak-exec" --help 2>&1)"; then
+  row "shared (ranks on one GPU)" FAIL "this merak-exec has no --comm=gloo (built without the Gloo library)"
+else
+  export MERAK_RENDEZVOUS_DIR=$O/rendezvous-shared
+  first=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | head -1)
+  while read -r name nproc mb options; do
+    data=$dir/batches.safetensors ref=$dir/ref.jsonl
+    if (( mb > 1 )); then
+      data=$dir/batches-mb$mb.safetensors ref=$dir/ref-mb$mb.jsonl
+      [[ -f $ref ]] || {
+        "$PY" "$B/src/test/e2e/make_batches.py" --fixture gpt2 --fixtures-dir "$FIX" \
+          --steps "$STEPS" --seed 0 --cycle 1 --microbatches "$mb" --out "$data" > /dev/null 2>&1
+        "$PY" "$B/src/test/e2e/reference.py" --model "$B/models/gpt2.pt" --fixture gpt2 \
+          --data "$data" --steps "$STEPS" --optimizer adamw --lr 1e-3 --weight-decay 0.1 \
+          --device "$DEVICE" --microbatches "$mb" --out-jsonl "$ref" > "$dir/ref-mb$mb.log" 2>&1
+      }
+    fi
+    log=$dir/shared-$name
+    rm -f "$log.jsonl"
+    start=$(date +%s%N)
+    ${first:+env CUDA_VISIBLE_DEVICES=$first} \
+      "$BIN/merak-exec" "$B/models/gpt2-shared-$name.mrp" --nproc "$nproc" --device "$DEVICE" \
+      --comm gloo --p2p shm --init "$dir/weights.safetensors" --data "$data" --steps "$STEPS" \
+      --comm-timeout 120 --log-jsonl "$log.jsonl" > "$log.log" 2>&1
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    if "$PY" "$B/src/test/e2e/compare_losses.py" "$log.jsonl" "$ref" --rtol 1e-4 \
+        > "$log-compare.log" 2>&1; then
+      row "gpt2 $name, $nproc ranks on 1 $([[ $DEVICE == cuda ]] && echo GPU || echo CPU)" ok \
+        "$options: $(tail -1 "$log-compare.log"); wall $ms ms"
+    else
+      row "gpt2 $name, $nproc ranks on 1 $([[ $DEVICE == cuda ]] && echo GPU || echo CPU)" FAIL \
+        "$options: $(grep -m1 -i error "$log.log" || tail -1 "$log-compare.log")"
+    fi
+  done < "$B/models/shared-plans.txt"
   unset MERAK_RENDEZVOUS_DIR
 fi
 
