@@ -235,11 +235,7 @@ void registerStagedGlooCommunicator() {
       "number of ranks per GPU; pipeline transfers with --p2p=shm); "
       "rendezvous in MERAK_RENDEZVOUS_DIR (else a directory under TMPDIR "
       "named after MASTER_ADDR:MASTER_PORT)";
-  entry.join = [](const RendezvousOptions &options,
-                  DistributedJob::FailureHandler onFailure) {
-    return joinFileRendezvous(options, fileRendezvousDirectory(options),
-                              std::move(onFailure));
-  };
+  entry.join = joinRunDirectory;
   entry.create = createStagedGlooCommunicator;
   entry.device = "cuda";
   entry.stagedThroughHost = true;

@@ -26,11 +26,7 @@ void registerNcclCommunicator() {
       " on the CUDA backend's memory, one GPU per rank; rendezvous in "
       "MERAK_RENDEZVOUS_DIR (else a directory under TMPDIR named after "
       "MASTER_ADDR:MASTER_PORT)";
-  entry.join = [](const RendezvousOptions &options,
-                  DistributedJob::FailureHandler onFailure) {
-    return joinFileRendezvous(options, fileRendezvousDirectory(options),
-                              std::move(onFailure));
-  };
+  entry.join = joinRunDirectory;
 #endif
   entry.create = createNcclCommunicator;
   entry.createLink = createNcclPeerLink;

@@ -621,4 +621,11 @@ joinFileRendezvous(const RendezvousOptions &options,
   return std::unique_ptr<DistributedJob>(std::move(job));
 }
 
+absl::StatusOr<std::unique_ptr<DistributedJob>>
+joinRunDirectory(const RendezvousOptions &options,
+                 DistributedJob::FailureHandler onPeerFailure) {
+  return joinFileRendezvous(options, fileRendezvousDirectory(options),
+                            std::move(onPeerFailure));
+}
+
 } // namespace merak::runtime

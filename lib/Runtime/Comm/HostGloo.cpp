@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace merak::runtime {
@@ -196,6 +197,38 @@ void divideBy(void *data, int64_t count, DType dtype, int64_t n) {
   }
 }
 
+/// `p` as a pointer to Gloo's element storage `S` (Gloo's options take
+/// mutable pointers; it does not write inputs).
+template <typename S> S *typed(const void *p) {
+  return const_cast<S *>(static_cast<const S *>(p));
+}
+
+/// Runs `call` with a value of `dtype`'s storage type; what Gloo throws
+/// (a time-out, a closed connection), as text.
+template <typename F>
+std::optional<std::string> glooCall(DType dtype, F &&call) {
+  try {
+    withStorage(dtype, [&](auto zero) {
+      call(zero);
+      return 0;
+    });
+  } catch (const std::exception &e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+/// Whether nothing moves (a group of one member, or no elements): then
+/// `bytes` of `from` are copied to `to` where they are not there already.
+bool movesNothing(bool connected, int64_t count, const void *from, void *to,
+                  size_t bytes) {
+  if (connected && count != 0)
+    return false;
+  if (from != to && bytes)
+    std::memcpy(to, from, bytes);
+  return true;
+}
+
 } // namespace
 
 absl::StatusOr<std::shared_ptr<::gloo::transport::Device>>
@@ -298,27 +331,19 @@ absl::Status HostGlooCollectives::allReduce(int64_t group, const void *send,
     return s;
   size_t bytes = size_t(count) * dtypeSize(dtype);
   const Group &g = groups[group];
-  if (!g.context || count == 0) {
-    if (send != recv && bytes)
-      std::memcpy(recv, send, bytes);
+  if (movesNothing(bool(g.context), count, send, recv, bytes))
     return absl::OkStatus();
-  }
-  try {
-    withStorage(dtype, [&](auto zero) {
-      using S = decltype(zero);
-      ::gloo::AllreduceOptions options(g.context);
-      if (send != recv)
-        options.setInput(const_cast<S *>(static_cast<const S *>(send)),
-                         size_t(count));
-      options.setOutput(static_cast<S *>(recv), size_t(count));
-      options.setReduceFunction(reductionOf(dtype, r));
-      options.setTimeout(timeout);
-      ::gloo::allreduce(options);
-      return 0;
-    });
-  } catch (const std::exception &e) {
-    return failure(group, "all-reduce", e.what());
-  }
+  if (auto why = glooCall(dtype, [&](auto zero) {
+        using S = decltype(zero);
+        ::gloo::AllreduceOptions options(g.context);
+        if (send != recv)
+          options.setInput(typed<S>(send), size_t(count));
+        options.setOutput(typed<S>(recv), size_t(count));
+        options.setReduceFunction(reductionOf(dtype, r));
+        options.setTimeout(timeout);
+        ::gloo::allreduce(options);
+      }))
+    return failure(group, "all-reduce", *why);
   if (r == DeviceReduction::Average)
     divideBy(recv, count, dtype, groupSize(group));
   return absl::OkStatus();
@@ -332,27 +357,19 @@ absl::Status HostGlooCollectives::allGather(int64_t group, const void *send,
   const Group &g = groups[group];
   size_t bytes = size_t(count) * dtypeSize(dtype);
   char *own = static_cast<char *>(recv) + g.spec.members.index * bytes;
-  if (!g.context || count == 0) {
-    if (own != send && bytes)
-      std::memcpy(own, send, bytes);
+  if (movesNothing(bool(g.context), count, send, own, bytes))
     return absl::OkStatus();
-  }
-  try {
-    withStorage(dtype, [&](auto zero) {
-      using S = decltype(zero);
-      ::gloo::AllgatherOptions options(g.context);
-      if (own != send)
-        options.setInput(const_cast<S *>(static_cast<const S *>(send)),
-                         size_t(count));
-      options.setOutput(static_cast<S *>(recv),
-                        size_t(count) * size_t(groupSize(group)));
-      options.setTimeout(timeout);
-      ::gloo::allgather(options);
-      return 0;
-    });
-  } catch (const std::exception &e) {
-    return failure(group, "all-gather", e.what());
-  }
+  if (auto why = glooCall(dtype, [&](auto zero) {
+        using S = decltype(zero);
+        ::gloo::AllgatherOptions options(g.context);
+        if (own != send)
+          options.setInput(typed<S>(send), size_t(count));
+        options.setOutput(typed<S>(recv),
+                          size_t(count) * size_t(groupSize(group)));
+        options.setTimeout(timeout);
+        ::gloo::allgather(options);
+      }))
+    return failure(group, "all-gather", *why);
   return absl::OkStatus();
 }
 
@@ -386,27 +403,19 @@ absl::Status HostGlooCollectives::broadcast(int64_t group, const void *send,
   const Group &g = groups[group];
   size_t bytes = size_t(count) * dtypeSize(dtype);
   bool isRoot = g.spec.members.index == root;
-  if (!g.context || count == 0) {
-    if (send != recv && bytes)
-      std::memcpy(recv, send, bytes);
+  if (movesNothing(bool(g.context), count, send, recv, bytes))
     return absl::OkStatus();
-  }
-  try {
-    withStorage(dtype, [&](auto zero) {
-      using S = decltype(zero);
-      ::gloo::BroadcastOptions options(g.context);
-      if (isRoot && send != recv)
-        options.setInput(const_cast<S *>(static_cast<const S *>(send)),
-                         size_t(count));
-      options.setOutput(static_cast<S *>(recv), size_t(count));
-      options.setRoot(int(root));
-      options.setTimeout(timeout);
-      ::gloo::broadcast(options);
-      return 0;
-    });
-  } catch (const std::exception &e) {
-    return failure(group, "broadcast", e.what());
-  }
+  if (auto why = glooCall(dtype, [&](auto zero) {
+        using S = decltype(zero);
+        ::gloo::BroadcastOptions options(g.context);
+        if (isRoot && send != recv)
+          options.setInput(typed<S>(send), size_t(count));
+        options.setOutput(typed<S>(recv), size_t(count));
+        options.setRoot(int(root));
+        options.setTimeout(timeout);
+        ::gloo::broadcast(options);
+      }))
+    return failure(group, "broadcast", *why);
   return absl::OkStatus();
 }
 

@@ -43,6 +43,12 @@ joinFileRendezvous(const RendezvousOptions &options,
 /// TMPDIR), which the ranks of one machine share.
 std::string fileRendezvousDirectory(const RendezvousOptions &options);
 
+/// `joinFileRendezvous` in `fileRendezvousDirectory(options)`: how the
+/// communicators of the runtime built alone join a run.
+absl::StatusOr<std::unique_ptr<DistributedJob>>
+joinRunDirectory(const RendezvousOptions &options,
+                 DistributedJob::FailureHandler onPeerFailure);
+
 } // namespace merak::runtime
 
 #endif // MERAK_RUNTIME_COMM_FILERENDEZVOUS_H
