@@ -133,40 +133,69 @@ for plan in "${!PLANS[@]}"; do
     -o "$OUT/models/gpt2-$plan.mrp"
   rm "$OUT/models/gpt2-$plan.mlir"
 done
-# GPT-2's partitioned plans with their ranks sharing one GPU (gpu-check.sh's
+# Partitioned plans with their ranks sharing one GPU (gpu-check.sh's
 # "shared" section): a plan of every kind test/e2e trains on CPU ranks,
 # collectives on Gloo through host copies of the GPU's tensors
 # (--comm=gloo) and pipeline transfers between the ranks' GPU memory
-# (--p2p=shm). Each: name, ranks, micro-batches, --merak-parallelize.
+# (--p2p=shm). Each: name, ranks, micro-batches, model, then the
+# --merak-parallelize options ("-": none, the model on one rank). GPT-2
+# for data, tensor, sequence and pipeline parallelism and ZeRO; the
+# mixture-of-experts decoders of test/e2e/models/language-moe.test
+# (traced here, their weights and batches carried) for expert parallelism.
 SHARED_PLANS=(
-  "dp2 2 1 dp=2"
-  "tp2 2 1 tp=2"
-  "sp-megatron 2 1 tp=2 sp=megatron"
-  "sp-ulysses 2 1 sp=ulysses sp-size=2"
-  "zero1 2 1 dp=2 zero=1"
-  "zero2 2 1 dp=2 zero=2"
-  "zero3 2 1 dp=2 zero=3"
-  "dp2-tp2 4 1 dp=2 tp=2"
-  "dp2-tp2-zero3 4 1 dp=2 tp=2 zero=3"
-  "pp2-gpipe 2 2 pp=2 microbatches=2 schedule=gpipe"
-  "pp2-1f1b 2 2 pp=2 microbatches=2 schedule=1f1b"
-  "pp2-interleaved 2 2 pp=2 virtual=2 stages=1,2,4 microbatches=2 schedule=interleaved-1f1b"
-  "pp2-zb-h1 2 2 pp=2 microbatches=2 schedule=zb-h1"
-  "pp2-dynamic 2 2 pp=2 microbatches=2 schedule=dynamic"
-  "pp2-shifted 2 4 pp=2 microbatches=4 schedule=merak-shifted-critical-path"
-  "dp2-pp2 4 4 dp=2 pp=2 microbatches=4"
-  "dp2-tp2-pp2 8 4 dp=2 tp=2 pp=2 microbatches=4 schedule=1f1b"
+  "dp2 2 1 gpt2 dp=2"
+  "tp2 2 1 gpt2 tp=2"
+  "sp-megatron 2 1 gpt2 tp=2 sp=megatron"
+  "sp-ulysses 2 1 gpt2 sp=ulysses sp-size=2"
+  "zero1 2 1 gpt2 dp=2 zero=1"
+  "zero2 2 1 gpt2 dp=2 zero=2"
+  "zero3 2 1 gpt2 dp=2 zero=3"
+  "dp2-tp2 4 1 gpt2 dp=2 tp=2"
+  "dp2-tp2-zero3 4 1 gpt2 dp=2 tp=2 zero=3"
+  "pp2-gpipe 2 2 gpt2 pp=2 microbatches=2 schedule=gpipe"
+  "pp2-1f1b 2 2 gpt2 pp=2 microbatches=2 schedule=1f1b"
+  "pp2-interleaved 2 2 gpt2 pp=2 virtual=2 stages=1,2,4 microbatches=2 schedule=interleaved-1f1b"
+  "pp2-zb-h1 2 2 gpt2 pp=2 microbatches=2 schedule=zb-h1"
+  "pp2-dynamic 2 2 gpt2 pp=2 microbatches=2 schedule=dynamic"
+  "pp2-shifted 2 4 gpt2 pp=2 microbatches=4 schedule=merak-shifted-critical-path"
+  "dp2-pp2 4 4 gpt2 dp=2 pp=2 microbatches=4"
+  "dp2-tp2-pp2 8 4 gpt2 dp=2 tp=2 pp=2 microbatches=4 schedule=1f1b"
+  "deepseek 1 1 moe-ds -"
+  "deepseek-ep2-tp2 4 1 moe-ds ep=2 tp=2"
+  "deepseek-ep2-zero1 2 1 moe-ds ep=2 zero=1"
+  "mixtral 1 1 moe-mx -"
+  "mixtral-dp2-ep2 4 1 moe-mx dp=2 ep=2"
+  "mixtral-ep2-pp2 4 1 moe-mx8 ep=2 pp=2 microbatches=2"
 )
+# The mixture-of-experts models: archive, weights, 10 steps of batches
+# (Mixtral's 8 samples a step for the pipeline's micro-batches) and the
+# eager module PyTorch trains.
+mkdir -p "$OUT/src/test/e2e/models/Inputs"
+cp "$ROOT/test/e2e/models/Inputs/moe_models.py" "$OUT/src/test/e2e/models/Inputs/"
+for spec in "moe-ds deepseek DeepSeekForCausalLM" "moe-mx mixtral MixtralForCausalLM" \
+    "moe-mx8 mixtral MixtralForCausalLM 8"; do
+  read -r model kind class batch <<< "$spec"
+  "${PYTHON:-python3}" "$ROOT/test/e2e/models/Inputs/moe_models.py" "$kind" \
+    "$OUT/models/$model.pt" "$OUT/models/$model.data.safetensors" 10 $batch > /dev/null
+  "${PYTHON:-python3}" "$ROOT/python/merak_trace.py" weights "$OUT/models/$model.pt" \
+    "$OUT/models/$model.weights.safetensors" > /dev/null
+  echo "$class()" > "$OUT/models/$model.eager"
+done
 : > "$OUT/models/shared-plans.txt"
 for entry in "${SHARED_PLANS[@]}"; do
-  read -r name nproc mb options <<< "$entry"
-  "$BUILD/bin/merak-opt" "$FIXTURES/gpt2.pt" \
-    --merak-train="optimizer=adamw lr=1e-3 weight-decay=0.1" \
-    --merak-parallelize="$options" -o "$OUT/models/gpt2-shared-$name.mlir"
-  "$BUILD/bin/merak-translate" "$OUT/models/gpt2-shared-$name.mlir" \
-    --merak-to-rank-program -o "$OUT/models/gpt2-shared-$name.mrp"
-  rm "$OUT/models/gpt2-shared-$name.mlir"
-  echo "$name $nproc $mb $options" >> "$OUT/models/shared-plans.txt"
+  read -r name nproc mb model options <<< "$entry"
+  source=$FIXTURES/$model.pt train="optimizer=adamw lr=1e-3 weight-decay=0.1"
+  if [[ $model == moe-* ]]; then
+    source=$OUT/models/$model.pt train="optimizer=adamw lr=1e-3"
+  fi
+  plan=()
+  [[ $options == - ]] || plan=(--merak-parallelize="$options")
+  "$BUILD/bin/merak-opt" "$source" --merak-train="$train" "${plan[@]}" \
+    -o "$OUT/models/shared-$name.mlir"
+  "$BUILD/bin/merak-translate" "$OUT/models/shared-$name.mlir" \
+    --merak-to-rank-program -o "$OUT/models/shared-$name.mrp"
+  rm "$OUT/models/shared-$name.mlir"
+  echo "$name $nproc $mb $model $options" >> "$OUT/models/shared-plans.txt"
 done
 # Text generators (--merak-kv-cache: @prefill and @decode), as
 # test/e2e/generate/greedy.test makes them on the CPU.

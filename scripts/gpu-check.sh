@@ -28,11 +28,12 @@
 #     --p2p=shm (GPU to GPU through CUDA IPC), each within 1e-4 of
 #     PyTorch's run on one GPU; with one GPU, the two pipelines with
 #     --p2p=shm, their two ranks sharing it;
-#  4. GPT-2's plans of every kind (data, tensor and sequence parallel,
+#  4. plans of every kind (GPT-2 data, tensor and sequence parallel,
 #     ZeRO 1-3, pipelines of every schedule, and their combinations up to
-#     8 ranks) with all their ranks on one GPU: collectives on Gloo through
-#     host copies (--comm=gloo), pipeline transfers through CUDA IPC
-#     (--p2p=shm), each within 1e-4 of PyTorch's run on one GPU;
+#     8 ranks; two mixture-of-experts decoders expert-parallel) with all
+#     their ranks on one GPU: collectives on Gloo through host copies
+#     (--comm=gloo), pipeline transfers through CUDA IPC (--p2p=shm), each
+#     within 1e-4 of PyTorch's run on one GPU;
 #  5. compute-sanitizer memcheck and racecheck on one step of GPT-2, with
 #     attention in either form;
 #  6. with BENCH=1, after the table, the GPT-2 small benchmark
@@ -427,8 +428,10 @@ echo "== shared"
 # first): collectives on Gloo through host copies of the GPU's tensors
 # (--comm=gloo; NCCL refuses two ranks on one device), pipeline transfers
 # between the ranks' GPU memory through CUDA IPC (--p2p=shm), each against
-# PyTorch's run of GPT-2 on one GPU over the same micro-batches. With
-# DEVICE=cpu, the same rows on CPU ranks.
+# PyTorch's run of its model on one GPU over the same micro-batches: GPT-2
+# (its weights and batches from the models section), and the
+# mixture-of-experts decoders for expert parallelism, each also on one
+# rank. With DEVICE=cpu, the same rows on CPU ranks.
 dir=$O/gpt2
 if ! wanted shared || [[ ! -f $B/models/shared-plans.txt ]]; then
   :
@@ -441,33 +444,45 @@ elif ! grep -q "communicators:.*gloo" <<< "$("$BIN/merak-exec" --help 2>&1)"; th
 else
   export MERAK_RENDEZVOUS_DIR=$O/rendezvous-shared
   first=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | head -1)
-  while read -r name nproc mb options; do
-    data=$dir/batches.safetensors ref=$dir/ref.jsonl
-    if (( mb > 1 )); then
-      data=$dir/batches-mb$mb.safetensors ref=$dir/ref-mb$mb.jsonl
-      [[ -f $ref ]] || {
-        "$PY" "$B/src/test/e2e/make_batches.py" --fixture gpt2 --fixtures-dir "$FIX" \
-          --steps "$STEPS" --seed 0 --cycle 1 --microbatches "$mb" --out "$data" > /dev/null 2>&1
-        "$PY" "$B/src/test/e2e/reference.py" --model "$B/models/gpt2.pt" --fixture gpt2 \
-          --data "$data" --steps "$STEPS" --optimizer adamw --lr 1e-3 --weight-decay 0.1 \
-          --device "$DEVICE" --microbatches "$mb" --out-jsonl "$ref" > "$dir/ref-mb$mb.log" 2>&1
-      }
+  on=$([[ $DEVICE == cuda ]] && echo GPU || echo CPU)
+  while read -r name nproc mb model options; do
+    if [[ $model == gpt2 ]]; then
+      weights=$dir/weights.safetensors data=$dir/batches.safetensors ref=$dir/ref.jsonl
+      if (( mb > 1 )); then
+        data=$dir/batches-mb$mb.safetensors ref=$dir/ref-mb$mb.jsonl
+        [[ -f $ref ]] || {
+          "$PY" "$B/src/test/e2e/make_batches.py" --fixture gpt2 --fixtures-dir "$FIX" \
+            --steps "$STEPS" --seed 0 --cycle 1 --microbatches "$mb" --out "$data" > /dev/null 2>&1
+          "$PY" "$B/src/test/e2e/reference.py" --model "$B/models/gpt2.pt" --fixture gpt2 \
+            --data "$data" --steps "$STEPS" --optimizer adamw --lr 1e-3 --weight-decay 0.1 \
+            --device "$DEVICE" --microbatches "$mb" --out-jsonl "$ref" > "$dir/ref-mb$mb.log" 2>&1
+        }
+      fi
+    else
+      mkdir -p "$O/$model"
+      weights=$B/models/$model.weights.safetensors data=$B/models/$model.data.safetensors
+      ref=$O/$model/ref.jsonl
+      [[ -f $ref ]] ||
+        "$PY" "$B/src/test/e2e/reference.py" --model "$B/models/$model.pt" \
+          --eager "$B/src/test/e2e/models/Inputs/moe_models.py:$(cat "$B/models/$model.eager")" \
+          --data "$data" --steps "$STEPS" --optimizer adamw --lr 1e-3 --device "$DEVICE" \
+          --out-jsonl "$ref" > "$O/$model/ref.log" 2>&1
     fi
-    log=$dir/shared-$name
+    log=$O/$model/shared-$name
     rm -f "$log.jsonl"
     start=$(date +%s%N)
     ${first:+env CUDA_VISIBLE_DEVICES=$first} \
-      "$BIN/merak-exec" "$B/models/gpt2-shared-$name.mrp" --nproc "$nproc" --device "$DEVICE" \
-      --comm gloo --p2p shm --init "$dir/weights.safetensors" --data "$data" --steps "$STEPS" \
+      "$BIN/merak-exec" "$B/models/shared-$name.mrp" --nproc "$nproc" --device "$DEVICE" \
+      --comm gloo --p2p shm --init "$weights" --data "$data" --steps "$STEPS" \
       --comm-timeout 120 --log-jsonl "$log.jsonl" > "$log.log" 2>&1
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    label="$name, $nproc rank$( ((nproc > 1)) && echo s) on 1 $on"
+    [[ $options == - ]] && options="one rank"
     if "$PY" "$B/src/test/e2e/compare_losses.py" "$log.jsonl" "$ref" --rtol 1e-4 \
         > "$log-compare.log" 2>&1; then
-      row "gpt2 $name, $nproc ranks on 1 $([[ $DEVICE == cuda ]] && echo GPU || echo CPU)" ok \
-        "$options: $(tail -1 "$log-compare.log"); wall $ms ms"
+      row "$label" ok "$options: $(tail -1 "$log-compare.log"); wall $ms ms"
     else
-      row "gpt2 $name, $nproc ranks on 1 $([[ $DEVICE == cuda ]] && echo GPU || echo CPU)" FAIL \
-        "$options: $(grep -m1 -i error "$log.log" || tail -1 "$log-compare.log")"
+      row "$label" FAIL "$options: $(grep -m1 -i error "$log.log" || tail -1 "$log-compare.log")"
     fi
   done < "$B/models/shared-plans.txt"
   unset MERAK_RENDEZVOUS_DIR
