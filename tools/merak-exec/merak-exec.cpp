@@ -177,8 +177,11 @@ ABSL_FLAG(std::string, flash_kernels, "registers",
           "(WMMA fragments through shared memory)");
 ABSL_FLAG(std::string, comm, "auto",
           "Communicator for collectives: gloo, nccl, or auto (nccl for "
-          "--device=cuda where the build has it and every local rank has a "
-          "GPU, else gloo)");
+          "--device=cuda where the build has it and every rank of a stage's "
+          "mesh has a GPU, else gloo; in the runtime built alone gloo moves "
+          "host copies of the GPU's tensors); gloo-device runs the path "
+          "NCCL's collectives take on CPU ranks with Gloo's own calls (a "
+          "test of it)");
 ABSL_FLAG(std::string, comm_staging, "auto",
           "Collectives and pipeline transfers of a device's tensors (several "
           "ranks with --device=cuda): host copies them to the CPU, runs them "
@@ -608,6 +611,11 @@ communicatorIf(bool needed, const BackendEntry *device = nullptr,
           "--comm=auto: ", unusable, ", and this build has no gloo"));
   }
   absl::StatusOr<const CommunicatorEntry *> entry = findCommunicator(name);
+  if (entry.ok() && (*entry)->create && (*entry)->device.empty() && device &&
+      device->name != "cpu")
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--comm=", name,
+        " moves the cpu backend's tensors: run with --device=cpu"));
   if (!entry.ok() || (*entry)->device.empty())
     return entry;
   if (!device || device->name != (*entry)->device)

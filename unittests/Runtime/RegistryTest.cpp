@@ -30,11 +30,17 @@ TEST(RegistryTest, BuiltinComponentsAreThoseOfTheBuild) {
   if (MERAK_TEST_HAVE_CUDA)
     backends.push_back("cuda");
   EXPECT_EQ(backendNames(), backends);
-  // Gloo with LibTorch; NCCL wherever CUDA and NCCL are (the runtime
-  // built alone bootstraps it through a directory).
+  // Gloo with LibTorch, and the device communicator's path on Gloo's own
+  // calls beside it; without LibTorch, Gloo's own calls on host copies of
+  // the GPU's tensors; NCCL wherever CUDA and NCCL are (the runtime built
+  // alone bootstraps it through a directory).
   std::vector<std::string> comms;
-  if (haveTorchIO())
+  if (haveTorchIO()) {
     comms.push_back("gloo");
+    comms.push_back("gloo-device");
+  } else if (MERAK_TEST_HAVE_STAGED_GLOO) {
+    comms.push_back("gloo");
+  }
   if (MERAK_TEST_HAVE_NCCL)
     comms.push_back("nccl");
   EXPECT_EQ(communicatorNames(), comms);

@@ -23,9 +23,6 @@
 
 #include "absl/strings/str_cat.h"
 
-#include <gloo/rendezvous/store.h>
-
-#include <cstdlib>
 #include <functional>
 
 namespace merak::runtime {
@@ -174,11 +171,6 @@ private:
   std::vector<std::vector<char>> inBuffers, outBuffers;
 };
 
-std::string environment(const char *name) {
-  const char *value = std::getenv(name);
-  return value ? value : "";
-}
-
 } // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>>
@@ -194,27 +186,10 @@ createStagedGlooCommunicator(DistributedJob &job, const Program &program,
   if (absl::Status s = cudaStatus(cudaSetDevice(dev->device), "cudaSetDevice");
       !s.ok())
     return s;
-  absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> device =
-      openHostGlooDevice(environment("MASTER_ADDR"),
-                         environment("GLOO_SOCKET_IFNAME"));
-  if (!device.ok())
-    return device.status();
-  // Every rank creates communicators in the same order: the count keeps a
-  // later one's keys apart from an earlier one's.
-  static int64_t generations = 0;
-  std::unique_ptr<::gloo::rendezvous::Store> store = makeJobGlooStore(
-      job, absl::StrCat("merak/host-gloo/", generations++, "/"), timeout);
   absl::StatusOr<std::unique_ptr<HostGlooCollectives>> host =
-      HostGlooCollectives::connect(*store, *device, program.groups, timeout);
-  if (!host.ok()) {
-    std::vector<int64_t> everyone;
-    for (int64_t r = 0; r < job.worldSize(); ++r)
-      everyone.push_back(r);
-    std::string why = job.diagnose(everyone);
-    return absl::Status(
-        host.status().code(),
-        absl::StrCat(host.status().message(), why.empty() ? "" : ": ", why));
-  }
+      connectHostGloo(job, program.groups, timeout);
+  if (!host.ok())
+    return host.status();
   cudaStream_t stream = nullptr;
   if (absl::Status s =
           cudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
@@ -223,8 +198,8 @@ createStagedGlooCommunicator(DistributedJob &job, const Program &program,
     return s;
   return makeDeviceCommunicator(
       std::make_unique<GlooStagedStream>(*dev, stream, *std::move(host)),
-      cuda::deviceCommunicatorOptions(job, program, timeout,
-                                      "Gloo (staged through the host)"));
+      deviceCommunicatorOptions(job, program, timeout,
+                                "Gloo (staged through the host)"));
 }
 
 void registerStagedGlooCommunicator() {

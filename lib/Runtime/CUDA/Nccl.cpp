@@ -416,7 +416,7 @@ createNcclCommunicator(DistributedJob &job, const Program &program,
   }
   return makeDeviceCommunicator(
       std::make_unique<NcclStream>(*dev, std::move(comms), stream, timeout),
-      cuda::deviceCommunicatorOptions(job, program, timeout, "NCCL"));
+      deviceCommunicatorOptions(job, program, timeout, "NCCL"));
 }
 
 absl::StatusOr<std::map<std::pair<int64_t, int64_t>, std::string>>

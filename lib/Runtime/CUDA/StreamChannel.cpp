@@ -236,25 +236,6 @@ absl::Status CudaCollectiveStream::joinCompute(int64_t marker) {
   return s;
 }
 
-DeviceCommunicatorOptions
-deviceCommunicatorOptions(DistributedJob &job, const Program &program,
-                          std::chrono::milliseconds timeout,
-                          std::string library) {
-  DeviceCommunicatorOptions options;
-  options.rank = job.rank();
-  options.worldSize = job.worldSize();
-  options.groups = program.groups;
-  options.timeout = timeout;
-  options.library = std::move(library);
-  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
-    return job.diagnose(ranks);
-  };
-  options.progress = [&job](int64_t step, int64_t instruction) {
-    job.setProgress(step, instruction);
-  };
-  return options;
-}
-
 std::unique_ptr<PeerLink>
 makeCudaPeerLink(DistributedJob &job, DeviceState &dev,
                  std::map<int64_t, std::unique_ptr<PeerChannel>> outgoing,

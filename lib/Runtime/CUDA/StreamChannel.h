@@ -122,13 +122,6 @@ private:
   int64_t next = 0;
 };
 
-/// The options of a device communicator of `program`'s groups on `job`'s
-/// rank: failures diagnosed and progress reported through `job`.
-DeviceCommunicatorOptions
-deviceCommunicatorOptions(DistributedJob &job, const Program &program,
-                          std::chrono::milliseconds timeout,
-                          std::string library);
-
 /// The device link of `dev`'s rank `rank` over `outgoing` and `incoming`
 /// channels of `library`, its thread on the rank's GPU, failures
 /// diagnosed by `job`.

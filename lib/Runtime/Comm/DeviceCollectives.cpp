@@ -463,4 +463,23 @@ makeDeviceCommunicator(std::unique_ptr<CollectiveStream> stream,
                                               std::move(options));
 }
 
+DeviceCommunicatorOptions
+deviceCommunicatorOptions(DistributedJob &job, const Program &program,
+                          std::chrono::milliseconds timeout,
+                          std::string library) {
+  DeviceCommunicatorOptions options;
+  options.rank = job.rank();
+  options.worldSize = job.worldSize();
+  options.groups = program.groups;
+  options.timeout = timeout;
+  options.library = std::move(library);
+  options.diagnose = [&job](const std::vector<int64_t> &ranks) {
+    return job.diagnose(ranks);
+  };
+  options.progress = [&job](int64_t step, int64_t instruction) {
+    job.setProgress(step, instruction);
+  };
+  return options;
+}
+
 } // namespace merak::runtime

@@ -12,6 +12,7 @@
 #include "../AtenDTypes.h"
 #include "../CPU/CpuTensor.h"
 #include "GlooInternal.h"
+#include "merak/Runtime/Comm/HostGloo.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -392,3 +393,93 @@ std::unique_ptr<Communicator> makeCommunicator(Job &job,
 }
 
 } // namespace merak::runtime::gloo
+
+namespace merak::runtime {
+namespace {
+
+/// The device communicator's path (DeviceCollectives.h: what NCCL and the
+/// runtime built alone's staged --comm=gloo run) on the CPU backend's
+/// tensors, with the Gloo library's own calls on their memory as its
+/// library (HostGloo.h). Everything runs when queued: the CPU backend
+/// computes synchronously.
+class CpuCollectiveStream final : public CollectiveStream {
+public:
+  explicit CpuCollectiveStream(std::unique_ptr<HostGlooCollectives> host)
+      : host(std::move(host)) {}
+
+  absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override {
+    return gloo::describeCpuTensor(tensor, "a collective");
+  }
+  absl::StatusOr<TensorHandle> alias(DeviceTensor &tensor) override {
+    return wrap(unwrap(tensor));
+  }
+  absl::StatusOr<TensorHandle> allocate(const TensorType &type) override {
+    c10::InferenceMode normal(false);
+    return wrap(at::empty(type.shape, toAten(type.dtype)));
+  }
+  absl::Status enqueueWaitForCompute() override { return absl::OkStatus(); }
+  absl::Status enqueueCopy(const DeviceBuffer &from,
+                           const DeviceBuffer &to) override {
+    gloo::cpuTensorOf(to).copy_(gloo::cpuTensorOf(from));
+    return absl::OkStatus();
+  }
+  absl::Status enqueueDivide(const DeviceBuffer &buffer, int64_t n) override {
+    gloo::cpuTensorOf(buffer).div_(n, "trunc");
+    return absl::OkStatus();
+  }
+  absl::Status enqueueAllReduce(int64_t group, const void *send, void *recv,
+                                int64_t count, DType dtype,
+                                DeviceReduction r) override {
+    return host->allReduce(group, send, recv, count, dtype, r);
+  }
+  absl::Status enqueueAllGather(int64_t group, const void *send, void *recv,
+                                int64_t count, DType dtype) override {
+    return host->allGather(group, send, recv, count, dtype);
+  }
+  absl::Status enqueueReduceScatter(int64_t group, const void *send, void *recv,
+                                    int64_t count, DType dtype,
+                                    DeviceReduction r) override {
+    return host->reduceScatter(group, send, recv, count, dtype, r);
+  }
+  absl::Status enqueueBroadcast(int64_t group, const void *send, void *recv,
+                                int64_t count, DType dtype,
+                                int64_t root) override {
+    return host->broadcast(group, send, recv, count, dtype, root);
+  }
+  absl::Status
+  enqueueExchange(int64_t group, DType dtype,
+                  const std::vector<DeviceTransfer> &sends,
+                  const std::vector<DeviceTransfer> &receives) override {
+    return host->exchange(group, dtype, sends, receives);
+  }
+  absl::StatusOr<int64_t> mark() override { return markers++; }
+  absl::StatusOr<bool> reached(int64_t) override { return true; }
+  absl::Status joinCompute(int64_t) override { return absl::OkStatus(); }
+  absl::Status asyncError() override { return absl::OkStatus(); }
+  void abort() override {}
+
+private:
+  std::unique_ptr<HostGlooCollectives> host;
+  int64_t markers = 0;
+};
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>>
+createGlooDeviceCommunicator(DistributedJob &job, const Program &program,
+                             Backend &backend,
+                             std::chrono::milliseconds timeout) {
+  if (backend.name() != "cpu")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--comm=gloo-device moves the CPU backend's tensors, not the ",
+        backend.name(), " backend's"));
+  absl::StatusOr<std::unique_ptr<HostGlooCollectives>> host =
+      connectHostGloo(job, program.groups, timeout);
+  if (!host.ok())
+    return host.status();
+  return makeDeviceCommunicator(
+      std::make_unique<CpuCollectiveStream>(*std::move(host)),
+      deviceCommunicatorOptions(job, program, timeout, "Gloo"));
+}
+
+} // namespace merak::runtime

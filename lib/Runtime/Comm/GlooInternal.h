@@ -11,6 +11,7 @@
 #ifndef MERAK_LIB_RUNTIME_COMM_GLOOINTERNAL_H
 #define MERAK_LIB_RUNTIME_COMM_GLOOINTERNAL_H
 
+#include "merak/Runtime/Comm/DeviceCollectives.h"
 #include "merak/Runtime/Comm/Distributed.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -103,6 +104,14 @@ absl::StatusOr<std::unique_ptr<PeerLink>>
 makeSharedMemoryLink(Job &job, std::unique_ptr<PeerLink> fallback,
                      std::map<int64_t, int64_t> localPids,
                      const std::string &run, std::chrono::milliseconds timeout);
+
+/// A CPU backend tensor as the device protocols read it (DeviceBuffer);
+/// an element type they cannot move is an error naming `what`
+/// (GlooPointToPoint.cpp).
+absl::StatusOr<DeviceBuffer> describeCpuTensor(DeviceTensor &tensor,
+                                               const char *what);
+/// `b` (host memory) as a tensor over the same memory.
+at::Tensor cpuTensorOf(const DeviceBuffer &b);
 
 /// A c10d or Gloo error in one line, without the C++ backtrace.
 std::string describe(const std::exception &e);

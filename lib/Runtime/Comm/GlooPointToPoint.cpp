@@ -230,7 +230,7 @@ public:
   absl::Status enqueueWaitForCompute() override { return absl::OkStatus(); }
   absl::Status enqueueCopy(const DeviceBuffer &from,
                            const DeviceBuffer &to) override {
-    return queue([from, to] { tensorOf(to).copy_(tensorOf(from)); });
+    return queue([from, to] { cpuTensorOf(to).copy_(cpuTensorOf(from)); });
   }
   absl::StatusOr<TensorHandle> allocate(int64_t bytes) override {
     // Words, not bytes: the buffer is a tensor of the backend's types.
@@ -292,12 +292,6 @@ protected:
   bool aborted = false; // guarded by `mutex`
 
 private:
-  static at::Tensor tensorOf(const DeviceBuffer &b) {
-    c10::InferenceMode normal(false);
-    return at::from_blob(b.data, b.type.shape, b.stridesOrDense(),
-                         at::TensorOptions().dtype(toAten(b.type.dtype)));
-  }
-
   int64_t queued = 0, done = 0;
   absl::Status failure;
   std::unique_ptr<SerialWorker> worker = std::make_unique<SerialWorker>();
@@ -439,18 +433,7 @@ private:
 class CpuPeerDevice final : public PeerDevice {
 public:
   absl::StatusOr<DeviceBuffer> describe(DeviceTensor &tensor) override {
-    const at::Tensor &t = unwrap(tensor);
-    std::optional<DType> dtype = fromAten(t.scalar_type());
-    if (!dtype)
-      return absl::InvalidArgumentError(
-          absl::StrCat("a transfer of a ",
-                       std::string(c10::toString(t.scalar_type())), " tensor"));
-    TensorType type{*dtype,
-                    std::vector<int64_t>(t.sizes().begin(), t.sizes().end())};
-    return DeviceBuffer{
-        t.data_ptr(), type,
-        std::vector<int64_t>(t.strides().begin(), t.strides().end()),
-        std::make_shared<at::Tensor>(t)};
+    return describeCpuTensor(tensor, "a transfer");
   }
   absl::StatusOr<TensorHandle> view(const TensorHandle &buffer,
                                     int64_t byteOffset,
@@ -463,6 +446,28 @@ public:
 };
 
 } // namespace
+
+absl::StatusOr<DeviceBuffer> describeCpuTensor(DeviceTensor &tensor,
+                                               const char *what) {
+  const at::Tensor &t = unwrap(tensor);
+  std::optional<DType> dtype = fromAten(t.scalar_type());
+  if (!dtype)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " of a ",
+                     std::string(c10::toString(t.scalar_type())), " tensor"));
+  TensorType type{*dtype,
+                  std::vector<int64_t>(t.sizes().begin(), t.sizes().end())};
+  return DeviceBuffer{
+      t.data_ptr(), type,
+      std::vector<int64_t>(t.strides().begin(), t.strides().end()),
+      std::make_shared<at::Tensor>(t)};
+}
+
+at::Tensor cpuTensorOf(const DeviceBuffer &b) {
+  c10::InferenceMode normal(false);
+  return at::from_blob(b.data, b.type.shape, b.stridesOrDense(),
+                       at::TensorOptions().dtype(toAten(b.type.dtype)));
+}
 
 std::unique_ptr<PeerLink>
 makeChannelLink(Job &job, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg,

@@ -415,6 +415,29 @@ public:
     }
   }
 
+  absl::Status storeSet(const std::string &key,
+                        const std::string &value) override {
+    try {
+      store->set("merak/kv/" + key, toBytes(value));
+    } catch (const std::exception &e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot set '", key, "' in the store: ", describe(e)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string>
+  storeGet(const std::string &key, std::chrono::milliseconds timeout) override {
+    try {
+      store->wait({"merak/kv/" + key}, timeout);
+      return toText(store->get("merak/kv/" + key));
+    } catch (const std::exception &e) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no rank set '", key, "' in the store within ",
+                       seconds(timeout), " (", describe(e), ")"));
+    }
+  }
+
   void abort(const std::string &message) override {
     // This rank's own heartbeat must not report the message back to it.
     failing.store(true);

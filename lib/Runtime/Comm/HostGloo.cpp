@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -263,6 +265,37 @@ std::unique_ptr<::gloo::rendezvous::Store>
 makeJobGlooStore(DistributedJob &job, std::string prefix,
                  std::chrono::milliseconds timeout) {
   return std::make_unique<JobStore>(job, std::move(prefix), timeout);
+}
+
+absl::StatusOr<std::unique_ptr<HostGlooCollectives>>
+connectHostGloo(DistributedJob &job,
+                const std::vector<ProcessGroupSpec> &groups,
+                std::chrono::milliseconds timeout) {
+  auto environment = [](const char *name) {
+    const char *value = std::getenv(name);
+    return std::string(value ? value : "");
+  };
+  absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> device =
+      openHostGlooDevice(environment("MASTER_ADDR"),
+                         environment("GLOO_SOCKET_IFNAME"));
+  if (!device.ok())
+    return device.status();
+  // Every rank connects its communicators in the same order: the count
+  // keeps a later one's keys apart from an earlier one's.
+  static std::atomic<int64_t> generations{0};
+  std::unique_ptr<::gloo::rendezvous::Store> store = makeJobGlooStore(
+      job, absl::StrCat("merak/host-gloo/", generations++, "/"), timeout);
+  absl::StatusOr<std::unique_ptr<HostGlooCollectives>> host =
+      HostGlooCollectives::connect(*store, *device, groups, timeout);
+  if (host.ok())
+    return host;
+  std::vector<int64_t> everyone;
+  for (int64_t r = 0; r < job.worldSize(); ++r)
+    everyone.push_back(r);
+  std::string why = job.diagnose(everyone);
+  return absl::Status(
+      host.status().code(),
+      absl::StrCat(host.status().message(), why.empty() ? "" : ": ", why));
 }
 
 HostGlooCollectives::HostGlooCollectives(std::vector<Group> groups,

@@ -27,6 +27,7 @@
 #ifndef MERAK_RUNTIME_COMM_DEVICECOLLECTIVES_H
 #define MERAK_RUNTIME_COMM_DEVICECOLLECTIVES_H
 
+#include "merak/Runtime/Comm/Distributed.h"
 #include "merak/Runtime/Communicator.h"
 #include "merak/Runtime/Program.h"
 
@@ -152,6 +153,14 @@ struct DeviceCommunicatorOptions {
   /// The library's name in messages.
   std::string library = "NCCL";
 };
+
+/// The options of a device communicator of `program`'s groups on `job`'s
+/// rank, the library named `library`: failures diagnosed and progress
+/// reported through `job`.
+DeviceCommunicatorOptions
+deviceCommunicatorOptions(DistributedJob &job, const Program &program,
+                          std::chrono::milliseconds timeout,
+                          std::string library);
 
 /// The mesh collectives of `options.groups` on `stream`.
 std::unique_ptr<Communicator>

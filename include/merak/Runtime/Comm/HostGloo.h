@@ -58,6 +58,18 @@ std::unique_ptr<::gloo::rendezvous::Store>
 makeJobGlooStore(DistributedJob &job, std::string prefix,
                  std::chrono::milliseconds timeout);
 
+class HostGlooCollectives;
+
+/// Connects `job`'s rank to `groups` (bound to it) through the job's
+/// key-value store, listening where `openHostGlooDevice` says for
+/// MASTER_ADDR and GLOO_SOCKET_IFNAME. Every rank calls it with its
+/// groups, in the same order relative to other communicators. Errors add
+/// what the job knows of the other ranks.
+absl::StatusOr<std::unique_ptr<HostGlooCollectives>>
+connectHostGloo(DistributedJob &job,
+                const std::vector<ProcessGroupSpec> &groups,
+                std::chrono::milliseconds timeout);
+
 /// One rank's Gloo contexts, one per process group it belongs to, and the
 /// collective calls of `CollectiveStream` on host memory.
 class HostGlooCollectives {
