@@ -56,9 +56,7 @@ using Clock = std::chrono::steady_clock;
       return s_;                                                               \
   } while (false)
 
-std::string seconds(std::chrono::milliseconds t) {
-  return absl::StrCat(double(t.count()) / 1000, " s");
-}
+std::string seconds(std::chrono::milliseconds t) { return secondsText(t); }
 
 /// `buffer` seen as [n, its shape with `dim` divided by n]: the n blocks
 /// of `dim` first, each in `buffer`'s own layout.

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "merak/Runtime/Comm/DevicePeerLink.h"
+#include "merak/Runtime/Comm/Distributed.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -78,9 +79,7 @@ using Clock = std::chrono::steady_clock;
       return s_;                                                               \
   } while (false)
 
-std::string seconds(std::chrono::milliseconds t) {
-  return absl::StrCat(double(t.count()) / 1000, " s");
-}
+std::string seconds(std::chrono::milliseconds t) { return secondsText(t); }
 
 /// A transfer that arrived (or is arriving) on an incoming channel.
 struct Arrival {

@@ -48,6 +48,14 @@ namespace merak::runtime {
 
 DistributedJob::~DistributedJob() = default;
 
+bool isLoopbackAddress(const std::string &addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+std::string secondsText(std::chrono::milliseconds t) {
+  return absl::StrCat(double(t.count()) / 1000, " s");
+}
+
 std::string ranksBehind(const std::map<int64_t, std::string> &beats,
                         int64_t myStep, int64_t myInstruction) {
   std::vector<std::string> late;
@@ -74,9 +82,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string seconds(std::chrono::milliseconds t) {
-  return absl::StrCat(double(t.count()) / 1000, " s");
-}
+std::string seconds(std::chrono::milliseconds t) { return secondsText(t); }
 
 std::string nonce() {
   std::random_device device;

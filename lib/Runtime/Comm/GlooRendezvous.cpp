@@ -149,10 +149,6 @@ std::string toText(const std::vector<uint8_t> &v) {
   return std::string(v.begin(), v.end());
 }
 
-bool isLoopback(const std::string &addr) {
-  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
-}
-
 class RendezvousJob final : public gloo::Job {
 public:
   RendezvousJob(RendezvousOptions options, FailureHandler onFailure)
@@ -513,7 +509,7 @@ public:
   absl::Status openDevice() {
     try {
       if (!device) {
-        if (isLoopback(options.masterAddr))
+        if (isLoopbackAddress(options.masterAddr))
           device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
         else if (!options.interface.empty())
           device = c10d::ProcessGroupGloo::createDeviceForInterface(

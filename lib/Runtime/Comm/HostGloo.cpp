@@ -39,14 +39,7 @@ namespace {
 /// take 0x01 to 0x08).
 constexpr uint8_t kExchangeSlotPrefix = 0x60;
 
-std::string seconds(std::chrono::milliseconds t) {
-  return absl::StrCat(double(t.count()) / 1000, " s");
-}
-
-bool isLoopbackAddress(const std::string &addr) {
-  return addr.empty() || addr == "localhost" || addr == "::1" ||
-         addr.rfind("127.", 0) == 0;
-}
+std::string seconds(std::chrono::milliseconds t) { return secondsText(t); }
 
 class JobStore final : public ::gloo::rendezvous::Store {
 public:
@@ -239,7 +232,7 @@ openHostGlooDevice(const std::string &masterAddr,
   ::gloo::transport::tcp::attr attr;
   if (!interface.empty()) {
     attr.iface = interface;
-  } else if (isLoopbackAddress(masterAddr)) {
+  } else if (masterAddr.empty() || isLoopbackAddress(masterAddr)) {
     attr.hostname = "127.0.0.1";
   } else {
     char name[256] = {};

@@ -54,6 +54,12 @@ enum class PeerTransport {
   SharedMemory,
 };
 
+/// Whether `addr` names this machine's loopback interface (every rank of
+/// the run on this machine).
+bool isLoopbackAddress(const std::string &addr);
+/// `t` as messages say it: "0.5 s".
+std::string secondsText(std::chrono::milliseconds t);
+
 class DistributedJob {
 public:
   /// Called, on the heartbeat's thread, when another rank failed or
