@@ -106,6 +106,18 @@ for precision in "bf16" "fp16 loss-scale-init=1048576 loss-scale-window=3"; do
     -o "$OUT/models/$name.mrp"
   rm "$OUT/models/$name.mlir"
 done
+# An MLP with dropout in training (p = 0.3, test/Runtime/dropout.test):
+# gpu-check.sh trains it with the mask drawn inside a fused kernel and op
+# by op by the dropout kernel.
+"${PYTHON:-python3}" "$ROOT/test/Runtime/Inputs/make_dropout.py" "$OUT/models/dropout" \
+  --seed 5 --steps 10 > /dev/null
+"$BUILD/bin/merak-opt" "$OUT/models/dropout/mlp.pt" --merak-train="optimizer=sgd lr=0.1" \
+  -o "$OUT/models/dropout/mlp.mlir"
+"$BUILD/bin/merak-translate" "$OUT/models/dropout/mlp.mlir" --merak-to-rank-program \
+  -o "$OUT/models/dropout/mlp.mrp"
+"${PYTHON:-python3}" "$ROOT/python/merak_trace.py" weights "$OUT/models/dropout/mlp.pt" \
+  "$OUT/models/dropout/weights.safetensors" > /dev/null
+rm "$OUT/models/dropout/mlp.mlir" "$OUT/models/dropout/mlp.pt" "$OUT/models/dropout/reference.jsonl"
 # GPT-2 and LLaMA with attention in the FlashAttention form (the rows'
 # log-sum-exp kept, the tiled kernels), fp32, as
 # test/e2e/train-flash-attention.test trains them on the CPU.

@@ -268,6 +268,26 @@ if [[ -f $dir/merak.jsonl ]]; then
   unfused_row "llama fused vs unfused" llama.mrp "$dir" merak.jsonl unfused
 fi
 
+# Dropout in training fused with its neighbours (GELU, the mask, the
+# product: the kernel draws the mask from the Philox counters the dropout
+# kernel would take) against the same step op by op: the MLP of
+# test/Runtime/dropout.test, p = 0.3; within 1e-6 (one mask drawn
+# otherwise moves a loss by far more).
+d=$B/models/dropout
+if wanted models && [[ -f $d/mlp.mrp ]]; then
+  dir=$O/dropout
+  mkdir -p "$dir"
+  cp "$d/weights.safetensors" "$d/batches.safetensors" "$dir/"
+  rm -f "$dir/fused.jsonl"
+  if "$BIN/merak-exec" "$d/mlp.mrp" --device "$DEVICE" --init "$dir/weights.safetensors" \
+       --data "$dir/batches.safetensors" --steps "$STEPS" --log-jsonl "$dir/fused.jsonl" \
+       > "$dir/fused.log" 2>&1; then
+    unfused_row "dropout fused vs unfused" dropout/mlp.mrp "$dir" fused.jsonl unfused
+  else
+    row "dropout fused vs unfused" FAIL "$(grep -m1 -i error "$dir/fused.log" || tail -1 "$dir/fused.log")"
+  fi
+fi
+
 # Attention in the FlashAttention form: the tiled kernels
 # (FlashAttention.h) in the training step, against PyTorch's run above.
 for m in gpt2 llama; do

@@ -160,6 +160,12 @@ void replaceWithFused(Program &program,
 
 } // namespace
 
+bool drawsDropoutMask(const Instruction &inst) {
+  return inst.kind == OpKind::DropoutMask ||
+         (inst.kind == OpKind::Dropout && inst.attrs.training &&
+          inst.attrs.p > 0);
+}
+
 bool fusible(const Program &program, const Instruction &inst) {
   switch (inst.kind) {
   case OpKind::Neg:
@@ -190,6 +196,12 @@ bool fusible(const Program &program, const Instruction &inst) {
   case OpKind::Compare:
   case OpKind::Where:
   case OpKind::GeluBackward:
+    break;
+  case OpKind::DropoutMask:
+    break;
+  case OpKind::Dropout: // outside training, or with p = 0, a view
+    if (!drawsDropoutMask(inst))
+      return false;
     break;
   case OpKind::Clamp: // without bounds a view of its operand
     if (!inst.attrs.min && !inst.attrs.max)
@@ -395,6 +407,7 @@ void fuseElementwise(Program &program) {
     std::vector<int64_t> shape;
     std::set<ValueId> inputs;
     std::set<ValueId> defined;
+    int dropouts = 0; // members that draw a dropout mask
     bool open = true;
     int mergedInto = -1;
   };
@@ -410,8 +423,15 @@ void fuseElementwise(Program &program) {
     return at >= 0 ? root(chainOf[at]) : -1;
   };
 
+  // The chains holding a member that draws a dropout mask. Masks are drawn
+  // in program order (the CPU's generator is sequential, the CUDA
+  // backend's counters advance mask by mask), and a chain draws its
+  // members' masks where it runs, at its last member: so a chain with a
+  // mask is closed where any other mask is drawn before it runs.
+  std::set<int> drawing;
   for (int i = 0; i < n; ++i) {
     const Instruction &inst = program.instructions[i];
+    const bool draws = drawsDropoutMask(inst);
     std::set<int> joined;
     if (fusible(program, inst)) {
       const std::vector<int64_t> &shape =
@@ -425,21 +445,25 @@ void fuseElementwise(Program &program) {
       // What the chain would read and how many results it could define.
       std::set<ValueId> inputs, defined;
       size_t members = 1;
+      int dropouts = draws ? 1 : 0;
       for (int c : candidates) {
         inputs.insert(chains[c].inputs.begin(), chains[c].inputs.end());
         defined.insert(chains[c].defined.begin(), chains[c].defined.end());
         members += chains[c].members.size();
+        dropouts += chains[c].dropouts;
       }
       for (ValueId v : inst.operands)
         inputs.insert(v);
       for (ValueId v : defined)
         inputs.erase(v);
       // Each member may define an output: inputs and members together
-      // bound the kernel's operands.
-      if (inputs.size() + members > size_t(kMaxFusedOperands)) {
+      // bound the kernel's operands; its parameters hold so many masks.
+      if (inputs.size() + members > size_t(kMaxFusedOperands) ||
+          dropouts > kMaxFusedDropouts) {
         candidates.clear();
         inputs = std::set<ValueId>(inst.operands.begin(), inst.operands.end());
         defined.clear();
+        dropouts = draws ? 1 : 0;
       }
       int into;
       if (candidates.empty()) {
@@ -457,16 +481,26 @@ void fuseElementwise(Program &program) {
                                       other.members.end());
           other.members.clear();
           other.mergedInto = into;
+          drawing.erase(c);
         }
       }
       Chain &chain = chains[into];
       chain.members.push_back(i);
+      // Members run in program order, the order their masks are drawn in.
+      std::sort(chain.members.begin(), chain.members.end());
       defined.insert(inst.results[0]);
       chain.inputs = std::move(inputs);
       chain.defined = std::move(defined);
+      chain.dropouts = dropouts;
+      if (dropouts > 0)
+        drawing.insert(into);
       chainOf[i] = into;
       joined.insert(into);
     }
+    if (draws)
+      for (int c : drawing)
+        if (!joined.count(c))
+          chains[c].open = false;
     // A chain whose value something outside it reads is closed: a later
     // member would run after that reader.
     for (ValueId v : inst.operands) {
@@ -624,7 +658,7 @@ const char *comparison(ComparePredicate p) {
 /// What `inst` computes from its operands' names, before rounding: the
 /// expression the unfused kernel (Elementwise.cu) evaluates in float.
 std::string expression(const Program &p, const Instruction &inst,
-                       const std::vector<std::string> &x) {
+                       const std::vector<std::string> &x, int dropout) {
   const OpAttrs &a = inst.attrs;
   // Calls of one operand and of two, and infix operators.
   static const std::map<OpKind, const char *> unaryCalls = {
@@ -646,6 +680,10 @@ std::string expression(const Program &p, const Instruction &inst,
   if (auto it = infix.find(inst.kind); it != infix.end())
     return absl::StrCat(x[0], it->second, x[1]);
   switch (inst.kind) {
+  case OpKind::DropoutMask: // the mask alone: its operand gives its shape
+    return absl::StrCat("fusedDropoutMask(p, ", dropout, ", i)");
+  case OpKind::Dropout:
+    return absl::StrCat(x[0], " * fusedDropoutMask(p, ", dropout, ", i)");
   case OpKind::Neg:
     return absl::StrCat("-", x[0]);
   case OpKind::Rsqrt:
@@ -779,15 +817,16 @@ std::string fusedKernelSource(const Program &program, const Instruction &fused,
                     typeOf(program, inputs[k]).str(), "\n");
     name[inputs[k]] = x;
   }
-  int next = 0;
+  int next = 0, dropouts = 0;
   for (const Instruction &m : kernel.members) {
     std::vector<std::string> x;
     for (ValueId v : m.operands)
       x.push_back(name.count(v) ? name[v] : "/* missing */");
     DType t = typeOf(program, m.results[0]).dtype;
     std::string v = absl::StrCat("v", next++);
+    int dropout = drawsDropoutMask(m) ? dropouts++ : -1;
     absl::StrAppend(&s, "    const ", computeType(t), " ", v, " = ",
-                    rounded(t, expression(program, m, x)), "; // ",
+                    rounded(t, expression(program, m, x, dropout)), "; // ",
                     opKindName(m.kind), "\n");
     name[m.results[0]] = v;
   }

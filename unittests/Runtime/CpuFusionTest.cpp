@@ -1,9 +1,9 @@
 //===- CpuFusionTest.cpp - fused programs compute what unfused ones do ----===//
 //
-// Random programs of elementwise ops (with reshapes, reductions, casts and
-// broadcast operands between them) run on the CPU backend unfused and
-// fused (`fuseElementwise`, whose chains the executor runs member by
-// member here): every result must be the same, bit for bit. What this
+// Random programs of elementwise ops (with reshapes, reductions, casts,
+// dropout masks and broadcast operands between them) run on the CPU
+// backend unfused and fused (`fuseElementwise`, whose chains the executor runs
+// member by member here): every result must be the same, bit for bit. What this
 // checks is the rewrite: which values a chain reads and defines, where it
 // stands, what the plan releases.
 //
@@ -54,6 +54,62 @@ TEST(CpuFusion, RandomProgramsComputeTheSameFusedAndNot) {
           << printProgram(probe);
   }
   EXPECT_GT(fusedPrograms, 50);
+}
+
+/// The `fused` instructions of `program` bound with fusion, by their ops.
+std::vector<std::string> chainsOf(Program program) {
+  EXPECT_TRUE(bindToRank(program, 0,
+                         BindOptions(CollectiveMode::Overlapped,
+                                     /*fuseElementwise=*/true))
+                  .ok());
+  std::vector<std::string> chains;
+  for (const Instruction &inst : program.instructions)
+    if (inst.kind == OpKind::Fused)
+      chains.push_back(describeFusedKernel(program, int(inst.attrs.index)));
+  return chains;
+}
+
+TEST(CpuFusion, DropoutMasksAreDrawnInProgramOrder) {
+  // The CPU's generator draws mask after mask: a chain that draws one
+  // runs where its last member stands, so it must not grow past another
+  // mask drawn in between. Here `a`'s chain (mask, mul) would take the exp
+  // after `c`'s mask and draw its own after it: it is closed there.
+  ProgramBuilder b;
+  ValueId a = b.input(DType::F32, {4, 8});
+  ValueId c = b.input(DType::F32, {2, 8});
+  OpAttrs drop;
+  drop.p = 0.5;
+  ValueId ya = b.op(OpKind::Mul, {a, b.op(OpKind::DropoutMask, {a}, drop)});
+  ValueId yc = b.op(OpKind::Mul, {c, b.op(OpKind::DropoutMask, {c}, drop)});
+  b.result(b.op(OpKind::Exp, {ya}));
+  b.result(yc);
+  EXPECT_EQ(
+      chainsOf(b.program),
+      (std::vector<std::string>{"dropout_mask, mul", "dropout_mask, mul"}));
+  for (uint32_t seed : {1u, 2u, 3u})
+    EXPECT_TRUE(run(b.program, false, seed) == run(b.program, true, seed));
+
+  // A chain draws at most four masks (its kernel's parameters).
+  ProgramBuilder many;
+  ValueId v = many.input(DType::F32, {4, 8});
+  for (int k = 0; k < 6; ++k)
+    v = many.op(OpKind::Mul, {v, many.op(OpKind::DropoutMask, {v}, drop)});
+  many.result(v);
+  std::vector<std::string> chains = chainsOf(many.program);
+  ASSERT_EQ(chains.size(), 2u);
+  EXPECT_EQ(chains[0], "dropout_mask, mul, dropout_mask, mul, dropout_mask, "
+                       "mul, dropout_mask, mul");
+  EXPECT_TRUE(run(many.program, false, 5) == run(many.program, true, 5));
+
+  // Evaluation and p = 0 draw nothing; a dropout outside training is its
+  // operand (a view), not a member.
+  ProgramBuilder eval;
+  ValueId e = eval.input(DType::F32, {4, 8});
+  OpAttrs off;
+  off.p = 0.5;
+  off.training = false;
+  eval.result(eval.op(OpKind::Exp, {eval.op(OpKind::Dropout, {e}, off)}));
+  EXPECT_TRUE(chainsOf(eval.program).empty());
 }
 
 /// A mixed-precision program's norms and loss with the casts around them

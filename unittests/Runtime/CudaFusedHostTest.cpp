@@ -5,8 +5,9 @@
 // read) and run on the CPU with the launch parameters `fusedParams` makes:
 // the random programs of CpuFusionTest.cpp, whose chains (broadcast
 // operands, comparisons and selects, bf16 round trips, GELU, SiLU,
-// clamps) each run as their generated kernel, against the same programs
-// unfused on the CPU backend. Half the operands are handed over
+// clamps, dropout masks) each run as their generated kernel, against the
+// same programs unfused on the CPU backend (dropout masks drawn as the
+// CUDA backend draws them, fused or not). Half the operands are handed over
 // transposed, so the kernels' strided offsets run too. What the GPU adds
 // (the grid, NVRTC's code generation) is checked on a GPU; what the
 // generator writes is checked here.
@@ -51,7 +52,10 @@ void expectHostKernelsAgree(const std::vector<Program> &programs) {
       HostFusedKernels::compile(sources, dir.path);
   ASSERT_TRUE(kernels.ok()) << kernels.status();
   for (size_t t = 0; t < programs.size(); ++t) {
-    std::unique_ptr<Backend> cpu = createCpuBackend({});
+    // Both draw dropout masks as the CUDA backend does; the unfused
+    // program has no chain to run.
+    std::unique_ptr<Backend> cpu =
+        makeHostFusedBackend(createCpuBackend({}), **kernels);
     std::unique_ptr<Backend> fusedOnHost =
         makeHostFusedBackend(createCpuBackend({}), **kernels);
     auto unfused = testing::runRandomProgram(programs[t], false, t, *cpu);
@@ -96,6 +100,82 @@ TEST(CudaFusedHost, MixedPrecisionChainsRoundAsTheOpsDo) {
   ValueId s = b.op(OpKind::Silu, {b.op(OpKind::Mul, {g, residual})});
   b.result(b.op(OpKind::Cast, {s}, DType::BF16, {4, 8}));
   expectHostKernelsAgree({b.program});
+}
+
+/// Result `r` of `program` as floats.
+std::vector<float> floatsOf(const Program &program,
+                            const std::vector<std::vector<uint8_t>> &results,
+                            size_t r) {
+  std::vector<float> out(results[r].size() / 4);
+  EXPECT_EQ(program.values[program.results[r].value].type.dtype, DType::F32);
+  std::memcpy(out.data(), results[r].data(), out.size() * 4);
+  return out;
+}
+
+TEST(CudaFusedHost, FusedDropoutDrawsTheUnfusedKernelsMasks) {
+  // A residual block's dropouts as training writes them (the input times
+  // a drawn mask), in f32 and bf16, of sizes that are no multiple of the
+  // generator's four words: chains with two masks each, a mask between
+  // chains, and a dropout in training not expanded. The chains' kernels
+  // draw each mask from the counters the unfused kernels draw it from.
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    testing::ProgramBuilder b;
+    ValueId x = b.input(dtype, {3, 5});
+    ValueId residual = b.input(dtype, {3, 5});
+    OpAttrs drop;
+    drop.p = 0.3;
+    ValueId m1 = b.op(OpKind::DropoutMask, {x}, drop);
+    ValueId y = b.op(OpKind::Add, {b.op(OpKind::Mul, {x, m1}), residual});
+    ValueId m2 = b.op(OpKind::DropoutMask, {y}, drop);
+    b.result(m1);
+    b.result(b.op(OpKind::Mul, {y, m2}));
+    OpAttrs train;
+    train.p = 0.6;
+    train.training = true;
+    ValueId z = b.op(OpKind::Dropout, {b.op(OpKind::Gelu, {residual})}, train);
+    b.result(b.op(OpKind::Sub, {z, x}));
+    Program probe = b.program;
+    ASSERT_TRUE(
+        bindToRank(probe, 0, BindOptions(CollectiveMode::Overlapped, true))
+            .ok());
+    ASSERT_EQ(probe.fusedKernels.size(), 2u) << printProgram(probe);
+    expectHostKernelsAgree({b.program});
+  }
+}
+
+TEST(CudaFusedHost, DropoutMasksKeepTheirShareAndScale) {
+  // One mask of 4,099 elements with p = 0.25, fused with its product:
+  // about three quarters kept, each 1 / 0.75, the rest 0; and the host's
+  // kernel equal to the unfused draw.
+  testing::ProgramBuilder b;
+  ValueId x = b.input(DType::F32, {4099});
+  OpAttrs drop;
+  drop.p = 0.25;
+  ValueId mask = b.op(OpKind::DropoutMask, {x}, drop);
+  b.result(b.op(OpKind::Mul, {x, mask}));
+  b.result(mask);
+  std::vector<std::string> sources = chainSources(b.program);
+  ASSERT_EQ(sources.size(), 1u);
+  EXPECT_NE(sources[0].find("fusedDropoutMask(p, 0, i)"), std::string::npos)
+      << sources[0];
+  merak::testing::ScratchDir dir("merak-fused-host");
+  auto kernels = HostFusedKernels::compile(sources, dir.path);
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  std::unique_ptr<Backend> fused =
+      makeHostFusedBackend(createCpuBackend({}), **kernels);
+  std::unique_ptr<Backend> unfused =
+      makeHostFusedBackend(createCpuBackend({}), **kernels);
+  auto a = testing::runRandomProgram(b.program, true, 3, *fused);
+  auto u = testing::runRandomProgram(b.program, false, 3, *unfused);
+  ASSERT_EQ(a, u);
+  std::vector<float> m = floatsOf(b.program, a, 1);
+  int kept = 0;
+  for (float v : m) {
+    ASSERT_TRUE(v == 0.0f || v == 1.0f / 0.75f) << v;
+    kept += v != 0;
+  }
+  EXPECT_GT(kept, 4099 * 0.72);
+  EXPECT_LT(kept, 4099 * 0.78);
 }
 
 TEST(CudaFusedHost, EachChainAloneAgainstItsOps) {

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../../lib/Runtime/CUDA/DeviceMath.h"
+#include "../../lib/Runtime/CUDA/Elementwise.h"
 #include "../../lib/Runtime/CUDA/FusedKernels.h"
 #include "../../lib/Runtime/CUDA/FusedLaunch.h"
 #include "../../lib/Runtime/CUDA/Optimizers.h"
@@ -165,6 +166,110 @@ TEST(CudaFusedKernel, EveryOpCompilesForEachArchitecture) {
                                        "ELF");
       }
   }
+}
+
+/// A residual dropout chain (mask, product, residual add, a second mask)
+/// and a dropout in training after GELU, on `dtype`, fused.
+Program dropoutChains(DType dtype) {
+  ProgramBuilder b;
+  ValueId x = b.input(dtype, {3, 5});
+  ValueId residual = b.input(dtype, {3, 5});
+  OpAttrs drop;
+  drop.p = 0.1;
+  ValueId m1 = b.op(OpKind::DropoutMask, {x}, drop);
+  ValueId y = b.op(OpKind::Add, {b.op(OpKind::Mul, {x, m1}), residual});
+  OpAttrs half;
+  half.p = 0.5;
+  ValueId m2 = b.op(OpKind::DropoutMask, {y}, half);
+  b.result(m1);
+  b.result(b.op(OpKind::Mul, {y, m2}));
+  OpAttrs train;
+  train.p = 1.0;
+  train.training = true;
+  b.result(b.op(OpKind::Dropout, {b.op(OpKind::Gelu, {residual})}, train));
+  fuseElementwise(b.program);
+  return b.program;
+}
+
+TEST(CudaFusedKernel, DropoutChainsCompileForEachArchitecture) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    Program p = dropoutChains(dtype);
+    ASSERT_EQ(p.fusedKernels.size(), 2u) << printProgram(p);
+    EXPECT_NE(p.fusedKernels[0].source.find("fusedDropoutMask(p, 1, i)"),
+              std::string::npos)
+        << p.fusedKernels[0].source;
+    EXPECT_NE(p.fusedKernels[1].source.find("v0 * fusedDropoutMask(p, 0, i)"),
+              std::string::npos)
+        << p.fusedKernels[1].source;
+    for (const FusedKernel &k : p.fusedKernels)
+      for (const char *arch : {"sm_80", "sm_90"}) {
+        absl::StatusOr<std::string> cubin =
+            cuda::compileFusedKernel(k.source, arch);
+        ASSERT_TRUE(cubin.ok()) << cubin.status();
+        EXPECT_EQ(cubin->substr(0, 4), "\x7f"
+                                       "ELF");
+      }
+  }
+}
+
+TEST(CudaFusedKernel, DropoutParametersFollowTheUnfusedCounters) {
+  // bf16: masks of 15 elements from counter 6 on, each moving it past its
+  // words rounded up to whole Philox blocks (6 -> 22 -> 38), kept values
+  // 1 / (1 - p) rounded to bf16; p = 1 keeps nothing and draws nothing.
+  Program p = dropoutChains(DType::BF16);
+  cuda::FusedParams first{}, second{};
+  uint64_t offset = 6;
+  cuda::fusedDropouts(first, p, p.fusedKernels[0], 0x1234, offset, false);
+  EXPECT_EQ(first.key, 0x1234u);
+  EXPECT_EQ(first.dropout[0].offset, 6u);
+  EXPECT_EQ(first.dropout[1].offset, 22u);
+  EXPECT_EQ(offset, 38u);
+  EXPECT_EQ(first.dropout[0].threshold, cuda::keepThreshold(1 - 0.1));
+  EXPECT_EQ(first.dropout[1].threshold, uint64_t(1) << 31);
+  EXPECT_EQ(first.dropout[0].scale, cuda::roundToBf16(1.0f / 0.9f));
+  EXPECT_EQ(first.dropout[0].scale, 1.109375f);
+  EXPECT_EQ(first.dropout[1].scale, 2.0f);
+  cuda::fusedDropouts(second, p, p.fusedKernels[1], 0x1234, offset, false);
+  EXPECT_EQ(second.dropout[0].threshold, 0u);
+  EXPECT_EQ(second.dropout[0].scale, 0.0f);
+  EXPECT_EQ(offset, 38u);
+  for (int64_t i = 0; i < 15; ++i)
+    EXPECT_EQ(cuda::fusedDropoutMask(second, 0, i), 0.0f);
+
+  // An evaluation step keeps everything, draws nothing and moves nothing.
+  cuda::FusedParams eval{};
+  offset = 6;
+  cuda::fusedDropouts(eval, p, p.fusedKernels[0], 0x1234, offset, true);
+  EXPECT_EQ(offset, 6u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(eval.dropout[k].threshold, uint64_t(1) << 32);
+    EXPECT_EQ(cuda::fusedDropoutMask(eval, k, 7), 1.0f);
+  }
+
+  // Element i of a mask takes word offset + i: the fourth word of block 1
+  // for element 1 of a mask drawn from counter 6.
+  cuda::Philox4 block1 =
+      cuda::philox4x32_10(cuda::dropoutBlockCounter(1), 0x1234, 0);
+  for (int64_t i = 0; i < 2; ++i) {
+    uint32_t word = block1.v[2 + i];
+    float want = uint64_t(word) < first.dropout[0].threshold ? 1.109375f : 0;
+    EXPECT_EQ(cuda::fusedDropoutMask(first, 0, i), want) << i;
+  }
+
+  // More masks than the parameters hold is an error.
+  FusedKernel five;
+  OpAttrs drop;
+  drop.p = 0.5;
+  for (int k = 0; k < 5; ++k) {
+    Instruction m;
+    m.kind = OpKind::DropoutMask;
+    m.attrs = drop;
+    m.results = {p.fusedKernels[0].members[0].results[0]};
+    five.members.push_back(m);
+  }
+  cuda::FusedParams full{};
+  EXPECT_THROW(cuda::fusedDropouts(full, p, five, 1, offset, false),
+               cuda::CudaError);
 }
 
 TEST(CudaFusedKernel, CompileErrorsCarryTheLogAndTheSource) {

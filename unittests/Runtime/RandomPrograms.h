@@ -1,10 +1,10 @@
 //===- RandomPrograms.h - random elementwise programs -----------*- C++ -*-===//
 //
-// Random programs of elementwise ops (with reshapes, reductions, casts and
-// broadcast operands between them), and running one on a backend with
-// arguments drawn from a seed: what the fusion tests run fused and not
-// (CpuFusionTest.cpp) and with their fused chains' CUDA source compiled
-// for the host (CudaFusedHostTest.cpp).
+// Random programs of elementwise ops (with reshapes, reductions, casts,
+// dropout masks and broadcast operands between them), and running one on a
+// backend with arguments drawn from a seed: what the fusion tests run fused and
+// not (CpuFusionTest.cpp) and with their fused chains' CUDA source compiled for
+// the host (CudaFusedHostTest.cpp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MERAK_UNITTESTS_RUNTIME_RANDOMPROGRAMS_H
@@ -33,7 +33,7 @@ inline Program randomProgram(std::mt19937 &gen) {
   auto pick = [&](const std::vector<ValueId> &v) {
     return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(gen)];
   };
-  std::uniform_int_distribution<int> choice(0, 13);
+  std::uniform_int_distribution<int> choice(0, 15);
   for (int i = 0; i < 30; ++i) {
     ValueId x = pick(full);
     switch (choice(gen)) {
@@ -94,6 +94,20 @@ inline Program randomProgram(std::mt19937 &gen) {
     case 12:
       full.push_back(b.op(OpKind::Div, {x, b.op(OpKind::Exp, {pick(full)})}));
       break;
+    case 13: { // dropout as training writes it: the input times a mask
+      OpAttrs drop;
+      drop.p = 0.25;
+      ValueId mask = b.op(OpKind::DropoutMask, {x}, drop);
+      full.push_back(b.op(OpKind::Mul, {x, mask}));
+      break;
+    }
+    case 14: { // a training dropout not expanded
+      OpAttrs drop;
+      drop.p = 0.5;
+      drop.training = true;
+      full.push_back(b.op(OpKind::Dropout, {x}, drop));
+      break;
+    }
     default:
       full.push_back(b.op(OpKind::Silu, {b.op(OpKind::Mul, {x, x})}));
       break;

@@ -25,9 +25,15 @@ namespace merak::runtime {
 
 /// Whether `inst` may join a chain: an elementwise op a fused kernel
 /// computes (unary and binary math, comparisons, `where`, `clamp`, `cast`,
-/// GELU and its gradient) on f32, bf16, f16 or i1 values, whose result has
-/// at most eight dimensions and at least one element.
+/// GELU and its gradient, dropout's mask and a training dropout) on f32,
+/// bf16, f16 or i1 values, whose result has at most eight dimensions and
+/// at least one element.
 bool fusible(const Program &program, const Instruction &inst);
+
+/// Whether `inst` draws a dropout mask from the step's generator (when
+/// the step trains and its p is above 0): `dropout_mask`, or `dropout` in
+/// training with p > 0. Such members of a chain draw in program order.
+bool drawsDropoutMask(const Instruction &inst);
 
 /// Which operands and results of an op may take another floating type than
 /// the one it computes in (`CastFolding`): a kernel reads such an operand
@@ -74,7 +80,10 @@ void foldCasts(Program &program);
 /// so the values a chain reads are ready where it runs and the values it
 /// defines are read only after it. A chain's inputs and members number at
 /// most `kMaxFusedOperands`, so that what it reads and defines fits one
-/// kernel's parameters. Call it before
+/// kernel's parameters, and at most `kMaxFusedDropouts` of them draw a
+/// dropout mask. Masks are drawn in the order of the unfused program: a
+/// chain with such a member is closed where another mask is drawn before
+/// its last member, and runs its members in program order. Call it before
 /// `planProgram`; `bindToRank` does with `BindOptions::fuseElementwise`.
 void fuseElementwise(Program &program);
 
@@ -95,6 +104,9 @@ bool isOptimizerGroup(const Program &program, int index);
 /// The most inputs plus outputs of one chain's kernel (its parameters have
 /// room for so many pointers).
 constexpr int kMaxFusedOperands = 24;
+/// The most members of one chain that draw a dropout mask (their draws are
+/// kernel parameters).
+constexpr int kMaxFusedDropouts = 4;
 
 /// The CUDA source of `program`'s chain `index`, run by `fused` (which
 /// names its inputs and outputs), a kernel named

@@ -360,12 +360,90 @@ MERAK_HD float roundToBf16(float f) {
 MERAK_HD float roundToF16(float f) { return f16BitsToFloat(floatToF16Bits(f)); }
 
 //===----------------------------------------------------------------------===//
+// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+// 3", SC 2011), the counter-based generator of dropout
+//===----------------------------------------------------------------------===//
+
+struct Philox4 {
+  uint32_t v[4];
+};
+
+MERAK_HD void mulHiLo32(uint32_t a, uint32_t b, uint32_t &hi, uint32_t &lo) {
+#if defined(__CUDA_ARCH__)
+  hi = __umulhi(a, b);
+  lo = a * b;
+#else
+  uint64_t p = uint64_t(a) * b;
+  hi = uint32_t(p >> 32);
+  lo = uint32_t(p);
+#endif
+}
+
+/// One round: two 32x32->64 multiplications, the halves mixed with the
+/// other words and the key.
+MERAK_HD Philox4 philoxRound(Philox4 c, uint32_t k0, uint32_t k1) {
+  uint32_t hi0, lo0, hi1, lo1;
+  mulHiLo32(0xD2511F53u, c.v[0], hi0, lo0);
+  mulHiLo32(0xCD9E8D57u, c.v[2], hi1, lo1);
+  return Philox4{{hi1 ^ c.v[1] ^ k0, lo1, hi0 ^ c.v[3] ^ k1, lo0}};
+}
+
+/// Ten rounds of `counter` under the key (`k0`, `k1`), the key bumped by
+/// the Weyl constants between rounds: four independent 32-bit words.
+MERAK_HD Philox4 philox4x32_10(Philox4 counter, uint32_t k0, uint32_t k1) {
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    counter = philoxRound(counter, k0, k1);
+  }
+  return counter;
+}
+
+/// Element `i` of a mask drawn at counter offset `offset` takes word
+/// `lane` of the Philox block `block`: counter `offset + i` counts 32-bit
+/// words, four to a block, so that one call of the generator serves four
+/// consecutive elements.
+struct DropoutCounter {
+  uint64_t block;
+  int lane;
+};
+MERAK_HD DropoutCounter dropoutCounter(uint64_t offset, int64_t i) {
+  uint64_t word = offset + uint64_t(i);
+  return DropoutCounter{word >> 2, int(word & 3)};
+}
+/// The Philox counter of `block`: its low and high words, then zeros.
+MERAK_HD Philox4 dropoutBlockCounter(uint64_t block) {
+  return Philox4{{uint32_t(block), uint32_t(block >> 32), 0u, 0u}};
+}
+
+/// Whether a uniform 32-bit word keeps its element under `threshold`
+/// (`keepThreshold`, Elementwise.h).
+MERAK_HD bool philoxKeeps(uint32_t word, uint64_t threshold) {
+  return uint64_t(word) < threshold;
+}
+
+//===----------------------------------------------------------------------===//
 // Fused elementwise kernels (FusedKernels.cpp generates them): what their
 // launcher passes them
 //===----------------------------------------------------------------------===//
 
 /// Operands (inputs and outputs together) a fused kernel takes at most.
 constexpr int kFusedMaxOperands = 24;
+/// Dropout masks a fused kernel draws at most.
+constexpr int kFusedMaxDropouts = 4;
+
+/// How a fused kernel draws one dropout member's mask: element `i` keeps
+/// its value where word `offset + i` of the step's Philox stream is below
+/// `threshold` (as the dropout kernel draws it) and is then `scale`, else
+/// 0. A threshold of 2^32 keeps every element without drawing (an
+/// evaluation step, or p = 0).
+struct FusedDropout {
+  uint64_t offset;
+  uint64_t threshold;
+  float scale;
+};
 
 /// One launch of a fused kernel over `n` elements of the chain's shape,
 /// merged into `rank` dimensions of `sizes`: `data` holds the inputs, then
@@ -379,7 +457,27 @@ struct FusedParams {
   int64_t sizes[kMaxDims];
   void *data[kFusedMaxOperands];
   int64_t strides[kFusedMaxOperands][kMaxDims];
+  /// The step's dropout key and the chain's dropout members in order.
+  uint64_t key;
+  FusedDropout dropout[kFusedMaxDropouts];
 };
+
+/// Element `i`'s mask value of dropout member `k` (`FusedDropout`).
+MERAK_HD float fusedDropoutMask(const FusedParams &p, int k, int64_t i) {
+  const FusedDropout &d = p.dropout[k];
+  if (d.threshold > 0xffffffffu)
+    return d.scale;
+  if (d.threshold == 0)
+    return 0.0f;
+  DropoutCounter c = dropoutCounter(d.offset, i);
+  Philox4 r = philox4x32_10(dropoutBlockCounter(c.block), uint32_t(p.key),
+                            uint32_t(p.key >> 32));
+  uint32_t word = c.lane == 0   ? r.v[0]
+                  : c.lane == 1 ? r.v[1]
+                  : c.lane == 2 ? r.v[2]
+                                : r.v[3];
+  return philoxKeeps(word, d.threshold) ? d.scale : 0.0f;
+}
 
 /// The element offsets of the first `inputs` inputs at row-major position
 /// `linear` of the chain's shape, its digits found in `Index` arithmetic.

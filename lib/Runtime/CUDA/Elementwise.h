@@ -162,64 +162,8 @@ MERAK_HD bool triangleKeeps(int64_t row, int64_t col, int64_t diagonal,
   return upper ? col - row >= diagonal : col - row <= diagonal;
 }
 
-//===----------------------------------------------------------------------===//
-// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
-// 3", SC 2011), the counter-based generator of dropout
-//===----------------------------------------------------------------------===//
-
-struct Philox4 {
-  uint32_t v[4];
-};
-
-MERAK_HD void mulHiLo32(uint32_t a, uint32_t b, uint32_t &hi, uint32_t &lo) {
-#if defined(__CUDA_ARCH__)
-  hi = __umulhi(a, b);
-  lo = a * b;
-#else
-  uint64_t p = uint64_t(a) * b;
-  hi = uint32_t(p >> 32);
-  lo = uint32_t(p);
-#endif
-}
-
-/// One round: two 32x32->64 multiplications, the halves mixed with the
-/// other words and the key.
-MERAK_HD Philox4 philoxRound(Philox4 c, uint32_t k0, uint32_t k1) {
-  uint32_t hi0, lo0, hi1, lo1;
-  mulHiLo32(0xD2511F53u, c.v[0], hi0, lo0);
-  mulHiLo32(0xCD9E8D57u, c.v[2], hi1, lo1);
-  return Philox4{{hi1 ^ c.v[1] ^ k0, lo1, hi0 ^ c.v[3] ^ k1, lo0}};
-}
-
-/// Ten rounds of `counter` under the key (`k0`, `k1`), the key bumped by
-/// the Weyl constants between rounds: four independent 32-bit words.
-MERAK_HD Philox4 philox4x32_10(Philox4 counter, uint32_t k0, uint32_t k1) {
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    counter = philoxRound(counter, k0, k1);
-  }
-  return counter;
-}
-
-/// Element `i` of a mask drawn at counter offset `offset` takes word
-/// `lane` of the Philox block `block`: counter `offset + i` counts 32-bit
-/// words, four to a block, so that one call of the generator serves four
-/// consecutive elements.
-struct DropoutCounter {
-  uint64_t block;
-  int lane;
-};
-MERAK_HD DropoutCounter dropoutCounter(uint64_t offset, int64_t i) {
-  uint64_t word = offset + uint64_t(i);
-  return DropoutCounter{word >> 2, int(word & 3)};
-}
-/// The Philox counter of `block`: its low and high words, then zeros.
-MERAK_HD Philox4 dropoutBlockCounter(uint64_t block) {
-  return Philox4{{uint32_t(block), uint32_t(block >> 32), 0u, 0u}};
-}
+// Dropout: the Philox-4x32-10 generator and its counters are in
+// DeviceMath.h, which the fused kernels read too.
 
 /// How many Philox blocks the `n` counters from `offset` touch.
 MERAK_HD int64_t dropoutBlocks(uint64_t offset, int64_t n) {
@@ -241,9 +185,6 @@ MERAK_HD uint64_t keepThreshold(double keep) {
   if (keep >= 1)
     return uint64_t(1) << 32;
   return uint64_t(ceil(keep * 4294967296.0));
-}
-MERAK_HD bool philoxKeeps(uint32_t word, uint64_t threshold) {
-  return uint64_t(word) < threshold;
 }
 
 } // namespace merak::runtime::cuda

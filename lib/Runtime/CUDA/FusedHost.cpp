@@ -7,10 +7,12 @@
 #include "merak/Runtime/CUDA/FusedHost.h"
 #include "CudaKernels.h"
 #include "DeviceMath.h"
+#include "Elementwise.h"
 #include "FusedKernels.h"
 #include "FusedLaunch.h"
 #include "merak/Runtime/Executor.h"
 #include "merak/Runtime/Fusion.h"
+#include "merak/Runtime/Random.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 
 namespace merak::runtime {
@@ -88,23 +91,74 @@ HostFusedKernels::compile(const std::vector<std::string> &sources,
   return k;
 }
 
-absl::Status HostFusedKernels::run(const std::string &source, const void *views,
-                                   size_t count, size_t inputs,
-                                   const std::vector<int64_t> &shape) const {
+absl::Status HostFusedKernels::run(const std::string &source,
+                                   const void *params) const {
   auto it = kernels.find(source);
   if (it == kernels.end())
     return absl::InternalError("a chain whose kernel was not compiled");
-  const View *v = static_cast<const View *>(views);
-  try {
-    reinterpret_cast<KernelFn>(it->second)(
-        cuda::fusedParams(std::vector<View>(v, v + count), inputs, shape));
-  } catch (const std::exception &e) {
-    return absl::InternalError(e.what());
-  }
+  reinterpret_cast<KernelFn>(it->second)(
+      *static_cast<const FusedParams *>(params));
   return absl::OkStatus();
 }
 
 namespace {
+
+/// Element `i` of `t` (a floating-point type) as a double.
+double elementOf(const HostTensor &t, int64_t i);
+
+/// Stores `v` as element `i` of `t` (f32, bf16 or f16), rounded once.
+void storeElement(HostTensor &t, int64_t i, float v) {
+  uint8_t *p = t.mutableBytes();
+  switch (t.type.dtype) {
+  case DType::BF16: {
+    uint16_t bits = cuda::floatToBf16Bits(v);
+    std::memcpy(p + 2 * i, &bits, 2);
+    break;
+  }
+  case DType::F16: {
+    uint16_t bits = cuda::floatToF16Bits(v);
+    std::memcpy(p + 2 * i, &bits, 2);
+    break;
+  }
+  default:
+    std::memcpy(p + 4 * i, &v, 4);
+    break;
+  }
+}
+
+/// Dropout with probability `p` in (0, 1] of a training step as the CUDA
+/// backend's dropout kernel computes it (Elementwise.cu), on host memory:
+/// `x` times the mask, or the mask alone without `x`. One Philox block of
+/// the step's `key` serves four consecutive elements, element `i` taking
+/// word `offset + i`; `offset` then moves past the mask's words.
+HostTensor dropoutAsOnTheGpu(const HostTensor *x, const TensorType &type,
+                             double p, uint64_t key, uint64_t &offset) {
+  HostTensor out = HostTensor::allocate(type);
+  const int64_t n = type.numElements();
+  const uint64_t threshold = cuda::keepThreshold(1 - p);
+  float scale = p < 1 ? 1.0f / float(1 - p) : 0.0f;
+  if (type.dtype == DType::BF16)
+    scale = cuda::roundToBf16(scale);
+  else if (type.dtype == DType::F16)
+    scale = cuda::roundToF16(scale);
+  const uint64_t first = offset >> 2;
+  for (int64_t b = 0; b < cuda::dropoutBlocks(offset, n); ++b) {
+    const uint64_t block = first + uint64_t(b);
+    cuda::Philox4 r = cuda::philox4x32_10(cuda::dropoutBlockCounter(block),
+                                          uint32_t(key), uint32_t(key >> 32));
+    for (int lane = 0; lane < 4; ++lane) {
+      const uint64_t word = block * 4 + uint64_t(lane);
+      if (word < offset || word - offset >= uint64_t(n))
+        continue;
+      const int64_t i = int64_t(word - offset);
+      const float m = cuda::philoxKeeps(r.v[lane], threshold) ? scale : 0.0f;
+      storeElement(out, i, x ? float(elementOf(*x, i)) * m : m);
+    }
+  }
+  if (p < 1)
+    offset = cuda::dropoutOffsetAfter(offset, n);
+  return out;
+}
 
 /// `inner`, but `fused` chains run on the host as their kernels.
 class HostFusedBackend final : public Backend {
@@ -141,6 +195,8 @@ public:
     return inner->scale(t, factor);
   }
   absl::Status beginStep(const StepContext &step) override {
+    dropoutKey = stepSeed(step.seed, step.globalStep, RandomStream::Dropout);
+    dropoutOffset = 0;
     return inner->beginStep(step);
   }
   MemoryStats memoryStats() const override { return inner->memoryStats(); }
@@ -148,6 +204,9 @@ public:
 
   absl::Status execute(KernelCall &call) override {
     const Instruction &inst = *call.instruction;
+    const bool evaluating = call.step && call.step->evaluate;
+    if (drawsDropoutMask(inst) && !evaluating && inst.attrs.p > 0)
+      return dropout(call);
     if (inst.kind != OpKind::Fused)
       return inner->execute(call);
     const Program &program = *call.program;
@@ -185,10 +244,16 @@ public:
     }
     for (size_t k = 0; k < views.size(); ++k)
       views[k].data = buffers[k].mutableBytes();
-    if (absl::Status s = kernels.run(chain.source, views.data(), views.size(),
-                                     inst.operands.size(), chain.shape);
-        !s.ok())
-      return s;
+    try {
+      cuda::FusedParams params =
+          cuda::fusedParams(views, inst.operands.size(), chain.shape);
+      cuda::fusedDropouts(params, program, chain, dropoutKey, dropoutOffset,
+                          evaluating);
+      if (absl::Status s = kernels.run(chain.source, &params); !s.ok())
+        return s;
+    } catch (const std::exception &e) {
+      return absl::InternalError(e.what());
+    }
     call.results.clear();
     for (size_t r = 0; r < inst.results.size(); ++r) {
       absl::StatusOr<TensorHandle> up =
@@ -201,8 +266,37 @@ public:
   }
 
 private:
+  /// A training step's `dropout` or `dropout_mask` as the CUDA backend
+  /// draws it (`dropoutAsOnTheGpu`).
+  absl::Status dropout(KernelCall &call) {
+    const Instruction &inst = *call.instruction;
+    const TensorType &type = call.program->values[inst.results[0]].type;
+    if (type.dtype != DType::F32 && type.dtype != DType::BF16 &&
+        type.dtype != DType::F16)
+      return absl::UnimplementedError(
+          absl::StrCat("dropout of ", type.str(), " on the host"));
+    std::optional<HostTensor> x;
+    if (inst.kind == OpKind::Dropout) {
+      absl::StatusOr<HostTensor> h = inner->download(
+          *call.operands[0], call.program->values[inst.operands[0]].type);
+      if (!h.ok())
+        return h.status();
+      x = *std::move(h);
+    }
+    absl::StatusOr<TensorHandle> up = inner->upload(dropoutAsOnTheGpu(
+        x ? &*x : nullptr, type, inst.attrs.p, dropoutKey, dropoutOffset));
+    if (!up.ok())
+      return up.status();
+    call.results.clear();
+    call.results.push_back(*std::move(up));
+    return absl::OkStatus();
+  }
+
   std::unique_ptr<Backend> inner;
   const HostFusedKernels &kernels;
+  /// The step's dropout key and the counter of its next mask, kept as the
+  /// CUDA backend keeps them.
+  uint64_t dropoutKey = 0, dropoutOffset = 0;
 };
 
 /// Element `i` of `t` (a floating-point type) as a double.
@@ -421,9 +515,12 @@ absl::StatusOr<std::vector<FusedChainCheck>> checkFusedChainsOnHost(
     one.attrs.index = 0;
     Program kernel = chainProgram(program, *fused, {one});
     kernel.fusedKernels = {chain};
-    std::unique_ptr<Backend> reference = makeHost(), inner = makeHost();
-    if (!reference || !inner)
+    std::unique_ptr<Backend> host = makeHost(), inner = makeHost();
+    if (!host || !inner)
       return absl::InternalError("cannot create the host backend");
+    // Both draw dropout masks as the CUDA backend does.
+    std::unique_ptr<Backend> reference =
+        makeHostFusedBackend(std::move(host), **kernels);
     std::unique_ptr<Backend> onHost =
         makeHostFusedBackend(std::move(inner), **kernels);
     absl::StatusOr<std::vector<HostTensor>> want =

@@ -9,6 +9,7 @@
 
 #include "FusedKernels.h"
 #include "CudaKernels.h"
+#include "Elementwise.h"
 #include "FusedLaunch.h"
 #include "KernelCache.h"
 #include "Optimizers.h"
@@ -30,6 +31,8 @@ namespace {
 
 static_assert(kFusedMaxOperands == runtime::kMaxFusedOperands,
               "DeviceMath.h and Fusion.h disagree on a chain's operands");
+static_assert(kFusedMaxDropouts == runtime::kMaxFusedDropouts,
+              "DeviceMath.h and Fusion.h disagree on a chain's masks");
 
 /// DeviceMath.h's text, the one header of every fused kernel.
 constexpr const char kDeviceMathSource[] =
@@ -369,6 +372,35 @@ FusedParams fusedParams(std::vector<View> views, size_t inputs,
   return p;
 }
 
+void fusedDropouts(FusedParams &p, const Program &program,
+                   const FusedKernel &chain, uint64_t key, uint64_t &offset,
+                   bool evaluating) {
+  p.key = key;
+  int k = 0;
+  for (const Instruction &m : chain.members) {
+    if (!drawsDropoutMask(m))
+      continue;
+    if (k == kFusedMaxDropouts)
+      throw CudaError(absl::StrCat("a fused chain with more than ",
+                                   kFusedMaxDropouts, " dropout masks"));
+    const TensorType &type = program.values[m.results[0]].type;
+    const double keep = evaluating ? 1.0 : 1.0 - m.attrs.p;
+    FusedDropout &d = p.dropout[k++];
+    d.offset = offset;
+    d.threshold = keepThreshold(keep);
+    // A kept element's value as the dropout kernel makes it: 1 / (1 - p)
+    // in float, rounded to the element type.
+    float scale = keep > 0 ? 1.0f / float(keep) : 0.0f;
+    if (type.dtype == DType::BF16)
+      scale = roundToBf16(scale);
+    else if (type.dtype == DType::F16)
+      scale = roundToF16(scale);
+    d.scale = scale;
+    if (keep > 0 && keep < 1)
+      offset = dropoutOffsetAfter(offset, type.numElements());
+  }
+}
+
 namespace {
 
 void fused(Ctx &c) {
@@ -391,6 +423,8 @@ void fused(Ctx &c) {
   FusedParams p = fusedParams(views, inputs, chain.shape);
   if (p.n == 0)
     return;
+  fusedDropouts(p, c.program, chain, c.dev.dropoutKey, c.dev.dropoutOffset,
+                c.evaluating());
   if (!c.dev.fusedKernels)
     c.dev.fusedKernels = std::make_shared<FusedKernelCache>();
   cudaKernel_t kernel = c.dev.fusedKernels->get(chain.source, c.dev.device);

@@ -9,6 +9,7 @@
 #define MERAK_LIB_RUNTIME_CUDA_FUSEDLAUNCH_H
 
 #include "CudaCommon.h"
+#include "merak/Runtime/Program.h"
 
 #include <cstddef>
 #include <vector>
@@ -22,6 +23,17 @@ namespace merak::runtime::cuda {
 /// not broadcast. Host arithmetic only (unit-tested without a GPU).
 FusedParams fusedParams(std::vector<View> views, size_t inputs,
                         const std::vector<int64_t> &shape);
+
+/// Sets `p.key` and `p.dropout` for the members of `chain` (an elementwise
+/// chain of `program`) that draw a dropout mask, in order, as the unfused
+/// kernels would draw them (Elementwise.cpp): each from the counter
+/// `offset`, which then moves past its mask's words unless it keeps or
+/// drops every element without drawing (p = 0 or 1, or an `evaluating`
+/// step, whose masks are ones). Throws `CudaError` for more members than
+/// the parameters hold.
+void fusedDropouts(FusedParams &p, const Program &program,
+                   const FusedKernel &chain, uint64_t key, uint64_t &offset,
+                   bool evaluating);
 
 } // namespace merak::runtime::cuda
 

@@ -8,8 +8,11 @@
 // (`fusedParams`): one thread runs the grid-stride loop. A backend whose
 // tensors are host memory (the CPU backend) wrapped by
 // `makeHostFusedBackend` runs each `fused` chain so, every other operand
-// of rank 2 handed over transposed so that the strided offsets run too.
-// Used by the unit tests and `merak-kernel-check --fused-chains`.
+// of rank 2 handed over transposed so that the strided offsets run too,
+// and draws a training step's dropout masks as the CUDA backend does
+// (Philox counters keyed by the step), fused or not, so that a chain with
+// dropout is checked against the unfused dropout kernel's masks. Used by the
+// unit tests and `merak-kernel-check --fused-chains`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,10 +42,9 @@ public:
   compile(const std::vector<std::string> &sources,
           const std::string &directory);
 
-  /// Runs the kernel of `source` on `views`' memory (cuda::View, the
-  /// first `inputs` the chain's inputs, then its outputs) over `shape`.
-  absl::Status run(const std::string &source, const void *views, size_t count,
-                   size_t inputs, const std::vector<int64_t> &shape) const;
+  /// Runs the kernel of `source` with `params` (a cuda::FusedParams, as
+  /// the CUDA backend launches it: views of host memory).
+  absl::Status run(const std::string &source, const void *params) const;
 
 private:
   HostFusedKernels() = default;
@@ -51,7 +53,9 @@ private:
 };
 
 /// `host` (a backend of host memory) with every `fused` chain run as its
-/// kernel from `kernels` (an optimizer group is an error).
+/// kernel from `kernels` (an optimizer group is an error), and a training
+/// step's `dropout` and `dropout_mask` drawn as the CUDA backend draws
+/// them.
 std::unique_ptr<Backend> makeHostFusedBackend(std::unique_ptr<Backend> host,
                                               const HostFusedKernels &kernels);
 
