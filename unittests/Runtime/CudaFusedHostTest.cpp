@@ -114,32 +114,17 @@ std::vector<float> floatsOf(const Program &program,
 
 TEST(CudaFusedHost, FusedDropoutDrawsTheUnfusedKernelsMasks) {
   // A residual block's dropouts as training writes them (the input times
-  // a drawn mask), in f32 and bf16, of sizes that are no multiple of the
-  // generator's four words: chains with two masks each, a mask between
-  // chains, and a dropout in training not expanded. The chains' kernels
-  // draw each mask from the counters the unfused kernels draw it from.
+  // a drawn mask), in f32 and bf16: chains with two masks, then one whose
+  // dropout draws after them. The chains' kernels draw each mask from the
+  // counters the unfused kernels draw it from.
   for (DType dtype : {DType::F32, DType::BF16}) {
-    testing::ProgramBuilder b;
-    ValueId x = b.input(dtype, {3, 5});
-    ValueId residual = b.input(dtype, {3, 5});
-    OpAttrs drop;
-    drop.p = 0.3;
-    ValueId m1 = b.op(OpKind::DropoutMask, {x}, drop);
-    ValueId y = b.op(OpKind::Add, {b.op(OpKind::Mul, {x, m1}), residual});
-    ValueId m2 = b.op(OpKind::DropoutMask, {y}, drop);
-    b.result(m1);
-    b.result(b.op(OpKind::Mul, {y, m2}));
-    OpAttrs train;
-    train.p = 0.6;
-    train.training = true;
-    ValueId z = b.op(OpKind::Dropout, {b.op(OpKind::Gelu, {residual})}, train);
-    b.result(b.op(OpKind::Sub, {z, x}));
-    Program probe = b.program;
+    Program program = testing::dropoutProgram(dtype, /*trainP=*/0.6);
+    Program probe = program;
     ASSERT_TRUE(
         bindToRank(probe, 0, BindOptions(CollectiveMode::Overlapped, true))
             .ok());
     ASSERT_EQ(probe.fusedKernels.size(), 2u) << printProgram(probe);
-    expectHostKernelsAgree({b.program});
+    expectHostKernelsAgree({program});
   }
 }
 

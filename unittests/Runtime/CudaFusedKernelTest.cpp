@@ -13,6 +13,7 @@
 #include "../../lib/Runtime/CUDA/FusedLaunch.h"
 #include "../../lib/Runtime/CUDA/Optimizers.h"
 #include "ProgramBuilder.h"
+#include "RandomPrograms.h"
 #include "merak/Runtime/Fusion.h"
 
 #include <cuda_bf16.h>
@@ -168,27 +169,11 @@ TEST(CudaFusedKernel, EveryOpCompilesForEachArchitecture) {
   }
 }
 
-/// A residual dropout chain (mask, product, residual add, a second mask)
-/// and a dropout in training after GELU, on `dtype`, fused.
+/// `testing::dropoutProgram` fused.
 Program dropoutChains(DType dtype) {
-  ProgramBuilder b;
-  ValueId x = b.input(dtype, {3, 5});
-  ValueId residual = b.input(dtype, {3, 5});
-  OpAttrs drop;
-  drop.p = 0.1;
-  ValueId m1 = b.op(OpKind::DropoutMask, {x}, drop);
-  ValueId y = b.op(OpKind::Add, {b.op(OpKind::Mul, {x, m1}), residual});
-  OpAttrs half;
-  half.p = 0.5;
-  ValueId m2 = b.op(OpKind::DropoutMask, {y}, half);
-  b.result(m1);
-  b.result(b.op(OpKind::Mul, {y, m2}));
-  OpAttrs train;
-  train.p = 1.0;
-  train.training = true;
-  b.result(b.op(OpKind::Dropout, {b.op(OpKind::Gelu, {residual})}, train));
-  fuseElementwise(b.program);
-  return b.program;
+  Program p = testing::dropoutProgram(dtype, /*trainP=*/1.0);
+  fuseElementwise(p);
+  return p;
 }
 
 TEST(CudaFusedKernel, DropoutChainsCompileForEachArchitecture) {

@@ -121,6 +121,32 @@ inline Program randomProgram(std::mt19937 &gen) {
   return b.program;
 }
 
+/// Dropout as training writes it, of sizes that are no multiple of the
+/// generator's four words: a residual chain with two masks (p = 0.1 and
+/// 0.5: the mask, its product, the residual add, the second mask and its
+/// product), then GELU and a training dropout of `trainP` not expanded,
+/// which draws after the chain. Unfused; two chains once fused.
+inline Program dropoutProgram(DType dtype, double trainP) {
+  ProgramBuilder b;
+  ValueId x = b.input(dtype, {3, 5});
+  ValueId residual = b.input(dtype, {3, 5});
+  OpAttrs drop;
+  drop.p = 0.1;
+  ValueId m1 = b.op(OpKind::DropoutMask, {x}, drop);
+  ValueId y = b.op(OpKind::Add, {b.op(OpKind::Mul, {x, m1}), residual});
+  OpAttrs half;
+  half.p = 0.5;
+  ValueId m2 = b.op(OpKind::DropoutMask, {y}, half);
+  b.result(m1);
+  b.result(b.op(OpKind::Mul, {y, m2}));
+  OpAttrs train;
+  train.p = trainP;
+  train.training = true;
+  ValueId z = b.op(OpKind::Dropout, {b.op(OpKind::Gelu, {residual})}, train);
+  b.result(b.op(OpKind::Sub, {z, x}));
+  return b.program;
+}
+
 /// `program`'s results (bytes) on `backend` for arguments drawn from
 /// `seed`, its chains fused (`fuse`) or not.
 inline std::vector<std::vector<uint8_t>>

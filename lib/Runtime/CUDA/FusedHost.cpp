@@ -106,7 +106,7 @@ namespace {
 /// Element `i` of `t` (a floating-point type) as a double.
 double elementOf(const HostTensor &t, int64_t i);
 
-/// Stores `v` as element `i` of `t` (f32, bf16 or f16), rounded once.
+/// Stores `v` as element `i` of `t` (a floating-point type), rounded once.
 void storeElement(HostTensor &t, int64_t i, float v) {
   uint8_t *p = t.mutableBytes();
   switch (t.type.dtype) {
@@ -118,6 +118,11 @@ void storeElement(HostTensor &t, int64_t i, float v) {
   case DType::F16: {
     uint16_t bits = cuda::floatToF16Bits(v);
     std::memcpy(p + 2 * i, &bits, 2);
+    break;
+  }
+  case DType::F64: {
+    double d = v;
+    std::memcpy(p + 8 * i, &d, 8);
     break;
   }
   default:
@@ -336,23 +341,11 @@ HostTensor randomTensor(const TensorType &type, std::mt19937 &gen) {
     float x = normal(gen);
     switch (type.dtype) {
     case DType::F32:
-      std::memcpy(p + 4 * i, &x, 4);
+    case DType::F64:
+    case DType::BF16:
+    case DType::F16:
+      storeElement(t, i, x);
       break;
-    case DType::F64: {
-      double d = x;
-      std::memcpy(p + 8 * i, &d, 8);
-      break;
-    }
-    case DType::BF16: {
-      uint16_t bits = cuda::floatToBf16Bits(x);
-      std::memcpy(p + 2 * i, &bits, 2);
-      break;
-    }
-    case DType::F16: {
-      uint16_t bits = cuda::floatToF16Bits(x);
-      std::memcpy(p + 2 * i, &bits, 2);
-      break;
-    }
     case DType::Bool:
       p[i] = uint8_t(gen() & 1);
       break;
