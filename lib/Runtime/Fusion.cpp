@@ -681,9 +681,11 @@ std::string expression(const Program &p, const Instruction &inst,
     return absl::StrCat(x[0], it->second, x[1]);
   switch (inst.kind) {
   case OpKind::DropoutMask: // the mask alone: its operand gives its shape
-    return absl::StrCat("fusedDropoutMask(p, ", dropout, ", i)");
+    return absl::StrCat("fusedDropoutLane(p, ", dropout, ", r", dropout,
+                        ", lane)");
   case OpKind::Dropout:
-    return absl::StrCat(x[0], " * fusedDropoutMask(p, ", dropout, ", i)");
+    return absl::StrCat(x[0], " * fusedDropoutLane(p, ", dropout, ", r",
+                        dropout, ", lane)");
   case OpKind::Neg:
     return absl::StrCat("-", x[0]);
   case OpKind::Rsqrt:
@@ -788,22 +790,20 @@ std::string fusedKernelSource(const Program &program, const Instruction &fused,
   const std::vector<ValueId> &inputs = fused.operands;
   const std::vector<ValueId> &outputs = fused.results;
   const size_t numInputs = inputs.size();
+  int masks = 0;
+  for (const Instruction &m : kernel.members)
+    masks += drawsDropoutMask(m) ? 1 : 0;
 
-  std::string s;
-  absl::StrAppend(&s, "// ", describeFusedKernel(program, index), "\n",
-                  "#include \"DeviceMath.h\"\n",
-                  "using namespace merak::runtime::cuda;\n",
-                  "extern \"C\" __global__ void __launch_bounds__(256)\n",
-                  "merak_fused(const FusedParams p) {\n",
-                  "  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + "
-                  "threadIdx.x; i < p.n;\n",
-                  "       i += int64_t(gridDim.x) * blockDim.x) {\n");
-  absl::StrAppend(&s, "    int64_t o[", numInputs, "];\n", "    if (p.dense)\n",
-                  "      for (int k = 0; k < ", numInputs, "; ++k)\n",
-                  "        o[k] = i;\n", "    else if (p.n <= 0xffffffff)\n",
-                  "      fusedOffsets32(p, uint32_t(i), ", numInputs, ", o);\n",
-                  "    else\n", "      fusedOffsets(p, i, ", numInputs,
-                  ", o);\n");
+  // The body for element `i`: its inputs' offsets, loads, the members,
+  // the stores; indented by `in`.
+  const std::string in = masks > 0 ? "      " : "    ";
+  std::string body;
+  absl::StrAppend(&body, in, "int64_t o[", numInputs, "];\n", in,
+                  "if (p.dense)\n", in, "  for (int k = 0; k < ", numInputs,
+                  "; ++k)\n", in, "    o[k] = i;\n", in,
+                  "else if (p.n <= 0xffffffff)\n", in,
+                  "  fusedOffsets32(p, uint32_t(i), ", numInputs, ", o);\n", in,
+                  "else\n", in, "  fusedOffsets(p, i, ", numInputs, ", o);\n");
   // Names: inputs x0.., member results v0.. (in program order).
   std::map<ValueId, std::string> name;
   for (size_t k = 0; k < numInputs; ++k) {
@@ -812,7 +812,7 @@ std::string fusedKernelSource(const Program &program, const Instruction &fused,
     std::string element = absl::StrCat("static_cast<const ", st.element,
                                        " *>(p.data[", k, "])[o[", k, "]]");
     std::string x = absl::StrCat("x", k);
-    absl::StrAppend(&s, "    const ", computeType(t), " ", x, " = ",
+    absl::StrAppend(&body, in, "const ", computeType(t), " ", x, " = ",
                     absl::StrReplaceAll(st.load, {{"%s", element}}), "; // ",
                     typeOf(program, inputs[k]).str(), "\n");
     name[inputs[k]] = x;
@@ -825,7 +825,7 @@ std::string fusedKernelSource(const Program &program, const Instruction &fused,
     DType t = typeOf(program, m.results[0]).dtype;
     std::string v = absl::StrCat("v", next++);
     int dropout = drawsDropoutMask(m) ? dropouts++ : -1;
-    absl::StrAppend(&s, "    const ", computeType(t), " ", v, " = ",
+    absl::StrAppend(&body, in, "const ", computeType(t), " ", v, " = ",
                     rounded(t, expression(program, m, x, dropout)), "; // ",
                     opKindName(m.kind), "\n");
     name[m.results[0]] = v;
@@ -834,11 +834,39 @@ std::string fusedKernelSource(const Program &program, const Instruction &fused,
     DType t = typeOf(program, outputs[r]).dtype;
     Storage st = storageOf(t);
     absl::StrAppend(
-        &s, "    static_cast<", st.element, " *>(p.data[", numInputs + r,
+        &body, in, "static_cast<", st.element, " *>(p.data[", numInputs + r,
         "])[i] = ", absl::StrReplaceAll(st.store, {{"%s", name[outputs[r]]}}),
         ";\n");
   }
-  absl::StrAppend(&s, "  }\n}\n");
+
+  std::string s;
+  absl::StrAppend(&s, "// ", describeFusedKernel(program, index), "\n",
+                  "#include \"DeviceMath.h\"\n",
+                  "using namespace merak::runtime::cuda;\n",
+                  "extern \"C\" __global__ void __launch_bounds__(256)\n",
+                  "merak_fused(const FusedParams p) {\n");
+  if (masks == 0) {
+    absl::StrAppend(&s,
+                    "  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + "
+                    "threadIdx.x; i < p.n;\n",
+                    "       i += int64_t(gridDim.x) * blockDim.x) {\n", body,
+                    "  }\n}\n");
+    return s;
+  }
+  // With dropout masks: a thread takes four consecutive elements, which
+  // one Philox block of each mask serves (`fusedDropoutWords`).
+  absl::StrAppend(&s, "  const int64_t groups = (p.n + 3) / 4;\n",
+                  "  for (int64_t g = int64_t(blockIdx.x) * blockDim.x + "
+                  "threadIdx.x; g < groups;\n",
+                  "       g += int64_t(gridDim.x) * blockDim.x) {\n");
+  for (int k = 0; k < masks; ++k)
+    absl::StrAppend(&s, "    const Philox4 r", k, " = fusedDropoutWords(p, ", k,
+                    ", g);\n");
+  absl::StrAppend(&s,
+                  "    for (int lane = 0; lane < 4 && g * 4 + lane < p.n; "
+                  "++lane) {\n",
+                  "      const int64_t i = g * 4 + lane;\n", body,
+                  "    }\n  }\n}\n");
   return s;
 }
 

@@ -141,7 +141,8 @@ TEST(CudaFusedHost, DropoutMasksKeepTheirShareAndScale) {
   b.result(mask);
   std::vector<std::string> sources = chainSources(b.program);
   ASSERT_EQ(sources.size(), 1u);
-  EXPECT_NE(sources[0].find("fusedDropoutMask(p, 0, i)"), std::string::npos)
+  EXPECT_NE(sources[0].find("fusedDropoutLane(p, 0, r0, lane)"),
+            std::string::npos)
       << sources[0];
   merak::testing::ScratchDir dir("merak-fused-host");
   auto kernels = HostFusedKernels::compile(sources, dir.path);

@@ -180,11 +180,16 @@ TEST(CudaFusedKernel, DropoutChainsCompileForEachArchitecture) {
   for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
     Program p = dropoutChains(dtype);
     ASSERT_EQ(p.fusedKernels.size(), 2u) << printProgram(p);
-    EXPECT_NE(p.fusedKernels[0].source.find("fusedDropoutMask(p, 1, i)"),
+    // Four elements a thread, one Philox block of each mask for them.
+    const std::string &first = p.fusedKernels[0].source;
+    EXPECT_NE(first.find("const Philox4 r1 = fusedDropoutWords(p, 1, g);"),
               std::string::npos)
-        << p.fusedKernels[0].source;
-    EXPECT_NE(p.fusedKernels[1].source.find("v0 * fusedDropoutMask(p, 0, i)"),
-              std::string::npos)
+        << first;
+    EXPECT_NE(first.find("fusedDropoutLane(p, 1, r1, lane)"), std::string::npos)
+        << first;
+    EXPECT_NE(
+        p.fusedKernels[1].source.find("v0 * fusedDropoutLane(p, 0, r0, lane)"),
+        std::string::npos)
         << p.fusedKernels[1].source;
     for (const FusedKernel &k : p.fusedKernels)
       for (const char *arch : {"sm_80", "sm_90"}) {
@@ -197,18 +202,27 @@ TEST(CudaFusedKernel, DropoutChainsCompileForEachArchitecture) {
   }
 }
 
+/// Element `i`'s value of dropout member `k`, as a fused kernel's thread
+/// for elements `i / 4 * 4` to `i / 4 * 4 + 3` finds it.
+float maskAt(const cuda::FusedParams &p, int k, int64_t i) {
+  return cuda::fusedDropoutLane(p, k, cuda::fusedDropoutWords(p, k, i / 4),
+                                int(i % 4));
+}
+
 TEST(CudaFusedKernel, DropoutParametersFollowTheUnfusedCounters) {
-  // bf16: masks of 15 elements from counter 6 on, each moving it past its
-  // words rounded up to whole Philox blocks (6 -> 22 -> 38), kept values
+  // bf16: masks of 15 elements from counter 8 on, each moving it past its
+  // words rounded up to whole Philox blocks (8 -> 24 -> 40), kept values
   // 1 / (1 - p) rounded to bf16; p = 1 keeps nothing and draws nothing.
   Program p = dropoutChains(DType::BF16);
   cuda::FusedParams first{}, second{};
-  uint64_t offset = 6;
-  cuda::fusedDropouts(first, p, p.fusedKernels[0], 0x1234, offset, false);
+  uint64_t offset = 8;
+  EXPECT_EQ(
+      cuda::fusedDropouts(first, p, p.fusedKernels[0], 0x1234, offset, false),
+      2);
   EXPECT_EQ(first.key, 0x1234u);
-  EXPECT_EQ(first.dropout[0].offset, 6u);
-  EXPECT_EQ(first.dropout[1].offset, 22u);
-  EXPECT_EQ(offset, 38u);
+  EXPECT_EQ(first.dropout[0].offset, 8u);
+  EXPECT_EQ(first.dropout[1].offset, 24u);
+  EXPECT_EQ(offset, 40u);
   EXPECT_EQ(first.dropout[0].threshold, cuda::keepThreshold(1 - 0.1));
   EXPECT_EQ(first.dropout[1].threshold, uint64_t(1) << 31);
   EXPECT_EQ(first.dropout[0].scale, cuda::roundToBf16(1.0f / 0.9f));
@@ -217,31 +231,41 @@ TEST(CudaFusedKernel, DropoutParametersFollowTheUnfusedCounters) {
   cuda::fusedDropouts(second, p, p.fusedKernels[1], 0x1234, offset, false);
   EXPECT_EQ(second.dropout[0].threshold, 0u);
   EXPECT_EQ(second.dropout[0].scale, 0.0f);
-  EXPECT_EQ(offset, 38u);
+  EXPECT_EQ(offset, 40u);
   for (int64_t i = 0; i < 15; ++i)
-    EXPECT_EQ(cuda::fusedDropoutMask(second, 0, i), 0.0f);
+    EXPECT_EQ(maskAt(second, 0, i), 0.0f);
 
   // An evaluation step keeps everything, draws nothing and moves nothing.
   cuda::FusedParams eval{};
-  offset = 6;
+  offset = 8;
   cuda::fusedDropouts(eval, p, p.fusedKernels[0], 0x1234, offset, true);
-  EXPECT_EQ(offset, 6u);
+  EXPECT_EQ(offset, 8u);
   for (int k = 0; k < 2; ++k) {
     EXPECT_EQ(eval.dropout[k].threshold, uint64_t(1) << 32);
-    EXPECT_EQ(cuda::fusedDropoutMask(eval, k, 7), 1.0f);
+    EXPECT_EQ(maskAt(eval, k, 7), 1.0f);
   }
 
-  // Element i of a mask takes word offset + i: the fourth word of block 1
-  // for element 1 of a mask drawn from counter 6.
-  cuda::Philox4 block1 =
-      cuda::philox4x32_10(cuda::dropoutBlockCounter(1), 0x1234, 0);
-  for (int64_t i = 0; i < 2; ++i) {
-    uint32_t word = block1.v[2 + i];
-    float want = uint64_t(word) < first.dropout[0].threshold ? 1.109375f : 0;
-    EXPECT_EQ(cuda::fusedDropoutMask(first, 0, i), want) << i;
-  }
+  // Element i of a mask takes word offset + i, as the dropout kernel
+  // draws it: words 8 to 22 of the key's stream for the first mask,
+  // words 24 to 38 for the second.
+  for (int k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < 15; ++i) {
+      const uint64_t word = first.dropout[k].offset + uint64_t(i);
+      cuda::Philox4 block =
+          cuda::philox4x32_10(cuda::dropoutBlockCounter(word / 4), 0x1234, 0);
+      float want = uint64_t(block.v[word % 4]) < first.dropout[k].threshold
+                       ? first.dropout[k].scale
+                       : 0.0f;
+      EXPECT_EQ(maskAt(first, k, i), want) << k << " " << i;
+    }
 
-  // More masks than the parameters hold is an error.
+  // A counter inside a Philox block, or more masks than the parameters
+  // hold, is an error.
+  cuda::FusedParams bad{};
+  offset = 6;
+  EXPECT_THROW(
+      cuda::fusedDropouts(bad, p, p.fusedKernels[0], 0x1234, offset, false),
+      cuda::CudaError);
   FusedKernel five;
   OpAttrs drop;
   drop.p = 0.5;
@@ -253,6 +277,7 @@ TEST(CudaFusedKernel, DropoutParametersFollowTheUnfusedCounters) {
     five.members.push_back(m);
   }
   cuda::FusedParams full{};
+  offset = 0;
   EXPECT_THROW(cuda::fusedDropouts(full, p, five, 1, offset, false),
                cuda::CudaError);
 }

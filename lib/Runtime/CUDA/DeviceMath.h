@@ -438,7 +438,9 @@ constexpr int kFusedMaxDropouts = 4;
 /// its value where word `offset + i` of the step's Philox stream is below
 /// `threshold` (as the dropout kernel draws it) and is then `scale`, else
 /// 0. A threshold of 2^32 keeps every element without drawing (an
-/// evaluation step, or p = 0).
+/// evaluation step, or p = 0), one of 0 drops every element (p = 1).
+/// `offset` is a multiple of four, so each Philox block serves four
+/// consecutive elements of the chain.
 struct FusedDropout {
   uint64_t offset;
   uint64_t threshold;
@@ -462,20 +464,34 @@ struct FusedParams {
   FusedDropout dropout[kFusedMaxDropouts];
 };
 
-/// Element `i`'s mask value of dropout member `k` (`FusedDropout`).
-MERAK_HD float fusedDropoutMask(const FusedParams &p, int k, int64_t i) {
+/// Whether dropout member `k` draws (else every element is `scale`: kept
+/// by a threshold of 2^32, dropped by one of 0).
+MERAK_HD bool fusedDropoutDraws(const FusedParams &p, int k) {
+  return p.dropout[k].threshold > 0 && p.dropout[k].threshold <= 0xffffffffu;
+}
+
+/// The Philox block of dropout member `k` that serves the chain's
+/// elements `4 * g` to `4 * g + 3` (a mask's offset is a multiple of
+/// four: `fusedDropouts`), one generator call for four elements.
+MERAK_HD Philox4 fusedDropoutWords(const FusedParams &p, int k, int64_t g) {
+  if (!fusedDropoutDraws(p, k))
+    return Philox4{{0u, 0u, 0u, 0u}};
+  return philox4x32_10(
+      dropoutBlockCounter((p.dropout[k].offset >> 2) + uint64_t(g)),
+      uint32_t(p.key), uint32_t(p.key >> 32));
+}
+
+/// Element `4 * g + lane`'s mask value of dropout member `k`, from its
+/// block `r` (`fusedDropoutWords`).
+MERAK_HD float fusedDropoutLane(const FusedParams &p, int k, const Philox4 &r,
+                                int lane) {
   const FusedDropout &d = p.dropout[k];
-  if (d.threshold > 0xffffffffu)
-    return d.scale;
-  if (d.threshold == 0)
-    return 0.0f;
-  DropoutCounter c = dropoutCounter(d.offset, i);
-  Philox4 r = philox4x32_10(dropoutBlockCounter(c.block), uint32_t(p.key),
-                            uint32_t(p.key >> 32));
-  uint32_t word = c.lane == 0   ? r.v[0]
-                  : c.lane == 1 ? r.v[1]
-                  : c.lane == 2 ? r.v[2]
-                                : r.v[3];
+  if (!fusedDropoutDraws(p, k))
+    return d.threshold == 0 ? 0.0f : d.scale;
+  uint32_t word = lane == 0   ? r.v[0]
+                  : lane == 1 ? r.v[1]
+                  : lane == 2 ? r.v[2]
+                              : r.v[3];
   return philoxKeeps(word, d.threshold) ? d.scale : 0.0f;
 }
 

@@ -372,9 +372,9 @@ FusedParams fusedParams(std::vector<View> views, size_t inputs,
   return p;
 }
 
-void fusedDropouts(FusedParams &p, const Program &program,
-                   const FusedKernel &chain, uint64_t key, uint64_t &offset,
-                   bool evaluating) {
+int fusedDropouts(FusedParams &p, const Program &program,
+                  const FusedKernel &chain, uint64_t key, uint64_t &offset,
+                  bool evaluating) {
   p.key = key;
   int k = 0;
   for (const Instruction &m : chain.members) {
@@ -385,6 +385,9 @@ void fusedDropouts(FusedParams &p, const Program &program,
                                    kFusedMaxDropouts, " dropout masks"));
     const TensorType &type = program.values[m.results[0]].type;
     const double keep = evaluating ? 1.0 : 1.0 - m.attrs.p;
+    if (offset % 4 != 0)
+      throw CudaError(absl::StrCat("a fused chain's dropout mask at counter ",
+                                   offset, ", not a whole Philox block"));
     FusedDropout &d = p.dropout[k++];
     d.offset = offset;
     d.threshold = keepThreshold(keep);
@@ -399,6 +402,7 @@ void fusedDropouts(FusedParams &p, const Program &program,
     if (keep > 0 && keep < 1)
       offset = dropoutOffsetAfter(offset, type.numElements());
   }
+  return k;
 }
 
 namespace {
@@ -423,12 +427,13 @@ void fused(Ctx &c) {
   FusedParams p = fusedParams(views, inputs, chain.shape);
   if (p.n == 0)
     return;
-  fusedDropouts(p, c.program, chain, c.dev.dropoutKey, c.dev.dropoutOffset,
-                c.evaluating());
+  // A chain with dropout masks takes four elements a thread.
+  const int masks = fusedDropouts(p, c.program, chain, c.dev.dropoutKey,
+                                  c.dev.dropoutOffset, c.evaluating());
   if (!c.dev.fusedKernels)
     c.dev.fusedKernels = std::make_shared<FusedKernelCache>();
   cudaKernel_t kernel = c.dev.fusedKernels->get(chain.source, c.dev.device);
-  Launch l = linearLaunch(p.n, 256);
+  Launch l = linearLaunch(masks > 0 ? (p.n + 3) / 4 : p.n, 256);
   void *args[] = {&p};
   check(cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(l.grid),
                          dim3(l.block), args, 0, c.stream()),

@@ -29,11 +29,15 @@ FusedParams fusedParams(std::vector<View> views, size_t inputs,
 /// kernels would draw them (Elementwise.cpp): each from the counter
 /// `offset`, which then moves past its mask's words unless it keeps or
 /// drops every element without drawing (p = 0 or 1, or an `evaluating`
-/// step, whose masks are ones). Throws `CudaError` for more members than
-/// the parameters hold.
-void fusedDropouts(FusedParams &p, const Program &program,
-                   const FusedKernel &chain, uint64_t key, uint64_t &offset,
-                   bool evaluating);
+/// step, whose masks are ones); every offset is a multiple of four (each
+/// mask's words are rounded up to whole Philox blocks), so that one block
+/// serves four consecutive elements of the chain. Returns how many members
+/// draw a mask (the kernel then takes four elements a thread). Throws
+/// `CudaError` for more members than the parameters hold, or an offset
+/// inside a block.
+int fusedDropouts(FusedParams &p, const Program &program,
+                  const FusedKernel &chain, uint64_t key, uint64_t &offset,
+                  bool evaluating);
 
 } // namespace merak::runtime::cuda
 
