@@ -21,7 +21,7 @@ MODELS=(gpt2 llama bert t5 resnet18 vit_b_16)
 die() { echo "gpu-bundle: error: $*" >&2; exit 1; }
 [[ -x $BUILD/bin/merak-opt ]] || die "$BUILD/bin/merak-opt is missing: build first (scripts/build.sh)"
 [[ -x $RUNTIME/bin/merak-exec ]] || die "$RUNTIME/bin/merak-exec is missing: the runtime variants are built with the main build"
-ldd "$RUNTIME/bin/merak-exec" | grep -q libcublasLt || [[ -n ${ALLOW_NO_CUDA:-} ]] ||
+ldd "$RUNTIME/bin/merak-exec" | grep -q libcudnn || [[ -n ${ALLOW_NO_CUDA:-} ]] ||
   die "$RUNTIME/bin/merak-exec has no CUDA backend (no CUDA toolkit at configure time?)"
 
 rm -rf "$OUT"

@@ -634,6 +634,8 @@ communicatorIf(bool needed, const BackendEntry *device = nullptr,
   return entry;
 }
 
+static int runParsed(int argc, char **argv);
+
 /// Runs this command again as `nproc` local ranks (each a child that knows
 /// it is one) and returns the launcher's exit status.
 static int launchLocalRanks(int64_t nproc, int argc, char **argv,
@@ -644,6 +646,7 @@ static int launchLocalRanks(int64_t nproc, int argc, char **argv,
   launch.env.push_back({"MERAK_NPROC_CHILD", "1"});
   launch.grace = std::min<std::chrono::milliseconds>(
       timeout, std::chrono::milliseconds(5000));
+  launch.runRank = [argc, argv] { return runParsed(argc, argv); };
   return runLocalRanks(launch);
 }
 
@@ -1030,13 +1033,10 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   return -1;
 }
 
+/// The command line's positional arguments (parseFlags).
+static std::vector<std::string> positionalArgs;
+
 int main(int argc, char **argv) {
-  const auto processStart = std::chrono::steady_clock::now();
-  auto msSinceStart = [&] {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now() - processStart)
-        .count();
-  };
   registerBuiltinComponents();
   // A file-size limit makes a write fail with EFBIG, reported like a full
   // disk, instead of killing the process mid-save.
@@ -1044,9 +1044,21 @@ int main(int argc, char **argv) {
   // Gloo writes to its sockets with writev, which raises SIGPIPE when the
   // peer has died: ignored, the write fails and the error names the peer.
   std::signal(SIGPIPE, SIG_IGN);
-  std::vector<std::string> positional;
-  if (int status = parseFlags(argc, argv, positional); status >= 0)
+  if (int status = parseFlags(argc, argv, positionalArgs); status >= 0)
     return status;
+  return runParsed(argc, argv);
+}
+
+/// The run the flags ask for: in the launcher of `--nproc` ranks, and
+/// again in each rank (executed anew, or forked from the launcher).
+static int runParsed(int argc, char **argv) {
+  const auto processStart = std::chrono::steady_clock::now();
+  auto msSinceStart = [&] {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - processStart)
+        .count();
+  };
+  const std::vector<std::string> &positional = positionalArgs;
   const bool profilingHardware = absl::GetFlag(FLAGS_profile_hardware);
   if (profilingHardware && !positional.empty())
     return fail("--profile-hardware measures this machine and runs no "

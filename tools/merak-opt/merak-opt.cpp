@@ -1,7 +1,9 @@
 //===- merak-opt.cpp - the Merak optimizer driver -------------------------===//
 //
 // mlir-opt for Merak: reads MLIR (text or bytecode) or a TorchScript archive
-// (detected by content), runs passes, prints the result.
+// (detected by content), runs passes, prints the result. An archive is
+// imported by merak-import, the tool beside this one that loads LibTorch:
+// merak-opt itself starts without it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -9,17 +11,18 @@
 #include "merak/Dialect/Merak/IR/MerakDialect.h"
 #include "merak/Dialect/Merak/Transforms/Passes.h"
 
-#include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Mesh/Transforms/Passes.h"
-#include "mlir/IR/Diagnostics.h"
-#include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 using namespace mlir;
@@ -29,6 +32,90 @@ static llvm::cl::list<std::string>
                 llvm::cl::desc("Shapes of TorchScript model inputs, e.g. "
                                "idx=2x16xi64,targets=2x16xi64"),
                 llvm::cl::CommaSeparated);
+
+/// merak-import's path: beside this executable.
+static std::string importerPath(const char *argv0) {
+  static int anchor;
+  std::string self = llvm::sys::fs::getMainExecutable(argv0, &anchor);
+  llvm::SmallString<256> path(llvm::sys::path::parent_path(self));
+  llvm::sys::path::append(path, "merak-import");
+  return std::string(path);
+}
+
+/// The module merak-import makes of the archive `input` (read from
+/// `inputFilename`), as bytecode; nothing where it failed (it printed
+/// why).
+static std::optional<std::unique_ptr<llvm::MemoryBuffer>>
+importArchive(const char *argv0, llvm::StringRef inputFilename,
+              const llvm::MemoryBuffer &input) {
+  std::string importer = importerPath(argv0);
+  if (!llvm::sys::fs::can_execute(importer)) {
+    llvm::errs() << "merak-opt: " << inputFilename
+                 << " is a TorchScript archive, which merak-import imports, "
+                    "and there is no "
+                 << importer << "\n";
+    return std::nullopt;
+  }
+  // An archive read from stdin goes to merak-import in a file.
+  llvm::SmallString<128> archive(inputFilename), module;
+  bool fromStdin = inputFilename == "-";
+  auto removeFiles = llvm::make_scope_exit([&] {
+    if (fromStdin)
+      llvm::sys::fs::remove(archive);
+    if (!module.empty())
+      llvm::sys::fs::remove(module);
+  });
+  if (fromStdin) {
+    int fd;
+    if (std::error_code e = llvm::sys::fs::createTemporaryFile(
+            "merak-archive", "pt", fd, archive)) {
+      llvm::errs() << "merak-opt: cannot write the archive to a file: "
+                   << e.message() << "\n";
+      return std::nullopt;
+    }
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << input.getBuffer();
+    os.close();
+    if (os.has_error()) {
+      llvm::errs() << "merak-opt: cannot write the archive to " << archive
+                   << ": " << os.error().message() << "\n";
+      os.clear_error();
+      return std::nullopt;
+    }
+  }
+  if (std::error_code e = llvm::sys::fs::createTemporaryFile(
+          "merak-import", "mlirbc", module)) {
+    llvm::errs() << "merak-opt: cannot make a file for the imported module: "
+                 << e.message() << "\n";
+    return std::nullopt;
+  }
+  std::string name = fromStdin ? "<stdin>" : inputFilename.str();
+  std::string shapes = "--merak-input-shapes=" + llvm::join(inputShapes, ",");
+  llvm::SmallVector<llvm::StringRef> args = {importer, archive,          "-o",
+                                             module,   "--archive-name", name};
+  if (!inputShapes.empty())
+    args.push_back(shapes);
+  std::string error;
+  int status =
+      llvm::sys::ExecuteAndWait(importer, args, std::nullopt, {}, 0, 0, &error);
+  if (status != 0) {
+    if (status < 0)
+      llvm::errs() << "merak-opt: " << importer << " "
+                   << (error.empty() ? "failed" : error) << " importing "
+                   << name << "\n";
+    return std::nullopt;
+  }
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> bytes =
+      llvm::MemoryBuffer::getFile(module);
+  if (!bytes) {
+    llvm::errs() << "merak-opt: cannot read the module merak-import wrote: "
+                 << bytes.getError().message() << "\n";
+    return std::nullopt;
+  }
+  // Named after the archive, as the module's locations are.
+  return llvm::MemoryBuffer::getMemBufferCopy((*bytes)->getBuffer(),
+                                              inputFilename);
+}
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
@@ -52,25 +139,14 @@ int main(int argc, char **argv) {
   }
 
   if (merak::isTorchScriptArchive(input->getBuffer())) {
-    // Import first; the module then goes through MlirOptMain as bytecode so
-    // that every usual flag applies and the Python locations are kept.
-    MLIRContext context(registry);
-    // Errors print as `file:line:col: error: ...` like the parser's.
-    llvm::SourceMgr sourceMgr;
-    SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-    merak::TorchScriptImportOptions options;
-    options.inputShapes.assign(inputShapes.begin(), inputShapes.end());
-    options.archiveName = inputFilename == "-" ? "<stdin>" : inputFilename;
-    OwningOpRef<ModuleOp> module =
-        merak::importTorchScript(input->getBuffer(), &context, options);
-    if (!module)
+    // Imported by merak-import as bytecode, which then goes through
+    // MlirOptMain so that every usual flag applies and the Python locations
+    // are kept.
+    std::optional<std::unique_ptr<llvm::MemoryBuffer>> imported =
+        importArchive(argv[0], inputFilename, *input);
+    if (!imported)
       return 1;
-    std::string bytes;
-    llvm::raw_string_ostream os(bytes);
-    if (failed(writeBytecodeToFile(*module, os)))
-      return 1;
-    os.flush();
-    input = llvm::MemoryBuffer::getMemBufferCopy(bytes, inputFilename);
+    input = std::move(*imported);
   }
 
   std::unique_ptr<llvm::ToolOutputFile> output =

@@ -1246,10 +1246,6 @@ const Importer::ConverterTable &Importer::converters() {
 
 namespace merak {
 
-bool isTorchScriptArchive(llvm::StringRef bytes) {
-  return bytes.starts_with(llvm::StringRef("PK\x03\x04", 4));
-}
-
 mlir::OwningOpRef<mlir::ModuleOp>
 importTorchScript(llvm::StringRef bytes, mlir::MLIRContext *ctx,
                   const TorchScriptImportOptions &options) {

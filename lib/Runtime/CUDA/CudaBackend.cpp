@@ -9,13 +9,13 @@
 
 #include "merak/Runtime/CUDA/CudaBackend.h"
 #include "Copy.h"
+#include "CublasLt.h"
 #include "CudaKernels.h"
 #include "merak/Runtime/Random.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-#include <cublasLt.h>
 #include <cudnn.h>
 
 #include <atomic>
@@ -238,8 +238,11 @@ public:
     state.allocateOn = [this](int64_t bytes, cudaStream_t stream) {
       return allocate(bytes, stream);
     };
+    const CublasLt &api = CublasLt::get();
+    if (!api.error.empty())
+      return absl::FailedPreconditionError(api.error);
     cublasLtHandle_t lt;
-    if (cublasStatus_t s = cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS)
+    if (cublasStatus_t s = api.create(&lt); s != CUBLAS_STATUS_SUCCESS)
       return absl::InternalError(
           absl::StrCat("cannot start cuBLASLt: status ", int(s)));
     state.cublasLt = lt;
@@ -258,7 +261,7 @@ public:
     if (state.cudnn)
       cudnnDestroy(static_cast<cudnnHandle_t>(state.cudnn));
     if (state.cublasLt)
-      cublasLtDestroy(static_cast<cublasLtHandle_t>(state.cublasLt));
+      CublasLt::get().destroy(static_cast<cublasLtHandle_t>(state.cublasLt));
     if (state.gemmWorkspace)
       cudaFree(state.gemmWorkspace);
     // Tensors still alive free into a stream that is gone: they are leaked
@@ -528,10 +531,12 @@ std::string cudaDescription() {
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver);
+  const cuda::CublasLt &lt = cuda::CublasLt::get();
   std::string text = absl::StrFormat(
-      "CUDA runtime %d.%d, driver %d.%d, cuBLASLt %d, cuDNN %d", runtime / 1000,
+      "CUDA runtime %d.%d, driver %d.%d, cuBLASLt %s, cuDNN %d", runtime / 1000,
       (runtime % 1000) / 10, driver / 1000, (driver % 1000) / 10,
-      int(cublasLtGetVersion()), int(cudnnGetVersion()));
+      lt.error.empty() ? std::to_string(lt.getVersion()) : "not found",
+      int(cudnnGetVersion()));
   int device = 0;
   cudaDeviceProp prop;
   if (cudaGetDevice(&device) == cudaSuccess &&

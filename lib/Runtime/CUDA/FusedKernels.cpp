@@ -9,6 +9,7 @@
 
 #include "FusedKernels.h"
 #include "CudaKernels.h"
+#include "DynamicLibrary.h"
 #include "Elementwise.h"
 #include "FusedLaunch.h"
 #include "KernelCache.h"
@@ -17,7 +18,6 @@
 
 #include "absl/strings/str_cat.h"
 
-#include <dlfcn.h>
 #include <nvrtc.h>
 
 #include <algorithm>
@@ -67,22 +67,18 @@ private:
   static Nvrtc open() {
     Nvrtc n;
     // The toolkit's major version first, then any.
-    for (const char *name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
-      if ((n.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
-        break;
+    std::string why;
+    n.handle = openFirstLibrary(
+        {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}, why);
     if (!n.handle) {
-      const char *why = dlerror();
       n.error = absl::StrCat("cannot open NVRTC (libnvrtc.so.13, from the CUDA "
                              "toolkit), which compiles fused kernels: ",
-                             why ? why : "not found",
-                             "; run with --fuse-elementwise=off");
+                             why, "; run with --fuse-elementwise=off");
       return n;
     }
     bool ok = true;
     auto bind = [&](auto &fn, const char *symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-          dlsym(n.handle, symbol));
-      ok = ok && fn;
+      ok = bindSymbol(n.handle, fn, symbol) && ok;
     };
     bind(n.version, "nvrtcVersion");
     bind(n.errorString, "nvrtcGetErrorString");

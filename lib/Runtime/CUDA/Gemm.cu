@@ -8,9 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "Copy.h"
+#include "CublasLt.h"
 #include "Gemm.h"
-
-#include <cublasLt.h>
 
 #include <array>
 #include <map>
@@ -48,22 +47,22 @@ struct Desc {
   cublasLtMatmulPreference_t pref = nullptr;
   ~Desc() {
     if (pref)
-      cublasLtMatmulPreferenceDestroy(pref);
+      CublasLt::get().preferenceDestroy(pref);
     if (c)
-      cublasLtMatrixLayoutDestroy(c);
+      CublasLt::get().matrixLayoutDestroy(c);
     if (b)
-      cublasLtMatrixLayoutDestroy(b);
+      CublasLt::get().matrixLayoutDestroy(b);
     if (a)
-      cublasLtMatrixLayoutDestroy(a);
+      CublasLt::get().matrixLayoutDestroy(a);
     if (op)
-      cublasLtMatmulDescDestroy(op);
+      CublasLt::get().matmulDescDestroy(op);
   }
 };
 
 template <typename T>
 void setOp(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
            const T &value) {
-  checkLt(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof(T)),
+  checkLt(CublasLt::get().matmulDescSetAttribute(d, attr, &value, sizeof(T)),
           "setting a matmul attribute");
 }
 
@@ -72,15 +71,15 @@ void setOp(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
 cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols,
                               int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l;
-  checkLt(
-      cublasLtMatrixLayoutCreate(&l, type, uint64_t(rows), uint64_t(cols), ld),
-      "creating a matrix layout");
+  checkLt(CublasLt::get().matrixLayoutCreate(&l, type, uint64_t(rows),
+                                             uint64_t(cols), ld),
+          "creating a matrix layout");
   if (batch > 1) {
     int32_t count = int32_t(batch);
-    checkLt(cublasLtMatrixLayoutSetAttribute(
+    checkLt(CublasLt::get().matrixLayoutSetAttribute(
                 l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
             "setting a batch count");
-    checkLt(cublasLtMatrixLayoutSetAttribute(
+    checkLt(CublasLt::get().matrixLayoutSetAttribute(
                 l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                 sizeof(stride)),
             "setting a batch stride");
@@ -122,7 +121,7 @@ bool tryMatmul(const GemmDevice &dev, const Call &call) {
 
   // Column-major: D^T[n, m] = op(B) op(A), B first.
   Desc d;
-  checkLt(cublasLtMatmulDescCreate(&d.op, compute, scaleType),
+  checkLt(CublasLt::get().matmulDescCreate(&d.op, compute, scaleType),
           "creating a matmul descriptor");
   cublasOperation_t opA = call.lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = call.la.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -183,9 +182,9 @@ bool tryMatmul(const GemmDevice &dev, const Call &call) {
     }
   }
   if (!cached) {
-    checkLt(cublasLtMatmulPreferenceCreate(&d.pref), "creating a preference");
+    checkLt(CublasLt::get().preferenceCreate(&d.pref), "creating a preference");
     uint64_t workspace = dev.workspaceBytes;
-    checkLt(cublasLtMatmulPreferenceSetAttribute(
+    checkLt(CublasLt::get().preferenceSetAttribute(
                 d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                 sizeof(workspace)),
             "setting the workspace size");
@@ -195,12 +194,12 @@ bool tryMatmul(const GemmDevice &dev, const Call &call) {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}};
     for (auto &[attr, value] : aligns)
-      checkLt(cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &value,
-                                                   sizeof(value)),
+      checkLt(CublasLt::get().preferenceSetAttribute(d.pref, attr, &value,
+                                                     sizeof(value)),
               "setting an alignment");
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+    cublasStatus_t s = CublasLt::get().algoGetHeuristic(
         lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED ||
         (s == CUBLAS_STATUS_SUCCESS && found == 0))
@@ -214,9 +213,9 @@ bool tryMatmul(const GemmDevice &dev, const Call &call) {
   float alpha32 = float(call.alpha), beta32 = float(call.beta);
   const void *alpha = f64 ? static_cast<const void *>(&call.alpha) : &alpha32;
   const void *beta = f64 ? static_cast<const void *>(&call.beta) : &beta32;
-  checkLt(cublasLtMatmul(lt, d.op, alpha, call.b, d.a, call.a, d.b, beta,
-                         call.c, d.c, call.c, d.c, &algo, dev.workspace,
-                         dev.workspaceBytes, dev.stream),
+  checkLt(CublasLt::get().matmul(lt, d.op, alpha, call.b, d.a, call.a, d.b,
+                                 beta, call.c, d.c, call.c, d.c, &algo,
+                                 dev.workspace, dev.workspaceBytes, dev.stream),
           "matmul");
   if (dev.calls)
     ++*dev.calls;

@@ -11,7 +11,10 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -181,6 +184,17 @@ absl::StatusOr<int> pickFreePort() {
   return int(ntohs(addr.sin_port));
 }
 
+bool runsOneThread() {
+  DIR *dir = ::opendir("/proc/self/task");
+  if (!dir)
+    return false;
+  int threads = 0;
+  while (const dirent *e = ::readdir(dir))
+    threads += e->d_name[0] != '.';
+  ::closedir(dir);
+  return threads == 1;
+}
+
 int runLocalRanks(const LocalLaunch &launch) {
   auto say = [&](const std::string &message) {
     std::fflush(stdout);
@@ -238,6 +252,23 @@ int runLocalRanks(const LocalLaunch &launch) {
   sigaction(SIGINT, &action, &oldInt);
   sigaction(SIGTERM, &action, &oldTerm);
 
+  // OpenBLAS (which LibTorch's libraries load) starts its threads when
+  // loaded and stops them before any fork (its own pthread_atfork handler):
+  // stopped here already, they do not count. It starts them again when
+  // next called.
+  using ShutdownFn = int (*)();
+  if (auto shutdown = reinterpret_cast<ShutdownFn>(
+          dlsym(RTLD_DEFAULT, "blas_thread_shutdown_")))
+    shutdown();
+  const char *mode = std::getenv("MERAK_LAUNCH");
+  const bool forkOnly = launch.runRank && runsOneThread() &&
+                        !(mode && std::string(mode) == "exec");
+  std::vector<std::string> rankNames;
+  for (int r = 0; r < launch.nproc; ++r)
+    rankNames.push_back(absl::StrCat("merak-rank-", r).substr(0, 15));
+  // What the launcher printed so far is not printed again by a child.
+  std::fflush(nullptr);
+
   pid_t parent = getpid();
   std::vector<pid_t> pids(launch.nproc, -1);
   std::vector<bool> running(launch.nproc, false);
@@ -253,6 +284,19 @@ int runLocalRanks(const LocalLaunch &launch) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent)
         _exit(1);
+      if (forkOnly) {
+        // One thread: the child may run anything. It starts as an
+        // executed rank would, with the default SIGINT and SIGTERM.
+        sigaction(SIGINT, &oldInt, nullptr);
+        sigaction(SIGTERM, &oldTerm, nullptr);
+        environ = envps[r].data();
+        // /proc/PID/environ keeps the launcher's variables: the name says
+        // which rank this is (ps, /proc/PID/comm).
+        ::prctl(PR_SET_NAME, rankNames[r].c_str());
+        int status = launch.runRank();
+        std::fflush(nullptr);
+        std::exit(status);
+      }
       ::execve("/proc/self/exe", argv.data(), envps[r].data());
       const char msg[] = "merak-exec: error: cannot start a rank\n";
       (void)!::write(2, msg, sizeof(msg) - 1);

@@ -166,6 +166,10 @@ public:
                                  buffer.getError().message());
     sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
     module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    // The threads the parser verified functions on are stopped: a launcher
+    // forks its ranks from a process that runs no other thread (Launch.h),
+    // and the lowering below walks one function.
+    context.disableMultithreading();
     if (!module)
       return absl::InvalidArgumentError("");
     FailureOr<func::FuncOp> func = entryFunction(*module, entry);

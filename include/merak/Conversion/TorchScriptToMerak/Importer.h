@@ -20,8 +20,12 @@ struct TorchScriptImportOptions {
   std::string archiveName = "<input>";
 };
 
-/// True when `bytes` starts like a TorchScript archive (a zip file).
-bool isTorchScriptArchive(llvm::StringRef bytes);
+/// True when `bytes` starts like a TorchScript archive (a zip file). Inline:
+/// tools that hand archives to merak-import check without linking the
+/// importer (and LibTorch).
+inline bool isTorchScriptArchive(llvm::StringRef bytes) {
+  return bytes.starts_with(llvm::StringRef("PK\x03\x04", 4));
+}
 
 /// Imports the `forward` method of a TorchScript archive held in `bytes`
 /// into `func.func @forward`. Errors are reported as diagnostics on `ctx`;

@@ -65,6 +65,16 @@ struct LocalLaunch {
   std::chrono::milliseconds grace{5000};
   /// Prefix of the launcher's own messages ("merak-exec").
   std::string tool = "merak-exec";
+  /// Where set, a child forked from a launcher with no thread but its own
+  /// runs this in place of executing `argv` again, with its rank's
+  /// environment, and exits with what it returns: the libraries the
+  /// launcher has loaded serve the ranks, which then start in a fraction
+  /// of the time (loading LibTorch's libraries takes about a second of
+  /// CPU per process). Such a rank is named `merak-rank-R` (ps,
+  /// /proc/PID/comm; its /proc/PID/environ is still the launcher's). A
+  /// launcher with threads (a fork copies only the calling one), or
+  /// MERAK_LAUNCH=exec in the environment, executes `argv`.
+  std::function<int()> runRank;
 };
 
 /// Starts `nproc` children with RANK, WORLD_SIZE, LOCAL_RANK,
@@ -74,6 +84,10 @@ struct LocalLaunch {
 /// returns 1. SIGINT and SIGTERM are passed on. Children die with the parent.
 /// Returns the exit status for the parent: 0 when every rank succeeded.
 int runLocalRanks(const LocalLaunch &launch);
+
+/// Whether the calling process runs one thread (/proc/self/task); false
+/// where that cannot be read.
+bool runsOneThread();
 
 } // namespace merak::runtime
 

@@ -140,7 +140,8 @@ def proc_state(pid):
 
 def children_ranks(parent):
     """{rank: pid} of the processes whose parent is `parent` and whose
-    environment holds RANK."""
+    environment holds RANK, or named merak-rank-R (ranks forked from the
+    launcher keep its environment in /proc)."""
     found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -158,6 +159,13 @@ def children_ranks(parent):
         for entry in env:
             if entry.startswith(b"RANK="):
                 found[int(entry[5:])] = pid
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name.startswith("merak-rank-") and name[11:].isdigit():
+            found.setdefault(int(name[11:]), pid)
     return found
 
 
