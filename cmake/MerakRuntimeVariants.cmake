@@ -10,8 +10,11 @@ include(ExternalProject)
 set(MERAK_RUNTIME_ONLY_DIR ${CMAKE_BINARY_DIR}/runtime-only)
 set(MERAK_RUNTIME_MINIMAL_DIR ${CMAKE_BINARY_DIR}/runtime-minimal)
 
-function(merak_runtime_variant name dir cpu cuda)
+function(merak_runtime_variant name dir cpu cuda after)
   ExternalProject_Add(${name}
+    # After the main build's own objects of the same files: with ccache,
+    # the variant's compiles of them are hits.
+    DEPENDS ${after}
     SOURCE_DIR ${CMAKE_SOURCE_DIR}
     BINARY_DIR ${dir}
     CMAKE_GENERATOR ${CMAKE_GENERATOR}
@@ -31,6 +34,11 @@ endfunction()
 # The CUDA backend is built into the minimal variant (what a GPU machine
 # without this project's packages runs: scripts/gpu-bundle.sh) and not
 # again into the other, which would only compile the same kernels twice.
-merak_runtime_variant(merak-runtime-only ${MERAK_RUNTIME_ONLY_DIR} ON OFF)
+set(minimal_after MerakRuntime)
+if(TARGET MerakRuntimeCUDA)
+  list(APPEND minimal_after MerakRuntimeCUDA)
+endif()
+merak_runtime_variant(merak-runtime-only ${MERAK_RUNTIME_ONLY_DIR} ON OFF
+  "MerakRuntime;MerakRuntimeBuiltins")
 merak_runtime_variant(merak-runtime-minimal ${MERAK_RUNTIME_MINIMAL_DIR} OFF
-  ${MERAK_CUDA_BACKEND})
+  ${MERAK_CUDA_BACKEND} "${minimal_after}")

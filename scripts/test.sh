@@ -4,6 +4,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${MERAK_BUILD_DIR:-$root/build}"
+start=$SECONDS
 bash "$root/scripts/build.sh"
+echo "test.sh: installing and building took $((SECONDS - start)) s"
 cd "$build"
 ctest --output-on-failure -j"$(nproc)" </dev/null

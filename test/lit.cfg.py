@@ -11,6 +11,11 @@ config.test_exec_root = os.path.join(config.merak_obj_root, "test")
 
 path = os.pathsep.join([config.merak_tools_dir, config.llvm_tools_dir,
                         config.environment.get("PATH", os.environ["PATH"])])
+# scripts/sanitize.sh runs a part of the suite with its sanitized
+# merak-exec, ahead of this build's tools (merak-opt stays this build's).
+sanitized_tools = os.environ.get("MERAK_SANITIZED_TOOLS_DIR")
+if sanitized_tools:
+    path = os.pathsep.join([sanitized_tools, path])
 config.environment["PATH"] = path
 # The kernels' libraries read these at load time: capping oneDNN's
 # instruction set (DNNL_MAX_CPU_ISA=AVX2) or choosing OpenBLAS's kernels runs

@@ -635,6 +635,7 @@ communicatorIf(bool needed, const BackendEntry *device = nullptr,
 }
 
 static int runParsed(int argc, char **argv);
+void readFlagValues();
 
 /// Runs this command again as `nproc` local ranks (each a child that knows
 /// it is one) and returns the launcher's exit status.
@@ -646,7 +647,10 @@ static int launchLocalRanks(int64_t nproc, int argc, char **argv,
   launch.env.push_back({"MERAK_NPROC_CHILD", "1"});
   launch.grace = std::min<std::chrono::milliseconds>(
       timeout, std::chrono::milliseconds(5000));
-  launch.runRank = [argc, argv] { return runParsed(argc, argv); };
+  launch.runRank = [argc, argv] {
+    readFlagValues();
+    return runParsed(argc, argv);
+  };
   return runLocalRanks(launch);
 }
 
@@ -996,6 +1000,14 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
       absl::ParseCommandLine(int(pointers.size()), pointers.data());
   for (size_t i = 1; i < rest.size(); ++i)
     positional.emplace_back(rest[i]);
+  readFlagValues();
+  return -1;
+}
+
+/// Sets the flags' values above from the parsed flags: after parsing, and
+/// again in a rank forked from the launcher, whose run changed some of
+/// them (--resume resolved to a directory's last checkpoint).
+void readFlagValues() {
   entry = absl::GetFlag(FLAGS_entry);
   initFile = absl::GetFlag(FLAGS_init);
   resumeFile = absl::GetFlag(FLAGS_resume);
@@ -1030,7 +1042,6 @@ int parseFlags(int argc, char **argv, std::vector<std::string> &positional) {
   traceFile = absl::GetFlag(FLAGS_trace);
   pipelineDelay = absl::GetFlag(FLAGS_pipeline_delay);
   printProgramOnly = absl::GetFlag(FLAGS_print_program);
-  return -1;
 }
 
 /// The command line's positional arguments (parseFlags).

@@ -4,7 +4,15 @@
 
 #include "gtest/gtest.h"
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <sstream>
+#include <thread>
 
 using namespace merak::runtime;
 
@@ -121,6 +129,77 @@ TEST(LaunchTest, PickFreePort) {
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_GT(*port, 0);
   EXPECT_LT(*port, 65536);
+}
+
+/// Where a forked rank writes what it saw.
+std::string rankFile(const std::string &dir, const char *rank) {
+  return dir + "/rank-" + (rank ? rank : "none");
+}
+
+TEST(LaunchTest, ForkedRanksRunTheCallbackWithTheirVariables) {
+  // Forking needs a process without other threads: a test run with threads
+  // left by another test would execute this binary instead.
+  if (!readyToFork())
+    GTEST_SKIP() << "this process runs other threads";
+  char pattern[] = "/tmp/merak-launch-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  ::setenv("MERAK_LAUNCH_TEST", "kept", 1);
+  LocalLaunch launch;
+  launch.nproc = 3;
+  launch.argv = {"unused"};
+  launch.env = {{"MERAK_NPROC_CHILD", "1"}};
+  launch.grace = std::chrono::milliseconds(2000);
+  launch.runRank = [dir] {
+    const char *rank = std::getenv("RANK");
+    char name[16] = {};
+    ::prctl(PR_GET_NAME, name);
+    std::ofstream out(rankFile(dir, rank));
+    for (const char *v :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+          "MERAK_NPROC_CHILD", "MERAK_LAUNCH_TEST"}) {
+      const char *value = std::getenv(v);
+      out << v << "=" << (value ? value : "-") << "\n";
+    }
+    out << "name=" << name << "\n";
+    out.close();
+    // Rank 2 fails: the launcher names it and returns 1.
+    return rank && std::string(rank) == "2" ? 3 : 0;
+  };
+  testing::internal::CaptureStderr();
+  int status = runLocalRanks(launch);
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(said.find("error: rank 2 exited with status 3"), std::string::npos)
+      << said;
+  for (int r = 0; r < 3; ++r) {
+    std::string rank = std::to_string(r);
+    std::ifstream in(rankFile(dir, rank.c_str()));
+    ASSERT_TRUE(in) << "rank " << r << " did not run the callback";
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(text.str(), "RANK=" + rank +
+                              "\nWORLD_SIZE=3\nLOCAL_RANK=" + rank +
+                              "\nLOCAL_WORLD_SIZE=3\nMASTER_ADDR=127.0.0.1\n"
+                              "MERAK_NPROC_CHILD=1\nMERAK_LAUNCH_TEST=kept\n"
+                              "name=merak-rank-" +
+                              rank + "\n");
+    std::remove(rankFile(dir, rank.c_str()).c_str());
+  }
+  ::rmdir(dir.c_str());
+  ::unsetenv("MERAK_LAUNCH_TEST");
+  // The launcher's own variables are untouched.
+  EXPECT_EQ(std::getenv("RANK"), nullptr);
+}
+
+TEST(LaunchTest, ThreadsAreCounted) {
+  if (!readyToFork())
+    GTEST_SKIP() << "this process runs other threads";
+  std::thread waiting(
+      [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); });
+  EXPECT_FALSE(runsOneThread());
+  EXPECT_FALSE(readyToFork());
+  waiting.join();
 }
 
 } // namespace

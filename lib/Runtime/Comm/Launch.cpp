@@ -195,6 +195,18 @@ bool runsOneThread() {
   return threads == 1;
 }
 
+bool readyToFork() {
+  // OpenBLAS (which LibTorch's libraries load) starts its threads when
+  // loaded and stops them before any fork (its own pthread_atfork handler):
+  // stopped here already, they do not count. It starts them again when
+  // next called.
+  using ShutdownFn = int (*)();
+  if (auto shutdown = reinterpret_cast<ShutdownFn>(
+          dlsym(RTLD_DEFAULT, "blas_thread_shutdown_")))
+    shutdown();
+  return runsOneThread();
+}
+
 int runLocalRanks(const LocalLaunch &launch) {
   auto say = [&](const std::string &message) {
     std::fflush(stdout);
@@ -252,17 +264,9 @@ int runLocalRanks(const LocalLaunch &launch) {
   sigaction(SIGINT, &action, &oldInt);
   sigaction(SIGTERM, &action, &oldTerm);
 
-  // OpenBLAS (which LibTorch's libraries load) starts its threads when
-  // loaded and stops them before any fork (its own pthread_atfork handler):
-  // stopped here already, they do not count. It starts them again when
-  // next called.
-  using ShutdownFn = int (*)();
-  if (auto shutdown = reinterpret_cast<ShutdownFn>(
-          dlsym(RTLD_DEFAULT, "blas_thread_shutdown_")))
-    shutdown();
   const char *mode = std::getenv("MERAK_LAUNCH");
-  const bool forkOnly = launch.runRank && runsOneThread() &&
-                        !(mode && std::string(mode) == "exec");
+  const bool forkOnly =
+      launch.runRank && readyToFork() && !(mode && std::string(mode) == "exec");
   std::vector<std::string> rankNames;
   for (int r = 0; r < launch.nproc; ++r)
     rankNames.push_back(absl::StrCat("merak-rank-", r).substr(0, 15));
@@ -295,7 +299,15 @@ int runLocalRanks(const LocalLaunch &launch) {
         ::prctl(PR_SET_NAME, rankNames[r].c_str());
         int status = launch.runRank();
         std::fflush(nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+        // LeakSanitizer checks at exit.
         std::exit(status);
+#else
+        // Without the static destructors, whose writes would copy the
+        // pages the child shares with the launcher (LibTorch's take a
+        // second to unregister its operators).
+        _exit(status);
+#endif
       }
       ::execve("/proc/self/exe", argv.data(), envps[r].data());
       const char msg[] = "merak-exec: error: cannot start a rank\n";

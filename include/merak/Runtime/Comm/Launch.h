@@ -89,6 +89,11 @@ int runLocalRanks(const LocalLaunch &launch);
 /// where that cannot be read.
 bool runsOneThread();
 
+/// Stops the idle thread pool OpenBLAS starts when loaded (as its own fork
+/// handler would) and says whether the process then runs one thread: a
+/// launcher that does forks its ranks (LocalLaunch::runRank).
+bool readyToFork();
+
 } // namespace merak::runtime
 
 #endif // MERAK_RUNTIME_COMM_LAUNCH_H
