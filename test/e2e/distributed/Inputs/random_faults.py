@@ -28,8 +28,10 @@ and checks every other rank (a survivor):
     begun (a rank that had all it needed from the victim may end cleanly);
   - its error names the victim (`rank V`, or `ranks ..., V, ...`).
 A fault that finds the victim already ended counts as `completed`, not as a
-failure (rare: an end moment after a fast run). The victim is killed at the
-end of its case, stopped or not.
+failure (rare: an end moment after a fast run). A case whose run fails
+before its fault (a rank of a loaded machine late past T at the first step)
+runs once more; failing again, it fails. The victim is killed at the end of
+its case, stopped or not.
 
 --launcher env (default) starts the ranks itself as torchrun does (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so each
@@ -445,7 +447,9 @@ def run_case(args, make, case, sig_name, calibration):
             check_nproc(args, run, victim, survivors, hung, fault_at, late,
                         problems, notes)
         outcome = "ok: " + "; ".join(notes)
-    if problems:
+    if problems and not landed:
+        say("%s: the run failed before its fault" % label, True)
+    elif problems:
         say("%s: FAILED: %s" % (label, "; ".join(problems)), True)
     else:
         say("%s: %s" % (label, outcome))
@@ -460,7 +464,7 @@ def run_case(args, make, case, sig_name, calibration):
         say("  fault at %.2f s" % fault_at if landed else "  no fault",
             bool(problems))
     if problems:
-        return "failed", 0.0
+        return ("unfaulted" if not landed else "failed"), 0.0
     slowest = max([run.ended[r][0] - fault_at for r in survivors
                    if landed and run.ended[r][0] > fault_at] or [0.0])
     return ("ok" if landed else "completed"), slowest
@@ -593,6 +597,16 @@ def main():
             if args.only_case is not None and case != args.only_case:
                 continue
             result, latest = run_case(args, make, case, sig_name, calibration)
+            if result == "unfaulted":
+                # The run failed before its fault: a time-out the machine's
+                # load made (a rank late at the first step), not the
+                # fault's handling. Once again; twice is a failure.
+                say("case %d: the run failed before its fault; running the "
+                    "case again" % case)
+                result, latest = run_case(args, make, case, sig_name,
+                                          calibration)
+                if result == "unfaulted":
+                    result = "failed"
             counts[result] += 1
             slowest = max(slowest, latest)
             if result == "failed":
