@@ -1,6 +1,7 @@
 //===- LaunchTest.cpp - launcher variables --------------------------------===//
 
 #include "merak/Runtime/Comm/Launch.h"
+#include "ScratchDir.h"
 
 #include "gtest/gtest.h"
 
@@ -141,13 +142,14 @@ TEST(LaunchTest, ForkedRanksRunTheCallbackWithTheirVariables) {
   // left by another test would execute this binary instead.
   if (!readyToFork())
     GTEST_SKIP() << "this process runs other threads";
-  char pattern[] = "/tmp/merak-launch-XXXXXX";
-  ASSERT_NE(mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
+  merak::testing::ScratchDir scratch("merak-launch");
+  const std::string dir = scratch.path;
   ::setenv("MERAK_LAUNCH_TEST", "kept", 1);
   LocalLaunch launch;
   launch.nproc = 3;
-  launch.argv = {"unused"};
+  // Executed instead of forked, a child would run this binary with no
+  // test, write nothing, and the checks below would fail.
+  launch.argv = {"MerakRuntimeTests", "--gtest_filter=-*"};
   launch.env = {{"MERAK_NPROC_CHILD", "1"}};
   launch.grace = std::chrono::milliseconds(2000);
   launch.runRank = [dir] {
@@ -184,9 +186,7 @@ TEST(LaunchTest, ForkedRanksRunTheCallbackWithTheirVariables) {
                               "MERAK_NPROC_CHILD=1\nMERAK_LAUNCH_TEST=kept\n"
                               "name=merak-rank-" +
                               rank + "\n");
-    std::remove(rankFile(dir, rank.c_str()).c_str());
   }
-  ::rmdir(dir.c_str());
   ::unsetenv("MERAK_LAUNCH_TEST");
   // The launcher's own variables are untouched.
   EXPECT_EQ(std::getenv("RANK"), nullptr);

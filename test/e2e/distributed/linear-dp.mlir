@@ -12,6 +12,11 @@
 // RUN: count 0 < %t/two.err
 // RUN: count 6 < %t/two.jsonl
 // RUN: %python %merak_src/test/e2e/compare_losses.py %t/two.jsonl %t/one.jsonl --rtol 1e-5
+// The ranks executed anew instead of forked from the launcher: the same
+// losses, bit for bit.
+// RUN: env MERAK_LAUNCH=exec merak-exec %s --nproc 2 --init %t/data/model.pt --data %t/data/batches.safetensors --steps 6 --lr 0.1 --log-jsonl %t/exec.jsonl > %t/exec.out
+// RUN: FileCheck %s < %t/exec.out
+// RUN: %python %merak_src/test/e2e/compare_losses.py %t/exec.jsonl %t/two.jsonl --rtol 0 --atol 0
 //
 // CHECK: step 1/6  loss {{[0-9.]+}}  {{[0-9.]+}} samples/s
 // CHECK-NEXT: step 2/6
