@@ -77,9 +77,28 @@ option(MERAK_CUDA "Build the CUDA backend where the CUDA toolkit is found" ON)
 set(MERAK_CUDA_ARCHITECTURES "80;90" CACHE STRING
   "GPU architectures the CUDA kernels are compiled for")
 set(MERAK_CUDA_BACKEND OFF)
+# The CUDA emulator (lib/Runtime/CUDA/Emulation): the CUDA backend's
+# kernels compiled as C++ and run on host threads, with the CUDA runtime,
+# cuBLASLt and cuDNN done on the host. Only the toolkit's headers are used:
+# no nvcc, no GPU. The runtime-emulated variant (MerakRuntimeVariants.cmake)
+# builds it; sanitized builds may (the kernels under ASan and UBSan).
+option(MERAK_CUDA_EMULATION
+  "Build the CUDA backend for the CUDA emulator (no GPU) instead of nvcc" OFF)
+if(MERAK_CUDA_EMULATION)
+  find_package(CUDAToolkit REQUIRED)
+  find_path(MERAK_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(NOT MERAK_CUDNN_INCLUDE)
+    message(FATAL_ERROR "MERAK_CUDA_EMULATION needs cudnn.h beside the "
+      "CUDA toolkit's headers (${CUDAToolkit_INCLUDE_DIRS})")
+  endif()
+  set(MERAK_CUDA_BACKEND ON)
+  message(STATUS "CUDA: the CUDA backend is built for the CUDA emulator "
+    "(host threads; toolkit headers from ${CUDAToolkit_INCLUDE_DIRS})")
+endif()
 # Not in sanitized builds: their flags are for the host compiler, and the
 # CUDA runtime is not built with them.
-if(MERAK_CUDA AND NOT MERAK_FUZZ AND NOT MERAK_SANITIZE)
+if(MERAK_CUDA AND NOT MERAK_CUDA_EMULATION AND NOT MERAK_FUZZ AND
+   NOT MERAK_SANITIZE)
   find_program(MERAK_NVCC nvcc HINTS /usr/local/cuda/bin)
   if(MERAK_NVCC)
     if(NOT CMAKE_CUDA_COMPILER)
@@ -106,14 +125,19 @@ if(MERAK_CUDA AND NOT MERAK_FUZZ AND NOT MERAK_SANITIZE)
     message(STATUS "CUDA: nvcc not found; the CUDA backend is skipped")
   endif()
 endif()
-find_path(MERAK_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/include)
-find_library(MERAK_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64
-  /usr/lib/x86_64-linux-gnu)
-if(MERAK_NCCL_INCLUDE AND MERAK_NCCL_LIBRARY)
-  message(STATUS "NCCL: headers in ${MERAK_NCCL_INCLUDE}")
-else()
+if(MERAK_CUDA_EMULATION)
+  # The emulator has one device and no NCCL.
   set(MERAK_NCCL_LIBRARY "")
-  message(STATUS "NCCL: not found; NCCL collectives are skipped")
+else()
+  find_path(MERAK_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/include)
+  find_library(MERAK_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64
+    /usr/lib/x86_64-linux-gnu)
+  if(MERAK_NCCL_INCLUDE AND MERAK_NCCL_LIBRARY)
+    message(STATUS "NCCL: headers in ${MERAK_NCCL_INCLUDE}")
+  else()
+    set(MERAK_NCCL_LIBRARY "")
+    message(STATUS "NCCL: not found; NCCL collectives are skipped")
+  endif()
 endif()
 
 # MLIR and LLVM are built without RTTI; code that derives from their classes

@@ -42,3 +42,27 @@ merak_runtime_variant(merak-runtime-only ${MERAK_RUNTIME_ONLY_DIR} ON OFF
   "MerakRuntime;MerakRuntimeBuiltins")
 merak_runtime_variant(merak-runtime-minimal ${MERAK_RUNTIME_MINIMAL_DIR} OFF
   ${MERAK_CUDA_BACKEND} "${minimal_after}")
+
+# The CUDA backend on the CUDA emulator (lib/Runtime/CUDA/Emulation): the
+# runtime alone, its CUDA kernels compiled as C++ and run on host threads,
+# for the tests that check those kernels and the backend on this machine,
+# which has no GPU (test/cuda/emulated/). Only its merak-kernel-check and
+# merak-exec are built: its unit tests are the minimal variant's.
+set(MERAK_RUNTIME_EMULATED_DIR ${CMAKE_BINARY_DIR}/runtime-emulated)
+if(MERAK_CUDA_BACKEND)
+  ExternalProject_Add(merak-runtime-emulated
+    DEPENDS merak-runtime-minimal
+    SOURCE_DIR ${CMAKE_SOURCE_DIR}
+    BINARY_DIR ${MERAK_RUNTIME_EMULATED_DIR}
+    CMAKE_GENERATOR ${CMAKE_GENERATOR}
+    CMAKE_ARGS -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}
+               -DMERAK_COMPILER=OFF -DMERAK_CPU_BACKEND=OFF
+               -DMERAK_BUILD_RUNTIME_VARIANTS=OFF
+               -DMERAK_CUDA_EMULATION=ON
+               -DMERAK_SANITIZE=${MERAK_SANITIZE}
+    BUILD_COMMAND ${CMAKE_COMMAND} --build . --target merak-kernel-check
+                  merak-exec
+    INSTALL_COMMAND ""
+    BUILD_ALWAYS ON
+    USES_TERMINAL_BUILD ON)
+endif()

@@ -53,6 +53,13 @@ if runtime_only_dir and os.path.exists(
     config.substitutions.append(("%runtime_only", config.runtime_only_dir))
     config.substitutions.append(("%runtime_minimal",
                                  config.runtime_minimal_dir))
+# The CUDA backend on the CUDA emulator (host threads, no GPU), where the
+# build has it (cmake/MerakRuntimeVariants.cmake).
+runtime_emulated_dir = getattr(config, "runtime_emulated_dir", "")
+if runtime_emulated_dir and os.path.exists(
+        os.path.join(runtime_emulated_dir, "bin", "merak-kernel-check")):
+    config.available_features.add("cuda-emulator")
+    config.substitutions.append(("%runtime_emulated", runtime_emulated_dir))
 # The CUDA backend, where the build has it; `cuda-gpu` where this machine
 # has a GPU it can use (never in CI: the tests that need one live in
 # scripts/gpu-check.sh).

@@ -279,7 +279,7 @@ template <> struct AccOf<__nv_bfloat16> { using type = float; };
 template <typename T> using Acc = typename AccOf<T>::type;
 
 template <typename T> MERAK_HD Acc<T> toAcc(T v) { return v; }
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MERAK_CUDA_EMULATION)
 template <> MERAK_HD float toAcc<__half>(__half v) { return __half2float(v); }
 template <> MERAK_HD float toAcc<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
@@ -291,7 +291,7 @@ template <> MERAK_HD float toAcc<__nv_bfloat16>(__nv_bfloat16 v) {
 template <typename T> struct Convert {
   template <typename S> MERAK_HD static T from(S v) { return T(v); }
 };
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MERAK_CUDA_EMULATION)
 template <> struct Convert<__half> {
   template <typename S> MERAK_HD static __half from(S v) {
     return __float2half_rn(float(v));
@@ -310,7 +310,7 @@ template <typename T, typename S> MERAK_HD T convertTo(S v) {
   return Convert<T>::from(v);
 }
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MERAK_CUDA_EMULATION)
 template <typename T> struct TypeTag { using type = T; };
 
 /// Calls `f(TypeTag<U>())` with `U` the C++ type of `io`: `T` itself, or,

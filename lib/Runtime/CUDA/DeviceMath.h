@@ -32,7 +32,7 @@ typedef unsigned char uint8_t;
 #include <cstring>
 #endif
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MERAK_CUDA_EMULATION)
 #define MERAK_HD __host__ __device__ inline
 #define MERAK_DEVICE __device__ inline
 #else

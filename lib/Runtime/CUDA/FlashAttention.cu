@@ -556,7 +556,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     flashMmaForwardKernel(const T *q, const T *k, const T *v, const M *mask,
                           MaskRows maskRows, T *out, float *lse, int64_t n,
                           int64_t t, int d, int e, float scale, bool divide) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) ||                        \
+    defined(MERAK_CUDA_EMULATION)
   extern __shared__ __align__(128) unsigned char mmaShared[];
   const MmaTiles<T> m = mmaTiles<T>(mmaShared, FlashKernel::Forward, d, e);
   T *qs = m.q, *ks = m.k, *vs = m.v, *ps = m.p;
@@ -651,7 +652,8 @@ __global__ void __launch_bounds__(kMmaThreads)
                                const float *lse, const float *rowSums, T *gk,
                                T *gv, int64_t n, int64_t t, int d, int e,
                                float scale, bool divide) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) ||                        \
+    defined(MERAK_CUDA_EMULATION)
   extern __shared__ __align__(128) unsigned char mmaShared[];
   const MmaTiles<T> m = mmaTiles<T>(mmaShared, FlashKernel::KeyValueGrad, d, e);
   T *qs = m.q, *ks = m.k, *vs = m.v, *gs = m.g, *ps = m.p, *dss = m.ds;
@@ -744,7 +746,8 @@ __global__ void __launch_bounds__(kMmaThreads)
                             const M *mask, MaskRows maskRows, const float *lse,
                             const float *rowSums, T *gq, int64_t n, int64_t t,
                             int d, int e, float scale, bool divide) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) ||                        \
+    defined(MERAK_CUDA_EMULATION)
   extern __shared__ __align__(128) unsigned char mmaShared[];
   const MmaTiles<T> m = mmaTiles<T>(mmaShared, FlashKernel::QueryGrad, d, e);
   T *qs = m.q, *ks = m.k, *vs = m.v, *gs = m.g, *dss = m.ds;
@@ -854,6 +857,8 @@ MERAK_DEVICE void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
                    "r"(b1));
+#elif defined(MERAK_CUDA_EMULATION)
+  emulation::mma16816<T>(c, a, b0, b1);
 #endif
 }
 
@@ -1011,7 +1016,8 @@ __global__ void __launch_bounds__(kRegThreads)
     flashRegForwardKernel(const T *q, const T *k, const T *v, const M *mask,
                           MaskRows maskRows, T *out, float *lse, int64_t n,
                           int64_t t, int d, int e, float scale, bool divide) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) ||                        \
+    defined(MERAK_CUDA_EMULATION)
   extern __shared__ __align__(128) unsigned char regShared[];
   const RegTiles<T> m = regTiles<T>(regShared, FlashKernel::Forward, d, e);
   const int pd = m.pd, pe = m.pe, pb = int(regBiasPitch());
@@ -1102,7 +1108,8 @@ __global__ void __launch_bounds__(kRegThreads)
                                const float *lse, const float *rowSums, T *gk,
                                T *gv, int64_t n, int64_t t, int d, int e,
                                float scale, bool divide) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) ||                        \
+    defined(MERAK_CUDA_EMULATION)
   extern __shared__ __align__(128) unsigned char regShared[];
   const RegTiles<T> m = regTiles<T>(regShared, FlashKernel::KeyValueGrad, d, e);
   const int pd = m.pd, pe = m.pe, pb = int(regBiasPitch());
@@ -1175,7 +1182,8 @@ __global__ void __launch_bounds__(kRegThreads)
                             const M *mask, MaskRows maskRows, const float *lse,
                             const float *rowSums, T *gq, int64_t n, int64_t t,
                             int d, int e, float scale, bool divide) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) ||                        \
+    defined(MERAK_CUDA_EMULATION)
   extern __shared__ __align__(128) unsigned char regShared[];
   const RegTiles<T> m = regTiles<T>(regShared, FlashKernel::QueryGrad, d, e);
   const int pd = m.pd, pe = m.pe, pb = int(regBiasPitch());

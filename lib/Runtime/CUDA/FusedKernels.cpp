@@ -66,6 +66,11 @@ struct Nvrtc {
 private:
   static Nvrtc open() {
     Nvrtc n;
+#if defined(MERAK_CUDA_EMULATION)
+    n.error = "the CUDA emulator runs no kernels compiled at run time; run "
+              "with --fuse-elementwise=off";
+    return n;
+#endif
     // The toolkit's major version first, then any.
     std::string why;
     n.handle = openFirstLibrary(

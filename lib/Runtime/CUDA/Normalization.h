@@ -147,7 +147,7 @@ MERAK_HD Welford<A> welfordCombine(Welford<A> a, Welford<A> b) {
   return w;
 }
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MERAK_CUDA_EMULATION)
 //===----------------------------------------------------------------------===//
 // Row reductions (device code, shared with Losses.cu)
 //===----------------------------------------------------------------------===//
