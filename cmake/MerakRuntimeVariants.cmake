@@ -46,8 +46,9 @@ merak_runtime_variant(merak-runtime-minimal ${MERAK_RUNTIME_MINIMAL_DIR} OFF
 # The CUDA backend on the CUDA emulator (lib/Runtime/CUDA/Emulation): the
 # runtime alone, its CUDA kernels compiled as C++ and run on host threads,
 # for the tests that check those kernels and the backend on this machine,
-# which has no GPU (test/cuda/emulated/). Only its merak-kernel-check and
-# merak-exec are built: its unit tests are the minimal variant's.
+# which has no GPU (test/cuda/emulated/). Only its merak-kernel-check,
+# merak-exec and the emulator's own unit tests are built: its other unit
+# tests are the minimal variant's.
 set(MERAK_RUNTIME_EMULATED_DIR ${CMAKE_BINARY_DIR}/runtime-emulated)
 if(MERAK_CUDA_BACKEND)
   ExternalProject_Add(merak-runtime-emulated
@@ -61,8 +62,10 @@ if(MERAK_CUDA_BACKEND)
                -DMERAK_CUDA_EMULATION=ON
                -DMERAK_SANITIZE=${MERAK_SANITIZE}
     BUILD_COMMAND ${CMAKE_COMMAND} --build . --target merak-kernel-check
-                  merak-exec
+                  merak-exec MerakCudaEmulatorTests
     INSTALL_COMMAND ""
     BUILD_ALWAYS ON
     USES_TERMINAL_BUILD ON)
+  add_test(NAME merak-runtime-emulated/MerakCudaEmulatorTests
+    COMMAND ${MERAK_RUNTIME_EMULATED_DIR}/unittests/Runtime/MerakCudaEmulatorTests)
 endif()

@@ -29,10 +29,12 @@ struct State {
   std::mutex mutex;
   /// cudaGetLastError's next answer.
   cudaError_t last = cudaSuccess;
-  std::string lastMessage;
   /// The failure every call returns after a kernel failed.
   cudaError_t sticky = cudaSuccess;
   std::string stickyMessage;
+  /// The latest failure's text of each error code, which
+  /// cudaGetErrorString gives for that code.
+  std::unordered_map<int, std::string> messages;
   std::unordered_map<void *, size_t> allocations;
   size_t allocated = 0;
 };
@@ -51,7 +53,7 @@ cudaError_t fail(cudaError_t error, const std::string &message) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.sticky == cudaSuccess) {
     s.last = error;
-    s.lastMessage = message;
+    s.messages[int(error)] = message;
   }
   return error;
 }
@@ -111,7 +113,6 @@ void recordKernelFailure(const std::string &message) {
   s.sticky = cudaErrorLaunchFailure;
   s.stickyMessage = message;
   s.last = cudaErrorLaunchFailure;
-  s.lastMessage = message;
 }
 
 bool launchesAllowed() { return sticky() == cudaSuccess; }
@@ -167,8 +168,8 @@ const char *cudaGetErrorString(cudaError_t error) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (error == s.sticky && !s.stickyMessage.empty())
     return s.stickyMessage.c_str();
-  if (error == s.last && !s.lastMessage.empty())
-    return s.lastMessage.c_str();
+  if (auto it = s.messages.find(int(error)); it != s.messages.end())
+    return it->second.c_str();
   switch (error) {
   case cudaSuccess:
     return "no error";
@@ -280,6 +281,8 @@ cudaError_t cudaMalloc(void **p, size_t size) {
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.allocated + size > kDeviceBytes) {
       s.last = cudaErrorMemoryAllocation;
+      s.messages[int(cudaErrorMemoryAllocation)] =
+          "out of memory: the CUDA emulator's device has 16 GiB";
       return cudaErrorMemoryAllocation;
     }
   }

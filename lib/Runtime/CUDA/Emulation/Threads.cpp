@@ -17,6 +17,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -202,45 +203,27 @@ void *newFiberStack(char *stack, size_t bytes) {
 }
 #endif
 
-/// Releases the threads whose barrier has every thread it waits for;
-/// false when none could be released (they wait at different barriers).
-bool releaseBarriers(BlockRun &b) {
-  int live = 0, atBlock = 0;
-  for (const Fiber &f : b.fibers) {
-    live += f.wait != Wait::Done;
-    atBlock += f.wait == Wait::Block;
-  }
-  if (live == 0)
-    return true;
-  if (atBlock == live) {
-    int any = 0;
-    for (const Fiber &f : b.fibers)
-      any |= f.wait == Wait::Block && f.predicate;
-    b.orResult = any;
-    for (Fiber &f : b.fibers)
-      if (f.wait == Wait::Block)
-        f.wait = Wait::Running;
-    return true;
-  }
+/// Releases the lanes of warp `w` whose warp barrier (or shuffle) has
+/// every lane its mask names; how many, or -1 (with `b.failure`) when a
+/// mask names a lane that has returned.
+int releaseWarp(BlockRun &b, int w) {
   const int n = int(b.fibers.size());
   std::vector<int> ready;
-  for (int i = 0; i < n; ++i) {
+  for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i) {
     const Fiber &f = b.fibers[size_t(i)];
     if (f.wait != Wait::Warp)
       continue;
     bool all = true;
     for (int l = 0; l < 32 && all; ++l) {
-      if (!(f.mask >> l & 1u))
-        continue;
-      int j = f.warp * 32 + l;
-      if (j >= n)
+      int j = w * 32 + l;
+      if (!(f.mask >> l & 1u) || j >= n)
         continue;
       const Fiber &other = b.fibers[size_t(j)];
       if (other.wait == Wait::Done) {
         b.failure = "a warp barrier or shuffle at " + where(f) +
                     " names lane " + std::to_string(l) +
                     " in its mask, which has returned";
-        return false;
+        return -1;
       }
       all = other.wait == Wait::Warp;
     }
@@ -249,8 +232,28 @@ bool releaseBarriers(BlockRun &b) {
   }
   for (int i : ready)
     b.fibers[size_t(i)].wait = Wait::Running;
-  if (!ready.empty())
-    return true;
+  return int(ready.size());
+}
+
+/// Releases the block barrier when every thread that has not returned
+/// waits at it; whether it did.
+bool releaseBlock(BlockRun &b) {
+  int live = 0, atBlock = 0, any = 0;
+  for (const Fiber &f : b.fibers) {
+    live += f.wait != Wait::Done;
+    atBlock += f.wait == Wait::Block;
+    any |= f.wait == Wait::Block && f.predicate;
+  }
+  if (live == 0 || atBlock != live)
+    return false;
+  b.orResult = any;
+  for (Fiber &f : b.fibers)
+    f.wait = Wait::Running;
+  return true;
+}
+
+/// The failure of a block none of whose threads can go on.
+std::string divergence(const BlockRun &b) {
   const Fiber *atSync = nullptr, *atWarp = nullptr;
   for (const Fiber &f : b.fibers) {
     if (f.wait == Wait::Block && !atSync)
@@ -258,17 +261,21 @@ bool releaseBarriers(BlockRun &b) {
     if (f.wait == Wait::Warp && !atWarp)
       atWarp = &f;
   }
-  b.failure = "the block's threads wait at different barriers: ";
+  std::string why = "the block's threads wait at different barriers: ";
   if (atSync)
-    b.failure += where(*atSync) + " at __syncthreads";
+    why += where(*atSync) + " at __syncthreads";
   if (atSync && atWarp)
-    b.failure += ", ";
+    why += ", ";
   if (atWarp)
-    b.failure += where(*atWarp) + " at a warp barrier or shuffle";
-  return false;
+    why += where(*atWarp) + " at a warp barrier or shuffle";
+  return why;
 }
 
-/// Runs one block; the failure's text, or empty.
+/// Runs one block; the failure's text, or empty. Each warp in turn runs
+/// as far as it can (through its warp barriers and shuffles) before the
+/// next starts, and each lane as far as it can before the next lane: a
+/// thread that reads what another writes, or writes what another reads,
+/// without a barrier between them sees the other's access missing.
 std::string runBlock(BlockRun &b, const ThreadPlace &first) {
   const dim3 d = first.blockSize;
   const int n = int(d.x * d.y * d.z);
@@ -299,27 +306,40 @@ std::string runBlock(BlockRun &b, const ThreadPlace &first) {
     makecontext(&f.context, fiberMain, 0);
 #endif
   }
+  const int warps = (n + 31) / 32;
   for (;;) {
-    for (Fiber &f : b.fibers) {
-      if (f.wait != Wait::Running)
-        continue;
-      b.current = &f;
+    bool progress = false;
+    for (int w = 0; w < warps; ++w) {
+      for (;;) {
+        for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i) {
+          Fiber &f = b.fibers[size_t(i)];
+          if (f.wait != Wait::Running)
+            continue;
+          progress = true;
+          b.current = &f;
 #if defined(MERAK_EMULATOR_STACK_SWITCH)
-      merakEmulatorSwitch(&b.scheduler, f.sp);
+          merakEmulatorSwitch(&b.scheduler, f.sp);
 #else
-      swapcontext(&b.scheduler, &f.context);
+          swapcontext(&b.scheduler, &f.context);
 #endif
-      b.current = nullptr;
-      if (!b.failure.empty())
-        return b.failure;
+          b.current = nullptr;
+          if (!b.failure.empty())
+            return b.failure;
+        }
+        int released = releaseWarp(b, w);
+        if (released < 0)
+          return b.failure;
+        if (released == 0)
+          break;
+      }
     }
     bool done = true;
     for (const Fiber &f : b.fibers)
       done = done && f.wait == Wait::Done;
     if (done)
       return {};
-    if (!releaseBarriers(b))
-      return b.failure;
+    if (!releaseBlock(b) && !progress)
+      return divergence(b);
   }
 }
 
