@@ -46,9 +46,13 @@ merak_runtime_variant(merak-runtime-minimal ${MERAK_RUNTIME_MINIMAL_DIR} OFF
 # The CUDA backend on the CUDA emulator (lib/Runtime/CUDA/Emulation): the
 # runtime alone, its CUDA kernels compiled as C++ and run on host threads,
 # for the tests that check those kernels and the backend on this machine,
-# which has no GPU (test/cuda/emulated/). Only its merak-kernel-check,
-# merak-exec and the emulator's own unit tests are built: its other unit
-# tests are the minimal variant's.
+# which has no GPU (test/cuda/emulated/). It is built with AddressSanitizer
+# and UndefinedBehaviorSanitizer, every report ending the process, so that
+# a kernel's access outside its tensors or undefined arithmetic fails those
+# tests (compute-sanitizer's memcheck where there is no GPU); at -O1, as
+# scripts/sanitize.sh builds. Only its merak-kernel-check, merak-exec and
+# the emulator's own unit tests are built: its other unit tests are the
+# minimal variant's.
 set(MERAK_RUNTIME_EMULATED_DIR ${CMAKE_BINARY_DIR}/runtime-emulated)
 if(MERAK_CUDA_BACKEND)
   ExternalProject_Add(merak-runtime-emulated
@@ -56,11 +60,14 @@ if(MERAK_CUDA_BACKEND)
     SOURCE_DIR ${CMAKE_SOURCE_DIR}
     BINARY_DIR ${MERAK_RUNTIME_EMULATED_DIR}
     CMAKE_GENERATOR ${CMAKE_GENERATOR}
-    CMAKE_ARGS -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}
+    CMAKE_ARGS -DCMAKE_BUILD_TYPE=Release
+               "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"
+               "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG"
                -DMERAK_COMPILER=OFF -DMERAK_CPU_BACKEND=OFF
                -DMERAK_BUILD_RUNTIME_VARIANTS=OFF
                -DMERAK_CUDA_EMULATION=ON
-               -DMERAK_SANITIZE=${MERAK_SANITIZE}
+               -DMERAK_SANITIZE=address,undefined
+               -DMERAK_SANITIZE_NO_RECOVER=ON
     BUILD_COMMAND ${CMAKE_COMMAND} --build . --target merak-kernel-check
                   merak-exec MerakCudaEmulatorTests
     INSTALL_COMMAND ""
@@ -68,4 +75,7 @@ if(MERAK_CUDA_BACKEND)
     USES_TERMINAL_BUILD ON)
   add_test(NAME merak-runtime-emulated/MerakCudaEmulatorTests
     COMMAND ${MERAK_RUNTIME_EMULATED_DIR}/unittests/Runtime/MerakCudaEmulatorTests)
+  set_tests_properties(merak-runtime-emulated/MerakCudaEmulatorTests
+    PROPERTIES ENVIRONMENT
+    "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/scripts/sanitizers/lsan.supp")
 endif()

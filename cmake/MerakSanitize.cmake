@@ -20,6 +20,15 @@ set(MERAK_SANITIZE_FLAGS -fsanitize=${MERAK_SANITIZE})
 if(MERAK_SANITIZE MATCHES "undefined")
   list(APPEND MERAK_SANITIZE_FLAGS -fno-sanitize=vptr)
 endif()
+# MERAK_SANITIZE_NO_RECOVER: every report ends the process with an error
+# (UBSan's too, which otherwise print and go on), for builds whose tests
+# run outside scripts/sanitize.sh's log checks: the runtime-emulated
+# variant (MerakRuntimeVariants.cmake).
+option(MERAK_SANITIZE_NO_RECOVER
+  "Sanitizer reports end the process (-fno-sanitize-recover=all)" OFF)
+if(MERAK_SANITIZE_NO_RECOVER)
+  list(APPEND MERAK_SANITIZE_FLAGS -fno-sanitize-recover=all)
+endif()
 add_link_options(${MERAK_SANITIZE_FLAGS})
 # Frame pointers keep the sanitizers' fast unwinder exact. Where the build
 # type carries no debug information, line tables keep the reports

@@ -60,6 +60,11 @@ if runtime_emulated_dir and os.path.exists(
         os.path.join(runtime_emulated_dir, "bin", "merak-kernel-check")):
     config.available_features.add("cuda-emulator")
     config.substitutions.append(("%runtime_emulated", runtime_emulated_dir))
+    # Its tools are built with ASan and UBSan: the leaks Debian's libraries
+    # keep are the sanitizer step's suppressions.
+    config.environment.setdefault(
+        "LSAN_OPTIONS", "suppressions=" + os.path.join(
+            config.merak_src_root, "scripts", "sanitizers", "lsan.supp"))
 # The CUDA backend, where the build has it; `cuda-gpu` where this machine
 # has a GPU it can use (never in CI: the tests that need one live in
 # scripts/gpu-check.sh).

@@ -62,9 +62,17 @@ void *allocate(size_t bytes) {
   size_t rounded = (bytes + 255) / 256 * 256;
   if (rounded == 0)
     rounded = 256;
+    // 256-byte aligned, as cudaMalloc's; exactly `bytes` long under
+    // AddressSanitizer, so that a kernel's access past the end is reported.
+#if defined(__SANITIZE_ADDRESS__)
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0)
+    return nullptr;
+#else
   void *p = std::aligned_alloc(256, rounded);
   if (!p)
     return nullptr;
+#endif
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.allocations[p] = rounded;

@@ -13,6 +13,12 @@
 #include "Emulation/Device.h"
 #include "Emulation/Emulator.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define MERAK_EMULATOR_ASAN 1
+#endif
+
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -63,6 +69,10 @@ namespace {
 enum class Wait : uint8_t { Running, Block, Warp, Done };
 
 struct Fiber {
+  char *stack = nullptr;
+  /// AddressSanitizer's record of the fiber's stack while it is switched
+  /// away from.
+  void *fakeStack = nullptr;
 #if defined(MERAK_EMULATOR_STACK_SWITCH)
   void *sp = nullptr;
 #else
@@ -124,6 +134,9 @@ struct BlockRun {
 #endif
   Fiber *current = nullptr;
   const std::function<void()> *thread = nullptr;
+  /// The scheduler's stack, as AddressSanitizer learns it.
+  const void *schedulerBottom = nullptr;
+  size_t schedulerSize = 0;
   int orResult = 0;
   std::vector<unsigned char> warpSlots;
   std::vector<unsigned char> dynamicShared;
@@ -148,13 +161,55 @@ Fiber &self(const char *what) {
   return *running->current;
 }
 
-void yieldToScheduler() {
-  Fiber &f = *running->current;
+// AddressSanitizer is told of every switch between stacks (before it, the
+// stack switched to; after it, on the stack switched to, that it arrived).
+
+/// On a fiber's stack, after the switch to it.
+void arrivedInFiber(Fiber &f) {
+#if defined(MERAK_EMULATOR_ASAN)
+  __sanitizer_finish_switch_fiber(f.fakeStack, &running->schedulerBottom,
+                                  &running->schedulerSize);
+#else
+  (void)f;
+#endif
+}
+
+/// From fiber `f` back to the scheduler; `finished`: for good.
+void leaveFiber(Fiber &f, bool finished) {
+#if defined(MERAK_EMULATOR_ASAN)
+  __sanitizer_start_switch_fiber(finished ? nullptr : &f.fakeStack,
+                                 running->schedulerBottom,
+                                 running->schedulerSize);
+#else
+  (void)finished;
+#endif
 #if defined(MERAK_EMULATOR_STACK_SWITCH)
   merakEmulatorSwitch(&f.sp, running->scheduler);
 #else
   swapcontext(&f.context, &running->scheduler);
 #endif
+}
+
+/// From the scheduler to fiber `f`, until it switches back.
+void enterFiber(BlockRun &b, Fiber &f) {
+#if defined(MERAK_EMULATOR_ASAN)
+  void *fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+#endif
+#if defined(MERAK_EMULATOR_STACK_SWITCH)
+  merakEmulatorSwitch(&b.scheduler, f.sp);
+#else
+  swapcontext(&b.scheduler, &f.context);
+#endif
+#if defined(MERAK_EMULATOR_ASAN)
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+void yieldToScheduler() {
+  Fiber &f = *running->current;
+  leaveFiber(f, false);
+  arrivedInFiber(f);
 }
 
 std::string where(const Fiber &f) {
@@ -173,18 +228,15 @@ std::string where(const Fiber &f) {
 
 void fiberMain() {
   Fiber &f = *running->current;
+  arrivedInFiber(f);
   try {
     (*running->thread)();
   } catch (const KernelFailure &) {
   }
   f.wait = Wait::Done;
-#if defined(MERAK_EMULATOR_STACK_SWITCH)
   // Never resumed.
-  void *unused;
-  merakEmulatorSwitch(&unused, running->scheduler);
+  leaveFiber(f, true);
   __builtin_unreachable();
-#endif
-  // Otherwise uc_link returns to the scheduler.
 }
 
 #if defined(MERAK_EMULATOR_STACK_SWITCH)
@@ -295,12 +347,13 @@ std::string runBlock(BlockRun &b, const ThreadPlace &first) {
                                      unsigned(i) / (d.x * d.y));
     f.lane = i % 32;
     f.warp = i / 32;
+    f.stack = stacks.stack(i);
 #if defined(MERAK_EMULATOR_STACK_SWITCH)
-    f.sp = newFiberStack(stacks.stack(i), kStackBytes);
+    f.sp = newFiberStack(f.stack, kStackBytes);
 #else
     f.context = blank;
     f.context.uc_mcontext.fpregs = &f.context.__fpregs_mem;
-    f.context.uc_stack.ss_sp = stacks.stack(i);
+    f.context.uc_stack.ss_sp = f.stack;
     f.context.uc_stack.ss_size = kStackBytes;
     f.context.uc_link = &b.scheduler;
     makecontext(&f.context, fiberMain, 0);
@@ -317,11 +370,7 @@ std::string runBlock(BlockRun &b, const ThreadPlace &first) {
             continue;
           progress = true;
           b.current = &f;
-#if defined(MERAK_EMULATOR_STACK_SWITCH)
-          merakEmulatorSwitch(&b.scheduler, f.sp);
-#else
-          swapcontext(&b.scheduler, &f.context);
-#endif
+          enterFiber(b, f);
           b.current = nullptr;
           if (!b.failure.empty())
             return b.failure;
@@ -447,6 +496,12 @@ void launch(const LaunchConfig &c, const std::function<void()> &thread) {
         p.blockIndex = make_uint3(x, y, z);
         std::string failure = runBlock(b, p);
         if (!failure.empty()) {
+#if defined(MERAK_EMULATOR_ASAN)
+          // The threads left on their stacks never unwind: their frames'
+          // poisoning would stay for the next launch's.
+          for (int i = 0; i < int(threads); ++i)
+            ASAN_UNPOISON_MEMORY_REGION(stacks.stack(i), kStackBytes);
+#endif
           running = nullptr;
           recordKernelFailure("the kernel launched at " + at +
                               " failed: " + failure);
