@@ -489,6 +489,23 @@ size_t count(const cudnnFilterStruct &f) {
   return size_t(f.k) * f.c * f.h * f.w;
 }
 
+/// A pass's one algorithm (the direct sum above): deterministic, no
+/// workspace, fused multiply-adds.
+template <typename Perf, typename Algo>
+cudnnStatus_t oneAlgorithm(int requested, int *returned, Perf *perf,
+                           Algo algo) {
+  *returned = 0;
+  if (requested < 1)
+    return CUDNN_STATUS_BAD_PARAM;
+  perf[0] = Perf();
+  perf[0].algo = algo;
+  perf[0].status = CUDNN_STATUS_SUCCESS;
+  perf[0].determinism = CUDNN_DETERMINISTIC;
+  perf[0].mathType = CUDNN_FMA_MATH;
+  *returned = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+
 } // namespace
 
 extern "C" {
@@ -604,22 +621,12 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t,
   return CUDNN_STATUS_SUCCESS;
 }
 
-// One algorithm per pass (the direct sum above), deterministic, with no
-// workspace.
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
     cudnnHandle_t, const cudnnTensorDescriptor_t, const cudnnFilterDescriptor_t,
     const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t,
     const int requested, int *returned, cudnnConvolutionFwdAlgoPerf_t *perf) {
-  *returned = 0;
-  if (requested < 1)
-    return CUDNN_STATUS_BAD_PARAM;
-  perf[0] = cudnnConvolutionFwdAlgoPerf_t();
-  perf[0].algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  perf[0].status = CUDNN_STATUS_SUCCESS;
-  perf[0].determinism = CUDNN_DETERMINISTIC;
-  perf[0].mathType = CUDNN_FMA_MATH;
-  *returned = 1;
-  return CUDNN_STATUS_SUCCESS;
+  return oneAlgorithm(requested, returned, perf,
+                      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
@@ -627,16 +634,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t,
     const int requested, int *returned,
     cudnnConvolutionBwdDataAlgoPerf_t *perf) {
-  *returned = 0;
-  if (requested < 1)
-    return CUDNN_STATUS_BAD_PARAM;
-  perf[0] = cudnnConvolutionBwdDataAlgoPerf_t();
-  perf[0].algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-  perf[0].status = CUDNN_STATUS_SUCCESS;
-  perf[0].determinism = CUDNN_DETERMINISTIC;
-  perf[0].mathType = CUDNN_FMA_MATH;
-  *returned = 1;
-  return CUDNN_STATUS_SUCCESS;
+  return oneAlgorithm(requested, returned, perf,
+                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
@@ -644,16 +643,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     const cudnnConvolutionDescriptor_t, const cudnnFilterDescriptor_t,
     const int requested, int *returned,
     cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
-  *returned = 0;
-  if (requested < 1)
-    return CUDNN_STATUS_BAD_PARAM;
-  perf[0] = cudnnConvolutionBwdFilterAlgoPerf_t();
-  perf[0].algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  perf[0].status = CUDNN_STATUS_SUCCESS;
-  perf[0].determinism = CUDNN_DETERMINISTIC;
-  perf[0].mathType = CUDNN_FMA_MATH;
-  *returned = 1;
-  return CUDNN_STATUS_SUCCESS;
+  return oneAlgorithm(requested, returned, perf,
+                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
