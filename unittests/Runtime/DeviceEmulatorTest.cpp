@@ -71,7 +71,7 @@ __global__ void blockSum(const float *in, float *out) {
 /// Shuffles: a butterfly sum, a shift down, a broadcast of lane 3, and a
 /// butterfly within groups of 8 lanes.
 __global__ void shuffles(const int *in, int *out) {
-  int lane = threadIdx.x % 32, v = in[threadIdx.x];
+  int v = in[threadIdx.x];
   int sum = v;
   for (int offset = 16; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -85,7 +85,6 @@ __global__ void shuffles(const int *in, int *out) {
   o[1] = down;
   o[2] = broadcast;
   o[3] = group;
-  (void)lane;
 }
 
 __global__ void voteOr(const int *in, int *out) {
