@@ -318,8 +318,10 @@ TEST(DeviceEmulatorTest, WmmaProductsAccumulate) {
 }
 
 TEST(DeviceEmulatorDeathTest, ThreadsAtDifferentBarriersFailTheLaunch) {
-  EXPECT_EXIT(launchAndReport([] { LAUNCH(2, 32, 0, divergentBarriers)
-                                   (); }),
+  EXPECT_EXIT(launchAndReport([] {
+                LAUNCH(2, 32, 0, divergentBarriers)
+                ();
+              }),
               ::testing::ExitedWithCode(3),
               "cudaErrorLaunchFailure: the kernel launched at "
               "DeviceEmulatorTest.cpp:[0-9]+ failed: the block's threads "
