@@ -23,8 +23,9 @@ namespace {
 
 using merak::runtime::cuda::emulation::mma16816;
 
-#define LAUNCH(grid, block, shared, kernel)                                    \
-  MERAK_EMULATED_LAUNCH(grid, block, shared, nullptr)(kernel)
+/// `kernel<<<grid, block, shared>>>(args...)`.
+#define LAUNCH(grid, block, shared, kernel, ...)                               \
+  MERAK_EMULATED_LAUNCH(grid, block, shared, nullptr)(kernel)(__VA_ARGS__)
 
 template <typename T> T *deviceCopy(const std::vector<T> &host) {
   void *p = nullptr;
@@ -183,7 +184,7 @@ TEST(DeviceEmulatorTest, BlocksReduceThroughSharedMemoryAndBarriers) {
     in[i] = float(i % 128 + 1) * (i < 128 ? 1 : i < 256 ? 2 : -1);
   float *dIn = deviceCopy(in);
   float *dOut = deviceCopy(std::vector<float>(3, 0.f));
-  LAUNCH(3, 128, 0, blockSum)(dIn, dOut);
+  LAUNCH(3, 128, 0, blockSum, dIn, dOut);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(hostCopy(dOut, 3), (std::vector<float>{8256, 16512, -8256}));
   cudaFree(dIn);
@@ -196,7 +197,7 @@ TEST(DeviceEmulatorTest, ShufflesExchangeTheLanesValues) {
     in[size_t(i)] = i * i;
   int *dIn = deviceCopy(in);
   int *dOut = deviceCopy(std::vector<int>(64 * 4, 0));
-  LAUNCH(1, 64, 0, shuffles)(dIn, dOut);
+  LAUNCH(1, 64, 0, shuffles, dIn, dOut);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<int> out = hostCopy(dOut, 64 * 4);
   for (int i = 0; i < 64; ++i) {
@@ -222,9 +223,9 @@ TEST(DeviceEmulatorTest, SyncthreadsOrVotesOverTheBlock) {
   one[77] = 1;
   int *some = deviceCopy(one);
   int *out = deviceCopy(std::vector<int>(96, -1));
-  LAUNCH(1, 96, 0, voteOr)(none, out);
+  LAUNCH(1, 96, 0, voteOr, none, out);
   EXPECT_EQ(hostCopy(out, 96), std::vector<int>(96, 0));
-  LAUNCH(1, 96, 0, voteOr)(some, out);
+  LAUNCH(1, 96, 0, voteOr, some, out);
   EXPECT_EQ(hostCopy(out, 96), std::vector<int>(96, 1));
   cudaFree(none);
   cudaFree(some);
@@ -233,14 +234,14 @@ TEST(DeviceEmulatorTest, SyncthreadsOrVotesOverTheBlock) {
 
 TEST(DeviceEmulatorTest, AMissingBarrierShowsInTheResult) {
   float *out = deviceCopy(std::vector<float>(64, 0.f));
-  LAUNCH(1, 64, 64 * sizeof(float), neighbour)(out, true);
+  LAUNCH(1, 64, 64 * sizeof(float), neighbour, out, true);
   std::vector<float> synced = hostCopy(out, 64);
   for (int t = 0; t < 64; ++t)
     EXPECT_EQ(synced[size_t(t)], float((t + 1) % 64));
   // Without the barrier a thread runs to its end before the next one
   // starts: it reads shared memory its neighbour has not written yet,
   // which starts as NaNs.
-  LAUNCH(1, 64, 64 * sizeof(float), neighbour)(out, false);
+  LAUNCH(1, 64, 64 * sizeof(float), neighbour, out, false);
   std::vector<float> racing = hostCopy(out, 64);
   EXPECT_TRUE(std::isnan(racing[0]));
   EXPECT_EQ(racing[63], 0.f);
@@ -249,14 +250,14 @@ TEST(DeviceEmulatorTest, AMissingBarrierShowsInTheResult) {
 
 TEST(DeviceEmulatorTest, AConfigurationErrorIsReportedOnceAndNotKept) {
   int *out = deviceCopy(std::vector<int>(64, 0));
-  LAUNCH(1, 2048, 0, writeIndex)(out);
+  LAUNCH(1, 2048, 0, writeIndex, out);
   cudaError_t e = cudaGetLastError();
   EXPECT_EQ(e, cudaErrorInvalidConfiguration);
   EXPECT_NE(std::string(cudaGetErrorString(e)).find("block 2048x1x1"),
             std::string::npos)
       << cudaGetErrorString(e);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  LAUNCH(2, 32, 0, writeIndex)(out);
+  LAUNCH(2, 32, 0, writeIndex, out);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<int> got = hostCopy(out, 64);
   for (int i = 0; i < 64; ++i)
@@ -273,7 +274,7 @@ TEST(DeviceEmulatorTest, TheMmaFragmentsAreThePtxLayouts) {
   auto *dA = deviceCopy(a);
   auto *dB = deviceCopy(b);
   float *dD = deviceCopy(std::vector<float>(16 * 8, 0.f));
-  LAUNCH(1, 32, 0, mmaTile)(dA, dB, dD);
+  LAUNCH(1, 32, 0, mmaTile, dA, dB, dD);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<float> d = hostCopy(dD, 128);
   for (int r = 0; r < 16; ++r)
@@ -300,7 +301,7 @@ TEST(DeviceEmulatorTest, WmmaProductsAccumulate) {
   auto *dA = deviceCopy(a);
   auto *dB = deviceCopy(b);
   float *dD = deviceCopy(d);
-  LAUNCH(1, 32, 0, wmmaTile)(dA, dB, dD);
+  LAUNCH(1, 32, 0, wmmaTile, dA, dB, dD);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<float> got = hostCopy(dD, 256);
   for (int i = 0; i < 16; ++i)
@@ -318,10 +319,7 @@ TEST(DeviceEmulatorTest, WmmaProductsAccumulate) {
 }
 
 TEST(DeviceEmulatorDeathTest, ThreadsAtDifferentBarriersFailTheLaunch) {
-  EXPECT_EXIT(launchAndReport([] {
-                LAUNCH(2, 32, 0, divergentBarriers)
-                ();
-              }),
+  EXPECT_EXIT(launchAndReport([] { LAUNCH(2, 32, 0, divergentBarriers); }),
               ::testing::ExitedWithCode(3),
               "cudaErrorLaunchFailure: the kernel launched at "
               "DeviceEmulatorTest.cpp:[0-9]+ failed: the block's threads "
@@ -332,7 +330,7 @@ TEST(DeviceEmulatorDeathTest, ThreadsAtDifferentBarriersFailTheLaunch) {
 
 TEST(DeviceEmulatorDeathTest, ATrapFailsTheLaunchAndEveryLaterCall) {
   EXPECT_EXIT(launchAndReport([] {
-                LAUNCH(3, 64, 0, trapsInBlockOne)();
+                LAUNCH(3, 64, 0, trapsInBlockOne);
                 void *p = nullptr;
                 // Sticky: later calls fail too, and launches do nothing.
                 if (cudaMalloc(&p, 16) != cudaErrorLaunchFailure)
@@ -347,7 +345,7 @@ TEST(DeviceEmulatorDeathTest, AShuffleNamingAReturnedLaneFails) {
   EXPECT_EXIT(launchAndReport([] {
                 int *out = nullptr;
                 cudaMalloc(reinterpret_cast<void **>(&out), 32 * sizeof(int));
-                LAUNCH(1, 32, 0, shuffleFromReturnedLane)(out);
+                LAUNCH(1, 32, 0, shuffleFromReturnedLane, out);
               }),
               ::testing::ExitedWithCode(3),
               "names lane 31 in its mask, which has returned");
